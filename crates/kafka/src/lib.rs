@@ -1,0 +1,15 @@
+//! kmirror's Kafka client.
+//!
+//! This crate starts with the connection settings every other part of kmirror hands to the client:
+//! where the brokers are, how to authenticate, and the consumer/producer tuning that replication
+//! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
+
+pub mod secret;
+pub mod settings;
+
+pub use secret::Secret;
+pub use settings::{
+    Acks, AutoOffsetReset, BrokerAddress, ClientSettings, Compression, ConsumerTuning,
+    IsolationLevel, KeyMaterial, ProducerTuning, SaslCredentials, SaslMechanism,
+    SecurityProtocol, TlsSettings, TrustMaterial,
+};

@@ -1,0 +1,318 @@
+//! Typed client settings: what the configuration layer hands to the client.
+//!
+//! The configuration crate maps Java client properties (`bootstrap.servers`, `security.protocol`,
+//! `sasl.jaas.config`, `ssl.truststore.location`, ...) onto these types after validating them, so
+//! the client never sees a raw string it would have to parse again.
+
+use crate::Secret;
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `host:port` of one bootstrap broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokerAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for BrokerAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Kafka's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// All protocols kmirror supports, as Kafka spells them.
+    pub const NAMES: [&'static str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+    /// Parses Kafka's spelling (case-insensitive, as the Java client is).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Some(Self::Plaintext),
+            "SSL" => Some(Self::Ssl),
+            "SASL_PLAINTEXT" => Some(Self::SaslPlaintext),
+            "SASL_SSL" => Some(Self::SaslSsl),
+            _ => None,
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+/// Kafka's `sasl.mechanism`, limited to the mechanisms kmirror implements. OAUTHBEARER and
+/// GSSAPI are recognised by the configuration layer and rejected with a clear error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub const NAMES: [&'static str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+    /// Parses the mechanism name; Kafka compares these case-sensitively.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "PLAIN" => Some(Self::Plain),
+            "SCRAM-SHA-256" => Some(Self::ScramSha256),
+            "SCRAM-SHA-512" => Some(Self::ScramSha512),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// Username and password for PLAIN or SCRAM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SaslCredentials {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: Secret,
+}
+
+/// Where the certificates that the client trusts come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TrustMaterial {
+    /// The platform's root certificates (no `ssl.truststore.*` given).
+    SystemRoots,
+    /// A PEM file with one or more CA certificates.
+    PemFile { path: PathBuf },
+    /// PEM certificates given inline (`ssl.truststore.certificates`).
+    PemInline { pem: Secret },
+    /// A PKCS#12 file (`ssl.truststore.type=PKCS12`).
+    Pkcs12File {
+        path: PathBuf,
+        password: Option<Secret>,
+    },
+}
+
+/// The client's own certificate and key, for mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KeyMaterial {
+    /// A PEM file holding the certificate chain and the private key.
+    PemFile {
+        path: PathBuf,
+        key_password: Option<Secret>,
+    },
+    /// Inline PEM (`ssl.keystore.certificate.chain` + `ssl.keystore.key`).
+    PemInline {
+        certificate_chain: Secret,
+        key: Secret,
+        key_password: Option<Secret>,
+    },
+    /// A PKCS#12 keystore.
+    Pkcs12File {
+        path: PathBuf,
+        password: Option<Secret>,
+        key_password: Option<Secret>,
+    },
+}
+
+/// TLS settings for `SSL` and `SASL_SSL`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TlsSettings {
+    pub trust: TrustMaterial,
+    pub identity: Option<KeyMaterial>,
+    /// `ssl.endpoint.identification.algorithm=https` (Kafka's default since 2.0); an empty value
+    /// turns host name verification off.
+    pub verify_hostname: bool,
+}
+
+/// How to reach and authenticate to one cluster, for one client role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientSettings {
+    pub bootstrap: Vec<BrokerAddress>,
+    pub security_protocol: SecurityProtocol,
+    pub sasl: Option<SaslCredentials>,
+    pub tls: Option<TlsSettings>,
+    pub client_id: Option<String>,
+    #[serde(with = "millis")]
+    pub request_timeout: Duration,
+}
+
+/// `isolation.level` of a consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationLevel {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+/// `auto.offset.reset`: where to start without a stored position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoOffsetReset {
+    Earliest,
+    Latest,
+    /// Fail instead of guessing.
+    None,
+}
+
+/// Consumer-side tuning that the replicator honours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsumerTuning {
+    pub fetch_max_bytes: i32,
+    pub max_partition_fetch_bytes: i32,
+    pub fetch_min_bytes: i32,
+    #[serde(with = "millis")]
+    pub fetch_max_wait: Duration,
+    pub isolation_level: IsolationLevel,
+    pub auto_offset_reset: AutoOffsetReset,
+    pub group_id: Option<String>,
+}
+
+impl Default for ConsumerTuning {
+    /// The Java consumer's defaults, except that a replicator reads committed data only
+    /// (aborted transactions must not reach the target).
+    fn default() -> Self {
+        ConsumerTuning {
+            fetch_max_bytes: 52_428_800,
+            max_partition_fetch_bytes: 1_048_576,
+            fetch_min_bytes: 1,
+            fetch_max_wait: Duration::from_millis(500),
+            isolation_level: IsolationLevel::ReadCommitted,
+            auto_offset_reset: AutoOffsetReset::Earliest,
+            group_id: None,
+        }
+    }
+}
+
+/// `compression.type` of a producer (record mode only: batch mode keeps the source's codec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    pub const NAMES: [&'static str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "uncompressed" => Some(Self::None),
+            "gzip" => Some(Self::Gzip),
+            "snappy" => Some(Self::Snappy),
+            "lz4" => Some(Self::Lz4),
+            "zstd" => Some(Self::Zstd),
+            _ => None,
+        }
+    }
+}
+
+/// `acks` of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Acks {
+    None,
+    Leader,
+    All,
+}
+
+/// Producer-side tuning that the replicator honours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProducerTuning {
+    pub batch_size: i32,
+    #[serde(with = "millis")]
+    pub linger: Duration,
+    pub compression: Compression,
+    pub acks: Acks,
+    pub max_request_size: i32,
+}
+
+impl Default for ProducerTuning {
+    /// The Java producer's defaults (Kafka 4.x: linger.ms=5).
+    fn default() -> Self {
+        ProducerTuning {
+            batch_size: 16_384,
+            linger: Duration::from_millis(5),
+            compression: Compression::None,
+            acks: Acks::All,
+            max_request_size: 1_048_576,
+        }
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocols_parse_case_insensitively_and_round_trip() {
+        for name in SecurityProtocol::NAMES {
+            let p = SecurityProtocol::parse(&name.to_ascii_lowercase()).unwrap();
+            assert_eq!(p.as_str(), name);
+        }
+        assert_eq!(SecurityProtocol::parse("SASL"), None);
+    }
+
+    #[test]
+    fn mechanisms_are_case_sensitive_like_kafka() {
+        assert_eq!(SaslMechanism::parse("PLAIN"), Some(SaslMechanism::Plain));
+        assert_eq!(SaslMechanism::parse("plain"), None);
+        for name in SaslMechanism::NAMES {
+            assert_eq!(SaslMechanism::parse(name).unwrap().as_str(), name);
+        }
+    }
+
+    #[test]
+    fn broker_address_brackets_ipv6() {
+        let a = BrokerAddress { host: "::1".into(), port: 9092 };
+        assert_eq!(a.to_string(), "[::1]:9092");
+    }
+}

@@ -1,0 +1,604 @@
+//! Java client properties → kmirror client settings: bootstrap list, security protocol, SASL
+//! (PLAIN and SCRAM through `sasl.jaas.config`), TLS stores, and the consumer/producer tuning
+//! keys that matter for replication.
+
+use super::diagnostics::Diagnostics;
+use super::values::{Reader, SettingMap};
+use kmirror_kafka::{
+    Acks, AutoOffsetReset, BrokerAddress, ClientSettings, Compression, ConsumerTuning,
+    IsolationLevel, KeyMaterial, ProducerTuning, SaslCredentials, SaslMechanism, Secret,
+    SecurityProtocol, TlsSettings, TrustMaterial,
+};
+use std::path::PathBuf;
+
+/// Connection settings for one client role (`what` names it in messages, e.g. "cluster A").
+/// Returns `None` when an error was recorded.
+pub fn connection(map: &SettingMap, what: &str, hint_key: &str, diags: &mut Diagnostics) -> Option<ClientSettings> {
+    let errors_before = diags.errors().count();
+    let mut r = Reader::new(map, diags);
+    let bootstrap = match r.get("bootstrap.servers") {
+        None => {
+            r.diags.error(
+                None,
+                None,
+                format!("{what} has no bootstrap servers: set {hint_key}"),
+            );
+            Vec::new()
+        }
+        Some(s) => {
+            let (list, bad) = parse_bootstrap(&s.value);
+            if let Some(bad) = bad {
+                r.diags.error(Some(&s.origin), Some(&s.value), bad);
+            } else if list.is_empty() {
+                r.diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    format!("{what} has an empty bootstrap server list: expected host:port[,host:port...]"),
+                );
+            }
+            list
+        }
+    };
+    let protocol = match r.get("security.protocol") {
+        None => SecurityProtocol::Plaintext,
+        Some(s) => SecurityProtocol::parse(&s.value).unwrap_or_else(|| {
+            r.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                format!("unsupported security protocol: expected one of {}", SecurityProtocol::NAMES.join(", ")),
+            );
+            SecurityProtocol::Plaintext
+        }),
+    };
+    let sasl = if protocol.uses_sasl() { sasl(&mut r, what) } else { None };
+    let tls = if protocol.uses_tls() { tls(&mut r) } else { None };
+    let client_id = r.get("client.id").map(|s| s.value.trim().to_string());
+    let request_timeout = r.millis("request.timeout.ms", 30_000);
+    if diags.errors().count() > errors_before {
+        return None;
+    }
+    Some(ClientSettings {
+        bootstrap,
+        security_protocol: protocol,
+        sasl,
+        tls,
+        client_id,
+        request_timeout,
+    })
+}
+
+/// Parses `host:port[,host:port...]`; the second value is an error message for a bad entry.
+pub fn parse_bootstrap(value: &str) -> (Vec<BrokerAddress>, Option<String>) {
+    let mut out = Vec::new();
+    for item in crate::filter::split_list(value) {
+        if item.is_empty() {
+            continue;
+        }
+        let parsed = if let Some(rest) = item.strip_prefix('[') {
+            rest.split_once("]:").map(|(h, p)| (h.to_string(), p))
+        } else {
+            item.rsplit_once(':').map(|(h, p)| (h.to_string(), p))
+        };
+        match parsed {
+            Some((host, port)) if !host.is_empty() => match port.parse::<u16>() {
+                Ok(port) if port > 0 => out.push(BrokerAddress { host, port }),
+                _ => return (out, Some(format!("'{item}' has an invalid port: expected host:port with a port from 1 to 65535"))),
+            },
+            _ => return (out, Some(format!("'{item}' is not host:port"))),
+        }
+    }
+    (out, None)
+}
+
+fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
+    let mechanism = match r.get("sasl.mechanism") {
+        None => {
+            r.diags.error(
+                r.get("security.protocol").map(|s| &s.origin),
+                None,
+                format!(
+                    "{what} uses SASL but sasl.mechanism is not set; Kafka's default is GSSAPI \
+                     (Kerberos), which kmirror does not support: set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                ),
+            );
+            return None;
+        }
+        Some(s) => match SaslMechanism::parse(&s.value) {
+            Some(m) => m,
+            None => {
+                let v = s.value.trim();
+                let why = if v == "GSSAPI" || v == "OAUTHBEARER" {
+                    format!("{v} is not supported yet: kmirror supports {}", SaslMechanism::NAMES.join(", "))
+                } else {
+                    format!("unknown SASL mechanism: expected one of {}", SaslMechanism::NAMES.join(", "))
+                };
+                r.diags.error(Some(&s.origin), Some(&s.value), why);
+                return None;
+            }
+        },
+    };
+    let Some(jaas) = r.get("sasl.jaas.config") else {
+        r.diags.error(
+            r.get("sasl.mechanism").map(|s| &s.origin),
+            None,
+            format!("{what} uses SASL/{} but sasl.jaas.config is not set", mechanism.as_str()),
+        );
+        return None;
+    };
+    match parse_jaas(&jaas.value, mechanism) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            // The JAAS text holds the password: never echo it.
+            r.diags.error(Some(&jaas.origin), Some(&jaas.value), why);
+            None
+        }
+    }
+}
+
+const PLAIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+const SCRAM_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+
+/// Parses `<LoginModule> <flag> username="..." password="...";`. Error messages never contain
+/// the option values.
+pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredentials, String> {
+    let expected_module = match mechanism {
+        SaslMechanism::Plain => PLAIN_MODULE,
+        SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_MODULE,
+    };
+    let malformed = |why: &str| {
+        format!(
+            "malformed JAAS configuration ({why}); expected: {expected_module} required username=\"...\" password=\"...\";"
+        )
+    };
+    let mut tokens = JaasTokens { chars: text.trim().chars().collect(), pos: 0 };
+    let module = tokens.word().ok_or_else(|| malformed("no login module"))?;
+    let flag = tokens.word().ok_or_else(|| malformed("no control flag after the login module"))?;
+    if !["required", "requisite", "sufficient", "optional"].contains(&flag.to_ascii_lowercase().as_str()) {
+        return Err(malformed("the control flag must be required, requisite, sufficient or optional"));
+    }
+    let mut username = None;
+    let mut password = None;
+    loop {
+        tokens.skip_ws();
+        match tokens.peek() {
+            Some(';') => {
+                tokens.pos += 1;
+                break;
+            }
+            None => return Err(malformed("missing ';' at the end")),
+            _ => {}
+        }
+        let name = tokens.word().ok_or_else(|| malformed("expected option=value"))?;
+        tokens.skip_ws();
+        if tokens.peek() != Some('=') {
+            return Err(malformed(&format!("option '{name}' has no '=value'")));
+        }
+        tokens.pos += 1;
+        let value = tokens.value().ok_or_else(|| malformed(&format!("option '{name}' has an unterminated or missing value")))?;
+        match name.as_str() {
+            "username" => username = Some(value),
+            "password" => password = Some(value),
+            _ => {}
+        }
+    }
+    tokens.skip_ws();
+    if tokens.peek().is_some() {
+        return Err(malformed("more than one login module; kmirror uses exactly one"));
+    }
+    if module != expected_module {
+        let known = module == PLAIN_MODULE || module == SCRAM_MODULE;
+        return Err(if known {
+            format!(
+                "login module {module} does not match sasl.mechanism={}: use {expected_module}",
+                mechanism.as_str()
+            )
+        } else {
+            format!(
+                "unsupported login module {module}: kmirror supports {PLAIN_MODULE} and {SCRAM_MODULE}"
+            )
+        });
+    }
+    let username = username.filter(|u| !u.is_empty()).ok_or_else(|| malformed("no username"))?;
+    let password = password.ok_or_else(|| malformed("no password"))?;
+    Ok(SaslCredentials {
+        mechanism,
+        username,
+        password: Secret::new(password),
+    })
+}
+
+struct JaasTokens {
+    chars: Vec<char>,
+    pos: usize,
+}
+
+impl JaasTokens {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.pos += 1;
+        }
+    }
+
+    /// A bare word: a module class name, a flag or an option name.
+    fn word(&mut self) -> Option<String> {
+        self.skip_ws();
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '$'))
+        {
+            self.pos += 1;
+        }
+        (self.pos > start).then(|| self.chars[start..self.pos].iter().collect())
+    }
+
+    /// A quoted string (with `\"` and `\\` escapes) or a bare word.
+    fn value(&mut self) -> Option<String> {
+        self.skip_ws();
+        if self.peek() != Some('"') {
+            return self.word();
+        }
+        self.pos += 1;
+        let mut out = String::new();
+        loop {
+            match self.peek()? {
+                '"' => {
+                    self.pos += 1;
+                    return Some(out);
+                }
+                '\\' => {
+                    self.pos += 1;
+                    out.push(self.peek()?);
+                    self.pos += 1;
+                }
+                c => {
+                    out.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+    }
+}
+
+fn tls(r: &mut Reader<'_>) -> Option<TlsSettings> {
+    let verify_hostname = match r.get("ssl.endpoint.identification.algorithm") {
+        None => true,
+        Some(s) => match s.value.trim().to_ascii_lowercase().as_str() {
+            "https" => true,
+            "" => false,
+            _ => {
+                r.diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    "expected 'https' (verify the broker's host name, the default) or an empty value (do not verify)",
+                );
+                true
+            }
+        },
+    };
+    let trust = trust_material(r)?;
+    let identity = key_material(r)?;
+    Some(TlsSettings { trust, identity, verify_hostname })
+}
+
+#[derive(PartialEq)]
+enum StoreType {
+    Pem,
+    Pkcs12,
+}
+
+/// `ssl.<store>.type`, or a guess from the file name (Java's default type is JKS; a `.p12` file
+/// loads in Java under that default too).
+fn store_type(r: &mut Reader<'_>, store: &str) -> Option<StoreType> {
+    let type_key = format!("ssl.{store}.type");
+    let location_key = format!("ssl.{store}.location");
+    let location = r.get(&location_key).map(|s| s.value.trim().to_string()).unwrap_or_default();
+    let (declared, origin, value) = match r.get(&type_key) {
+        Some(s) => (s.value.trim().to_ascii_uppercase(), Some(s.origin.clone()), s.value.clone()),
+        None => {
+            let lower = location.to_ascii_lowercase();
+            let guess = if lower.ends_with(".p12") || lower.ends_with(".pfx") || lower.ends_with(".pkcs12") {
+                "PKCS12"
+            } else if lower.ends_with(".pem") || lower.ends_with(".crt") || lower.ends_with(".cer") {
+                "PEM"
+            } else {
+                "JKS"
+            };
+            (guess.to_string(), r.get(&location_key).map(|s| s.origin.clone()), location.clone())
+        }
+    };
+    match declared.as_str() {
+        "PEM" => Some(StoreType::Pem),
+        "PKCS12" => Some(StoreType::Pkcs12),
+        "JKS" => {
+            let p12 = format!("{}.p12", location.trim_end_matches(".jks"));
+            r.diags.error(
+                origin.as_ref(),
+                Some(&value),
+                format!(
+                    "JKS stores cannot be read by kmirror; convert to PKCS12 with \
+                     `keytool -importkeystore -srckeystore {location} -srcstoretype JKS -destkeystore {p12} -deststoretype PKCS12` \
+                     and set ssl.{store}.location={p12} and ssl.{store}.type=PKCS12 (or use PEM files with ssl.{store}.type=PEM)"
+                ),
+            );
+            None
+        }
+        _ => {
+            r.diags.error(origin.as_ref(), Some(&value), format!("unsupported {type_key}: expected PKCS12 or PEM"));
+            None
+        }
+    }
+}
+
+fn secret(r: &Reader<'_>, key: &str) -> Option<Secret> {
+    r.get(key).map(|s| Secret::new(s.value.clone()))
+}
+
+fn trust_material(r: &mut Reader<'_>) -> Option<TrustMaterial> {
+    if let Some(s) = r.get("ssl.truststore.certificates") {
+        return Some(TrustMaterial::PemInline { pem: Secret::new(s.value.clone()) });
+    }
+    let Some(loc) = r.get("ssl.truststore.location") else {
+        return Some(TrustMaterial::SystemRoots);
+    };
+    let path = PathBuf::from(loc.value.trim());
+    match store_type(r, "truststore")? {
+        StoreType::Pem => Some(TrustMaterial::PemFile { path }),
+        StoreType::Pkcs12 => Some(TrustMaterial::Pkcs12File { path, password: secret(r, "ssl.truststore.password") }),
+    }
+}
+
+fn key_material(r: &mut Reader<'_>) -> Option<Option<KeyMaterial>> {
+    let key_password = secret(r, "ssl.key.password");
+    if let Some(chain) = r.get("ssl.keystore.certificate.chain") {
+        let Some(key) = r.get("ssl.keystore.key") else {
+            r.diags.error(Some(&chain.origin), None, "ssl.keystore.certificate.chain needs ssl.keystore.key (the PEM private key)");
+            return None;
+        };
+        return Some(Some(KeyMaterial::PemInline {
+            certificate_chain: Secret::new(chain.value.clone()),
+            key: Secret::new(key.value.clone()),
+            key_password,
+        }));
+    }
+    let Some(loc) = r.get("ssl.keystore.location") else {
+        return Some(None);
+    };
+    let path = PathBuf::from(loc.value.trim());
+    Some(Some(match store_type(r, "keystore")? {
+        StoreType::Pem => KeyMaterial::PemFile { path, key_password },
+        StoreType::Pkcs12 => KeyMaterial::Pkcs12File {
+            path,
+            password: secret(r, "ssl.keystore.password"),
+            key_password,
+        },
+    }))
+}
+
+/// Consumer tuning with the Java defaults, except `isolation.level`, which defaults to
+/// `read_committed` for a replicator (aborted transactions must not be copied), and
+/// `auto.offset.reset`, which MM2 defaults to `earliest`.
+pub fn consumer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ConsumerTuning {
+    let mut r = Reader::new(map, diags);
+    let d = ConsumerTuning::default();
+    ConsumerTuning {
+        fetch_max_bytes: r.int("fetch.max.bytes", d.fetch_max_bytes as i64, 0, i32::MAX as i64) as i32,
+        max_partition_fetch_bytes: r.int("max.partition.fetch.bytes", d.max_partition_fetch_bytes as i64, 0, i32::MAX as i64) as i32,
+        fetch_min_bytes: r.int("fetch.min.bytes", d.fetch_min_bytes as i64, 0, i32::MAX as i64) as i32,
+        fetch_max_wait: r.millis("fetch.max.wait.ms", d.fetch_max_wait.as_millis() as i64),
+        isolation_level: match r.choice("isolation.level", "read_committed", &["read_committed", "read_uncommitted"]) {
+            "read_uncommitted" => IsolationLevel::ReadUncommitted,
+            _ => IsolationLevel::ReadCommitted,
+        },
+        auto_offset_reset: match r.choice("auto.offset.reset", "earliest", &["earliest", "latest", "none"]) {
+            "latest" => AutoOffsetReset::Latest,
+            "none" => AutoOffsetReset::None,
+            _ => AutoOffsetReset::Earliest,
+        },
+        group_id: r.get("group.id").map(|s| s.value.trim().to_string()),
+    }
+}
+
+/// Producer tuning with the Java producer's defaults.
+pub fn producer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ProducerTuning {
+    let mut r = Reader::new(map, diags);
+    let d = ProducerTuning::default();
+    let compression = match r.get("compression.type") {
+        None => d.compression,
+        Some(s) => Compression::parse(&s.value).unwrap_or_else(|| {
+            r.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                format!("expected one of: {}", Compression::NAMES.join(", ")),
+            );
+            d.compression
+        }),
+    };
+    let acks = match r.choice("acks", "all", &["all", "-1", "1", "0"]) {
+        "1" => Acks::Leader,
+        "0" => Acks::None,
+        _ => Acks::All,
+    };
+    if acks != Acks::All {
+        if let Some(s) = r.get("acks") {
+            r.diags.warning(
+                Some(&s.origin),
+                Some(&s.value),
+                "acks other than all can lose acknowledged records when a target broker fails; kmirror's no-loss guarantee assumes acks=all",
+            );
+        }
+    }
+    ProducerTuning {
+        batch_size: r.int("batch.size", d.batch_size as i64, 0, i32::MAX as i64) as i32,
+        linger: r.millis("linger.ms", d.linger.as_millis() as i64),
+        compression,
+        acks,
+        max_request_size: r.int("max.request.size", d.max_request_size as i64, 1, i32::MAX as i64) as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::diagnostics::Origin;
+    use super::super::values::Setting;
+    use super::*;
+    use std::sync::Arc;
+
+    fn map(pairs: &[(&str, &str)]) -> SettingMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    Setting {
+                        value: v.to_string(),
+                        origin: Origin { file: Arc::from("c.properties"), line: 1, key: format!("A.{k}") },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn conn(pairs: &[(&str, &str)]) -> (Option<ClientSettings>, Vec<String>) {
+        let mut d = Diagnostics::default();
+        let c = connection(&map(pairs), "cluster A", "A.bootstrap.servers", &mut d);
+        (c, d.items.iter().map(|x| x.to_string()).collect())
+    }
+
+    const JAAS_PLAIN: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="mm2" password="p@ss;w\"rd";"#;
+
+    #[test]
+    fn plaintext_and_bootstrap_lists() {
+        let (c, e) = conn(&[("bootstrap.servers", "a1:9092, a2:9093,[::1]:9094")]);
+        assert!(e.is_empty(), "{e:?}");
+        let c = c.unwrap();
+        assert_eq!(c.security_protocol, SecurityProtocol::Plaintext);
+        let addrs: Vec<String> = c.bootstrap.iter().map(|b| b.to_string()).collect();
+        assert_eq!(addrs, ["a1:9092", "a2:9093", "[::1]:9094"]);
+        for (bad, needle) in [("a1", "is not host:port"), ("a1:0", "invalid port"), ("a1:x", "invalid port"), (":9092", "is not host:port")] {
+            let (c, e) = conn(&[("bootstrap.servers", bad)]);
+            assert!(c.is_none());
+            assert!(e[0].contains(needle), "{bad}: {e:?}");
+        }
+        let (_, e) = conn(&[]);
+        assert_eq!(e, ["error: cluster A has no bootstrap servers: set A.bootstrap.servers"]);
+        let (_, e) = conn(&[("bootstrap.servers", " ")]);
+        assert!(e[0].contains("empty bootstrap server list"), "{e:?}");
+    }
+
+    #[test]
+    fn sasl_plain_and_scram() {
+        let (c, e) = conn(&[
+            ("bootstrap.servers", "b:9092"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.jaas.config", JAAS_PLAIN),
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        let sasl = c.unwrap().sasl.unwrap();
+        assert_eq!(sasl.username, "mm2");
+        assert_eq!(sasl.password.expose(), "p@ss;w\"rd");
+        let scram = parse_jaas(
+            "org.apache.kafka.common.security.scram.ScramLoginModule required\n  username=alice\n  password=\"a b\";",
+            SaslMechanism::ScramSha512,
+        )
+        .unwrap();
+        assert_eq!(scram.username, "alice");
+        assert_eq!(scram.password.expose(), "a b");
+    }
+
+    #[test]
+    fn jaas_errors_never_show_the_password() {
+        let cases = [
+            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2""#, "missing ';'"),
+            (r#"org.apache.kafka.common.security.plain.PlainLoginModule username="u" password="hunter2";"#, "control flag"),
+            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2;"#, "unterminated"),
+            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";"#, "no username"),
+            (r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="hunter2";"#, "does not match sasl.mechanism=PLAIN"),
+            (r#"com.sun.security.auth.module.Krb5LoginModule required password="hunter2";"#, "unsupported login module"),
+        ];
+        for (jaas, needle) in cases {
+            let err = parse_jaas(jaas, SaslMechanism::Plain).unwrap_err();
+            assert!(err.contains(needle), "{jaas}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+            let (_, e) = conn(&[
+                ("bootstrap.servers", "b:9092"),
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.jaas.config", jaas),
+            ]);
+            assert!(e.iter().all(|m| !m.contains("hunter2")), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sasl_settings_errors() {
+        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT")]);
+        assert!(e[0].contains("sasl.mechanism is not set; Kafka's default is GSSAPI"), "{e:?}");
+        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "GSSAPI")]);
+        assert!(e[0].contains("GSSAPI is not supported yet"), "{e:?}");
+        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN")]);
+        assert!(e[0].contains("sasl.jaas.config is not set"), "{e:?}");
+        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "KERBEROS")]);
+        assert_eq!(e, ["error: c.properties:1: A.security.protocol = 'KERBEROS': unsupported security protocol: expected one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"]);
+    }
+
+    #[test]
+    fn tls_stores() {
+        let (c, e) = conn(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", "/etc/k/ca.pem"),
+            ("ssl.keystore.location", "/etc/k/client.p12"),
+            ("ssl.keystore.password", "ks"),
+            ("ssl.endpoint.identification.algorithm", ""),
+        ]);
+        assert!(e.is_empty(), "{e:?}");
+        let tls = c.unwrap().tls.unwrap();
+        assert!(!tls.verify_hostname);
+        assert_eq!(tls.trust, TrustMaterial::PemFile { path: "/etc/k/ca.pem".into() });
+        assert!(matches!(tls.identity, Some(KeyMaterial::Pkcs12File { .. })));
+        let (c, _) = conn(&[("bootstrap.servers", "b:9093"), ("security.protocol", "SSL")]);
+        let tls = c.unwrap().tls.unwrap();
+        assert_eq!(tls.trust, TrustMaterial::SystemRoots);
+        assert!(tls.verify_hostname);
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", "/etc/k/truststore.jks"),
+            ("ssl.truststore.password", "changeit"),
+        ]);
+        assert!(e[0].contains("JKS stores cannot be read by kmirror; convert to PKCS12 with `keytool -importkeystore -srckeystore /etc/k/truststore.jks"), "{e:?}");
+        assert!(e[0].contains("-destkeystore /etc/k/truststore.p12"), "{e:?}");
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", "/etc/k/store"),
+            ("ssl.truststore.type", "BCFKS"),
+        ]);
+        assert!(e[0].contains("expected PKCS12 or PEM"), "{e:?}");
+        let (_, e) = conn(&[("bootstrap.servers", "b:9093"), ("security.protocol", "SSL"), ("ssl.endpoint.identification.algorithm", "http")]);
+        assert!(e[0].contains("expected 'https'"), "{e:?}");
+    }
+
+    #[test]
+    fn tuning_defaults_and_overrides() {
+        let mut d = Diagnostics::default();
+        let c = consumer_tuning(&map(&[]), &mut d);
+        assert_eq!(c, ConsumerTuning::default());
+        assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);
+        let c = consumer_tuning(&map(&[("fetch.max.bytes", "1000"), ("isolation.level", "read_uncommitted"), ("auto.offset.reset", "latest")]), &mut d);
+        assert_eq!((c.fetch_max_bytes, c.isolation_level, c.auto_offset_reset), (1000, IsolationLevel::ReadUncommitted, AutoOffsetReset::Latest));
+        let p = producer_tuning(&map(&[("compression.type", "zstd"), ("linger.ms", "50"), ("acks", "-1")]), &mut d);
+        assert_eq!((p.compression, p.linger.as_millis(), p.acks), (Compression::Zstd, 50, Acks::All));
+        assert!(d.items.is_empty(), "{:?}", d.items);
+        let _ = producer_tuning(&map(&[("compression.type", "brotli"), ("acks", "1")]), &mut d);
+        let msgs: Vec<String> = d.items.iter().map(|x| x.to_string()).collect();
+        assert!(msgs[0].contains("expected one of: none, gzip, snappy, lz4, zstd"), "{msgs:?}");
+        assert!(msgs[1].starts_with("warning:") && msgs[1].contains("acks=all"), "{msgs:?}");
+    }
+}

@@ -1,0 +1,200 @@
+//! Where a setting came from, and the errors and warnings found in a configuration.
+//!
+//! Every message names the file, line, key and value (secrets masked) and says what was
+//! expected, so an operator can fix the file without guessing.
+
+use kmirror_kafka::secret::MASK;
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+
+/// The file, line and key (as written) of one setting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    pub file: Arc<str>,
+    /// 1-based; 0 for values that came from the command line.
+    pub line: usize,
+    pub key: String,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}: {}", self.file, self.line, self.key)
+        } else {
+            write!(f, "{}: {}", self.file, self.key)
+        }
+    }
+}
+
+/// Keys whose values must never be printed.
+pub fn is_sensitive_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password")
+        || k.contains("jaas")
+        || k.contains("secret")
+        || k.ends_with("ssl.keystore.key")
+        || k.ends_with("ssl.keystore.certificate.chain")
+        || k.ends_with("ssl.truststore.certificates")
+        || k.contains("credentials")
+        || k.ends_with(".token")
+}
+
+/// A value as it may be shown for `key`: masked when sensitive.
+pub fn display_value(key: &str, value: &str) -> String {
+    if is_sensitive_key(key) {
+        MASK.to_string()
+    } else {
+        value.to_string()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub origin: Option<Origin>,
+    /// The offending value, already masked if sensitive.
+    pub value: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{level}: ")?;
+        if let Some(o) = &self.origin {
+            write!(f, "{o}")?;
+            if let Some(v) = &self.value {
+                write!(f, " = '{v}'")?;
+            }
+            write!(f, ": ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Collected findings. Building a configuration reports every problem it finds, not only the
+/// first, and nothing runs while any error remains.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Diagnostics {
+    pub items: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    pub fn error(&mut self, origin: Option<&Origin>, value: Option<&str>, message: impl Into<String>) {
+        self.push(Severity::Error, origin, value, message.into());
+    }
+
+    pub fn warning(&mut self, origin: Option<&Origin>, value: Option<&str>, message: impl Into<String>) {
+        self.push(Severity::Warning, origin, value, message.into());
+    }
+
+    fn push(&mut self, severity: Severity, origin: Option<&Origin>, value: Option<&str>, message: String) {
+        let value = match (origin, value) {
+            (Some(o), Some(v)) => Some(display_value(&o.key, v)),
+            (None, Some(v)) => Some(v.to_string()),
+            _ => None,
+        };
+        let d = Diagnostic {
+            severity,
+            origin: origin.cloned(),
+            value,
+            message,
+        };
+        // The same key is often read for several flows; say it once.
+        if !self.items.contains(&d) {
+            self.items.push(d);
+        }
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.items.iter().filter(|d| d.severity == Severity::Error)
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.items.iter().filter(|d| d.severity == Severity::Warning)
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+
+    pub fn extend(&mut self, other: Diagnostics) {
+        for d in other.items {
+            if !self.items.contains(&d) {
+                self.items.push(d);
+            }
+        }
+    }
+}
+
+/// The error returned when a configuration cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", render_errors(.0))]
+pub struct ConfigError(pub Diagnostics);
+
+fn render_errors(d: &Diagnostics) -> String {
+    let lines: Vec<String> = d.errors().map(|e| e.to_string()).collect();
+    let n = lines.len();
+    format!(
+        "{} configuration error{}:\n  {}",
+        n,
+        if n == 1 { "" } else { "s" },
+        lines.join("\n  ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(key: &str) -> Origin {
+        Origin {
+            file: Arc::from("mm2.properties"),
+            line: 7,
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn messages_name_file_line_key_value() {
+        let mut d = Diagnostics::default();
+        d.error(Some(&origin("A->B.enabled")), Some("yes"), "expected true or false");
+        assert_eq!(
+            d.items[0].to_string(),
+            "error: mm2.properties:7: A->B.enabled = 'yes': expected true or false"
+        );
+    }
+
+    #[test]
+    fn sensitive_values_are_masked() {
+        let mut d = Diagnostics::default();
+        d.error(Some(&origin("A.sasl.jaas.config")), Some("x password=\"p\""), "malformed");
+        d.error(Some(&origin("B.ssl.truststore.password")), Some("p"), "bad");
+        for item in &d.items {
+            assert_eq!(item.value.as_deref(), Some(MASK));
+            assert!(!item.to_string().contains("\"p\""));
+        }
+        assert!(!ConfigError(d).to_string().contains("password=\"p\""));
+    }
+
+    #[test]
+    fn repeated_findings_are_reported_once() {
+        let mut d = Diagnostics::default();
+        d.warning(Some(&origin("k")), None, "w");
+        d.warning(Some(&origin("k")), None, "w");
+        assert_eq!(d.items.len(), 1);
+        assert!(!d.has_errors());
+    }
+}

@@ -1,0 +1,292 @@
+//! One flow's connector settings (a flat map, as MM2 hands its connectors) → a typed
+//! [`FlowConfig`], with MM2's defaults (mm2-spec §1.2–§1.5) and the cross-key checks.
+
+use super::client;
+use super::diagnostics::Diagnostics;
+use super::keys::is_client_key;
+use super::model::{ExactlyOnce, FlowClients, FlowConfig, InternalTopics, Periodic, Side};
+use super::values::{Reader, Setting, SettingMap};
+use crate::filter::NameFilter;
+use crate::names::FlowId;
+use crate::policy::{PolicyKind, ReplicationPolicy};
+use kmirror_kafka::IsolationLevel;
+use std::time::Duration;
+
+pub const DEFAULT_TOPICS_EXCLUDE: &str = r".*[\-\.]internal, .*\.replica, __.*";
+pub const DEFAULT_GROUPS_EXCLUDE: &str = "console-consumer-.*, connect-.*, __.*";
+pub const DEFAULT_CONFIG_PROPERTIES_EXCLUDE: &str = r"follower\.replication\.throttled\.replicas, leader\.replication\.throttled\.replicas, message\.timestamp\.difference\.max\.ms, message\.timestamp\.type, unclean\.leader\.election\.enable, min\.insync\.replicas";
+
+/// Client settings of one role, layered as MM2's MirrorConnectorConfig does: the cluster's client
+/// keys (`source.cluster.*` / `target.cluster.*`, only bootstrap/security/SSL/SASL), then the
+/// connector-wide prefix (`consumer.`), then the side-specific prefix (`source.consumer.`), then
+/// an optional override prefix (`producer.override.`, as Connect applies it).
+pub fn role_map(p: &SettingMap, cluster_prefix: &str, layers: &[&str]) -> SettingMap {
+    let mut out = SettingMap::new();
+    for (k, v) in p {
+        if let Some(rest) = k.strip_prefix(cluster_prefix) {
+            if is_client_key(rest) {
+                out.insert(rest.to_string(), v.clone());
+            }
+        }
+    }
+    for prefix in layers {
+        for (k, v) in p {
+            // `admin.timeout.ms` is a connector key, not an admin client key.
+            if k == "admin.timeout.ms" {
+                continue;
+            }
+            if let Some(rest) = k.strip_prefix(prefix) {
+                out.insert(rest.to_string(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Builds a flow; `None` when an error was recorded for it.
+pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, diags: &mut Diagnostics) -> Option<FlowConfig> {
+    let errors_before = diags.errors().count();
+    let mut r = Reader::new(p, diags);
+    let replication = r.bool("enabled", false);
+
+    let topics = NameFilter {
+        include: r.patterns("topics", ".*"),
+        exclude: deprecated_alias(&mut r, "topics.exclude", "topics.blacklist", DEFAULT_TOPICS_EXCLUDE),
+    };
+    let groups = NameFilter {
+        include: r.patterns("groups", ".*"),
+        exclude: deprecated_alias(&mut r, "groups.exclude", "groups.blacklist", DEFAULT_GROUPS_EXCLUDE),
+    };
+    let config_properties_exclude = deprecated_alias(
+        &mut r,
+        "config.properties.exclude",
+        "config.properties.blacklist",
+        DEFAULT_CONFIG_PROPERTIES_EXCLUDE,
+    );
+    let policy = policy(&mut r, &id);
+    for (key, default_simple) in [
+        ("topic.filter.class", "DefaultTopicFilter"),
+        ("group.filter.class", "DefaultGroupFilter"),
+        ("config.property.filter.class", "DefaultConfigPropertyFilter"),
+        ("forwarding.admin.class", "ForwardingAdmin"),
+    ] {
+        if let Some(s) = r.get(key) {
+            if s.value.trim().rsplit('.').next() != Some(default_simple) {
+                r.diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    format!("custom Java classes cannot be loaded by kmirror; only the built-in {default_simple} is available (configure it with its own keys)"),
+                );
+            }
+        }
+    }
+    for key in ["transforms", "predicates"] {
+        if let Some(s) = r.get(key).filter(|s| !s.value.trim().is_empty()) {
+            r.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                "Kafka Connect single message transforms cannot run in kmirror; it copies records unchanged",
+            );
+        }
+    }
+
+    let replication_factor = r.replication_factor("replication.factor", 2);
+    let internal = InternalTopics {
+        emit_offset_syncs: r.bool("emit.offset-syncs.enabled", true),
+        offset_syncs_location: side(r.choice("offset-syncs.topic.location", "source", &["source", "target"])),
+        offset_syncs_replication_factor: r.replication_factor("offset-syncs.topic.replication.factor", 3),
+        checkpoints_replication_factor: r.replication_factor("checkpoints.topic.replication.factor", 3),
+        heartbeats_replication_factor: r.replication_factor("heartbeats.topic.replication.factor", 3),
+    };
+    let offset_lag_max = r.int("offset.lag.max", 100, 0, i64::MAX);
+    let use_defaults_from = side(r.choice("use.defaults.from", "target", &["source", "target"]));
+    let heartbeats_replication = r.bool("heartbeats.replication.enabled", true);
+    let refresh_topics = periodic(&mut r, "refresh.topics", true, 600);
+    let refresh_groups = periodic(&mut r, "refresh.groups", true, 600);
+    let sync_topic_configs = periodic(&mut r, "sync.topic.configs", true, 600);
+    let sync_topic_acls = periodic(&mut r, "sync.topic.acls", true, 600);
+    let emit_heartbeats = periodic(&mut r, "emit.heartbeats", true, 1);
+    let emit_checkpoints = periodic(&mut r, "emit.checkpoints", true, 60);
+    let sync_group_offsets = periodic(&mut r, "sync.group.offsets", false, 60);
+    let admin_timeout = r.millis("admin.timeout.ms", 60_000);
+
+    // Exactly-once needs the target "worker" to support it (MM2: <target>.exactly.once.source.support).
+    let worker_eos = r.choice(
+        "target.cluster.exactly.once.source.support",
+        "disabled",
+        &["disabled", "preparing", "enabled"],
+    );
+    let requested = r.choice("exactly.once.support", "requested", &["requested", "required"]);
+    let exactly_once = match (worker_eos, requested) {
+        ("enabled", "required") => ExactlyOnce::Required,
+        ("enabled", _) => ExactlyOnce::Requested,
+        (_, "required") => {
+            let origin = r.get("exactly.once.support").map(|s| s.origin.clone());
+            r.diags.error(
+                origin.as_ref(),
+                Some("required"),
+                format!("exactly-once is required but the target does not enable it: set {}.exactly.once.source.support = enabled", id.target),
+            );
+            ExactlyOnce::Disabled
+        }
+        _ => ExactlyOnce::Disabled,
+    };
+
+    // Clients.
+    let src_hint = format!("{}.bootstrap.servers", id.source);
+    let tgt_hint = format!("{}.bootstrap.servers", id.target);
+    let consumer_map = role_map(p, "source.cluster.", &["consumer.", "source.consumer."]);
+    let admin_src_map = role_map(p, "source.cluster.", &["admin.", "source.admin."]);
+    let admin_tgt_map = role_map(p, "target.cluster.", &["admin.", "target.admin."]);
+    let mut producer_map = role_map(p, "target.cluster.", &["producer.", "target.producer."]);
+    if let Some(extra) = extra_producer {
+        producer_map.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    for (k, v) in p {
+        if let Some(rest) = k.strip_prefix("producer.override.") {
+            producer_map.insert(rest.to_string(), v.clone());
+        }
+    }
+    let what_src = format!("cluster {}", id.source);
+    let what_tgt = format!("cluster {}", id.target);
+    let source_consumer = client::connection(&consumer_map, &what_src, &src_hint, diags);
+    let source_admin = client::connection(&admin_src_map, &what_src, &src_hint, diags);
+    let target_producer = client::connection(&producer_map, &what_tgt, &tgt_hint, diags);
+    let target_admin = client::connection(&admin_tgt_map, &what_tgt, &tgt_hint, diags);
+    let consumer_tuning = client::consumer_tuning(&consumer_map, diags);
+    let producer_tuning = client::producer_tuning(&producer_map, diags);
+
+    // Contradictions.
+    if exactly_once != ExactlyOnce::Disabled && consumer_tuning.isolation_level == IsolationLevel::ReadUncommitted {
+        let origin = consumer_map.get("isolation.level").map(|s| s.origin.clone());
+        diags.error(
+            origin.as_ref(),
+            Some("read_uncommitted"),
+            "exactly-once replication cannot read uncommitted data: remove isolation.level or set read_committed",
+        );
+    }
+    if replication && emit_checkpoints.enabled && !internal.emit_offset_syncs {
+        diags.error(
+            p.get("emit.offset-syncs.enabled").map(|s| &s.origin),
+            Some("false"),
+            "checkpoints need offset syncs: set emit.checkpoints.enabled = false too, or keep emit.offset-syncs.enabled = true",
+        );
+    }
+    if replication && sync_group_offsets.enabled && !emit_checkpoints.enabled {
+        diags.error(
+            p.get("sync.group.offsets.enabled").map(|s| &s.origin),
+            Some("true"),
+            "group offset sync translates offsets through checkpoints: it needs emit.checkpoints.enabled = true",
+        );
+    }
+
+    if diags.errors().count() > errors_before {
+        return None;
+    }
+    Some(FlowConfig {
+        id,
+        replication,
+        served: true,
+        topics,
+        groups,
+        policy,
+        replication_factor,
+        internal,
+        offset_lag_max,
+        config_properties_exclude,
+        use_defaults_from,
+        heartbeats_replication,
+        refresh_topics,
+        refresh_groups,
+        sync_topic_configs,
+        sync_topic_acls,
+        emit_heartbeats,
+        emit_checkpoints,
+        sync_group_offsets,
+        exactly_once,
+        admin_timeout,
+        clients: FlowClients {
+            source_consumer: source_consumer?,
+            consumer_tuning,
+            source_admin: source_admin?,
+            target_producer: target_producer?,
+            producer_tuning,
+            target_admin: target_admin?,
+        },
+    })
+}
+
+fn side(s: &str) -> Side {
+    if s == "target" {
+        Side::Target
+    } else {
+        Side::Source
+    }
+}
+
+/// `<name>.enabled` and `<name>.interval.seconds`; a negative interval disables, as in MM2.
+fn periodic(r: &mut Reader<'_>, name: &str, default_enabled: bool, default_secs: i64) -> Periodic {
+    let enabled = r.bool(&format!("{name}.enabled"), default_enabled);
+    let secs = r.int(&format!("{name}.interval.seconds"), default_secs, i64::MIN, i32::MAX as i64);
+    Periodic {
+        enabled: enabled && secs >= 0,
+        interval: Duration::from_secs(secs.max(0) as u64),
+    }
+}
+
+/// MM2 4.0 removed the `*.blacklist` names; users migrating off old clusters still have them, so
+/// they are accepted with a warning (the new name wins when both are set, as in 3.x).
+fn deprecated_alias(r: &mut Reader<'_>, key: &str, old: &str, default: &str) -> crate::filter::PatternList {
+    match (r.get(key), r.get(old)) {
+        (None, Some(s)) => {
+            r.diags.warning(
+                Some(&s.origin),
+                None,
+                format!("'{old}' is deprecated (removed in Kafka 4.0); it is honoured, but rename it to '{key}'"),
+            );
+            r.patterns(old, default)
+        }
+        (Some(_), Some(s)) => {
+            r.diags.warning(Some(&s.origin), None, format!("'{old}' is ignored because '{key}' is also set"));
+            r.patterns(key, default)
+        }
+        _ => r.patterns(key, default),
+    }
+}
+
+fn policy(r: &mut Reader<'_>, id: &FlowId) -> ReplicationPolicy {
+    let mut policy = ReplicationPolicy {
+        source_alias: Some(id.source.clone()),
+        ..ReplicationPolicy::default()
+    };
+    if let Some(s) = r.get("replication.policy.class") {
+        match PolicyKind::from_class(&s.value) {
+            Some(kind) => policy.kind = kind,
+            None => r.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                "custom replication policies cannot be loaded by kmirror; use DefaultReplicationPolicy \
+                 (remote topics are named <source><separator><topic>, e.g. A.orders) or IdentityReplicationPolicy \
+                 (topic names are kept: use it for migrations, never for active-active)",
+            ),
+        }
+    }
+    if let Some(s) = r.get("replication.policy.separator") {
+        // MM2 takes the separator verbatim (no trimming).
+        if s.value.is_empty() {
+            r.diags.error(Some(&s.origin), Some(&s.value), "the separator must not be empty (remote topic names could not be traced back to their source)");
+        } else {
+            policy.separator = s.value.clone();
+        }
+    }
+    policy.internal_separator_enabled = r.bool("replication.policy.internal.topic.separator.enabled", true);
+    policy
+}
+
+/// A setting inserted by kmirror itself (defaults MM2 adds, such as `source.cluster.alias`).
+pub fn synthetic(value: &str, origin: &super::diagnostics::Origin) -> Setting {
+    Setting {
+        value: value.to_string(),
+        origin: origin.clone(),
+    }
+}

@@ -1,0 +1,186 @@
+//! MirrorMaker 1 command lines (`kafka-mirror-maker.sh --consumer.config ... --producer.config
+//! ... --whitelist ...`), with MM1's defaults (mm2-spec §9).
+
+use super::client;
+use super::diagnostics::{ConfigError, Diagnostics, Origin};
+use super::keys;
+use super::model::IgnoredKey;
+use super::properties::Properties;
+use super::providers::{Environment, Providers};
+use super::values::{Reader, Setting, SettingMap};
+use crate::filter::PatternList;
+use kmirror_kafka::{ClientSettings, ConsumerTuning, ProducerTuning};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The MM1 flags as typed (already split by the CLI).
+#[derive(Debug, Clone, Default)]
+pub struct LegacyArgs {
+    pub include: Option<String>,
+    pub whitelist: Option<String>,
+    pub num_streams: Option<String>,
+    pub offset_commit_interval_ms: Option<String>,
+    pub abort_on_send_failure: Option<String>,
+    pub message_handler: Option<String>,
+    pub rebalance_listener: Option<String>,
+}
+
+/// A validated MM1-style configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct LegacyConfig {
+    pub consumer_file: String,
+    pub producer_file: String,
+    pub topics: PatternList,
+    pub group_id: String,
+    pub num_streams: u32,
+    #[serde(serialize_with = "ms")]
+    pub offset_commit_interval: Duration,
+    pub abort_on_send_failure: bool,
+    pub consumer: ClientSettings,
+    pub consumer_tuning: ConsumerTuning,
+    pub producer: ClientSettings,
+    pub producer_tuning: ProducerTuning,
+    pub ignored: Vec<IgnoredKey>,
+    pub diagnostics: Diagnostics,
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+/// MM1's transformation of `--include`/`--whitelist`: commas become `|`, spaces and surrounding
+/// quotes are removed.
+pub fn mm1_topic_regex(arg: &str) -> String {
+    arg.trim()
+        .trim_matches(|c| c == '"' || c == '\'')
+        .replace(',', "|")
+        .replace(' ', "")
+}
+
+pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env: &dyn Environment) -> Result<LegacyConfig, ConfigError> {
+    let mut diags = Diagnostics::default();
+    let cli: Arc<str> = Arc::from("command line");
+    let flag = |k: &str| Origin { file: cli.clone(), line: 0, key: k.to_string() };
+
+    let raw = match (&args.include, &args.whitelist) {
+        (Some(i), Some(_)) => {
+            diags.warning(Some(&flag("--whitelist")), None, "ignored because --include is given (as in MM1)");
+            Some(i.clone())
+        }
+        (Some(i), None) => Some(i.clone()),
+        (None, Some(w)) => Some(w.clone()),
+        (None, None) => None,
+    };
+    let topics = match raw {
+        None => {
+            diags.error(None, None, "one of --include or --whitelist is required: a Java regex of the topics to mirror");
+            PatternList::parse("").expect("empty list")
+        }
+        Some(r) => {
+            let key = if args.include.is_some() { "--include" } else { "--whitelist" };
+            match PatternList::from_items(vec![mm1_topic_regex(&r)]) {
+                Ok(p) => p,
+                Err(e) => {
+                    diags.error(Some(&flag(key)), Some(&r), format!("invalid regex: {e}"));
+                    PatternList::parse("").expect("empty list")
+                }
+            }
+        }
+    };
+    let mut flags = SettingMap::new();
+    for (k, v) in [
+        ("num.streams", &args.num_streams),
+        ("offset.commit.interval.ms", &args.offset_commit_interval_ms),
+        ("abort.on.send.failure", &args.abort_on_send_failure),
+    ] {
+        if let Some(v) = v {
+            flags.insert(k.into(), Setting { value: v.clone(), origin: flag(&format!("--{k}")) });
+        }
+    }
+    let mut r = Reader::new(&flags, &mut diags);
+    let num_streams = r.int("num.streams", 1, 1, 1024) as u32;
+    let offset_commit_interval = r.millis("offset.commit.interval.ms", 60_000);
+    let abort_on_send_failure = r.bool("abort.on.send.failure", true);
+    if let Some(h) = &args.message_handler {
+        diags.error(
+            Some(&flag("--message.handler")),
+            Some(h),
+            "Java message handlers cannot be loaded by kmirror; it copies records unchanged (filtering and renaming transforms are planned as built-ins)",
+        );
+    }
+    if let Some(l) = &args.rebalance_listener {
+        diags.error(Some(&flag("--consumer.rebalance.listener")), Some(l), "Java rebalance listeners cannot be loaded by kmirror");
+    }
+
+    let mut ignored = Vec::new();
+    let cmap = resolve(consumer, env, &mut diags, keys::CONSUMER_KEYS, &mut ignored);
+    let pmap = resolve(producer, env, &mut diags, keys::PRODUCER_KEYS, &mut ignored);
+    let group_id = match cmap.get("group.id").map(|s| s.value.trim().to_string()).filter(|g| !g.is_empty()) {
+        Some(g) => g,
+        None => {
+            diags.error(None, None, format!("{}: group.id is not set: MM1 mode shares partitions through a consumer group on the source", consumer.source));
+            String::new()
+        }
+    };
+    let consumer_settings = client::connection(&cmap, &format!("the consumer ({})", consumer.source), "bootstrap.servers", &mut diags);
+    let producer_settings = client::connection(&pmap, &format!("the producer ({})", producer.source), "bootstrap.servers", &mut diags);
+    let consumer_tuning = client::consumer_tuning(&cmap, &mut diags);
+    let producer_tuning = client::producer_tuning(&pmap, &mut diags);
+    // MM1's old `latest` default lost the first records of new topics; kmirror starts at the
+    // beginning unless the consumer file says otherwise (client::consumer_tuning's default).
+
+    match (consumer_settings, producer_settings) {
+        (Some(c), Some(p)) if !diags.has_errors() => Ok(LegacyConfig {
+            consumer_file: consumer.source.clone(),
+            producer_file: producer.source.clone(),
+            topics,
+            group_id,
+            num_streams,
+            offset_commit_interval,
+            abort_on_send_failure,
+            consumer: c,
+            consumer_tuning,
+            producer: p,
+            producer_tuning,
+            ignored,
+            diagnostics: diags,
+        }),
+        _ => Err(ConfigError(diags)),
+    }
+}
+
+fn resolve(props: &Properties, env: &dyn Environment, diags: &mut Diagnostics, honoured: &[&str], ignored: &mut Vec<IgnoredKey>) -> SettingMap {
+    let file: Arc<str> = Arc::from(props.source.as_str());
+    let origin = |p: &super::properties::Property| Origin { file: file.clone(), line: p.line, key: p.key.clone() };
+    let providers = Providers::declare(|k| props.get(k).map(|p| (p.value.clone(), origin(p))), diags);
+    let mut out = SettingMap::new();
+    for p in props.iter() {
+        let o = origin(p);
+        if p.key.starts_with("config.providers") {
+            continue;
+        }
+        if !keys::is_client_key(&p.key) && !honoured.contains(&p.key.as_str()) {
+            let (reason, hint) = match keys::ignored_client_key(&p.key) {
+                Some(r) => (r.to_string(), None),
+                None => ("unknown key: not used by kmirror".to_string(), keys::did_you_mean(&p.key, honoured.iter().copied())),
+            };
+            ignored.push(IgnoredKey { origin: o.clone(), reason, did_you_mean: hint });
+        }
+        if let Some(v) = providers.resolve(&p.value, &o, env, diags) {
+            out.insert(p.key.clone(), Setting { value: v, origin: o });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mm1_whitelist_rewriting() {
+        assert_eq!(mm1_topic_regex("\"projects.*, orders\""), "projects.*|orders");
+        assert_eq!(mm1_topic_regex("a,b"), "a|b");
+    }
+}

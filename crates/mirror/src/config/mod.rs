@@ -1,0 +1,13 @@
+//! Configuration: reading MM2, connector and MM1 inputs into one validated model.
+
+pub mod client;
+pub mod connector;
+pub mod diagnostics;
+pub mod flow;
+pub mod keys;
+pub mod legacy;
+pub mod mm2;
+pub mod model;
+pub mod properties;
+pub mod providers;
+pub mod values;

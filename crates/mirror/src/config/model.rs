@@ -1,0 +1,139 @@
+//! The validated configuration: what every later stage (plan, engine) works from.
+
+use super::diagnostics::{Diagnostics, Origin};
+use crate::filter::{NameFilter, PatternList};
+use crate::names::{ClusterAlias, FlowId};
+use crate::policy::ReplicationPolicy;
+use kmirror_kafka::{BrokerAddress, ClientSettings, ConsumerTuning, ProducerTuning};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Which kind of input the configuration came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    /// `connect-mirror-maker.properties` (MM2 dedicated mode).
+    Mm2 { file: String },
+    /// MM2 connector files as run by connect-standalone.
+    Connectors { files: Vec<String>, worker: Option<String> },
+}
+
+/// A task that repeats: `enabled` and its interval (MM2's `*.enabled` / `*.interval.seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Periodic {
+    pub enabled: bool,
+    #[serde(serialize_with = "secs")]
+    pub interval: Duration,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}
+
+/// `offset-syncs.topic.location` and `use.defaults.from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Source,
+    Target,
+}
+
+/// Exactly-once: the target worker's `exactly.once.source.support` and the connector's
+/// `exactly.once.support` (mm2-spec §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExactlyOnce {
+    Disabled,
+    Requested,
+    Required,
+}
+
+/// Internal topics of one flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InternalTopics {
+    pub emit_offset_syncs: bool,
+    pub offset_syncs_location: Side,
+    pub offset_syncs_replication_factor: i16,
+    pub checkpoints_replication_factor: i16,
+    pub heartbeats_replication_factor: i16,
+}
+
+/// One client of a flow: how to connect, and for consumers and producers, the tuning.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowClients {
+    pub source_consumer: ClientSettings,
+    pub consumer_tuning: ConsumerTuning,
+    pub source_admin: ClientSettings,
+    pub target_producer: ClientSettings,
+    pub producer_tuning: ProducerTuning,
+    pub target_admin: ClientSettings,
+}
+
+/// One replication flow `source->target`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowConfig {
+    pub id: FlowId,
+    /// `A->B.enabled`: topics, data, configs, ACLs and checkpoints. A flow that is not enabled
+    /// exists only to emit heartbeats into its target, as MM2's extra herders do.
+    pub replication: bool,
+    /// Whether this process serves the flow (its target is in `--clusters`).
+    pub served: bool,
+    pub topics: NameFilter,
+    pub groups: NameFilter,
+    pub policy: ReplicationPolicy,
+    pub replication_factor: i16,
+    pub internal: InternalTopics,
+    pub offset_lag_max: i64,
+    pub config_properties_exclude: PatternList,
+    pub use_defaults_from: Side,
+    pub heartbeats_replication: bool,
+    pub refresh_topics: Periodic,
+    pub refresh_groups: Periodic,
+    pub sync_topic_configs: Periodic,
+    pub sync_topic_acls: Periodic,
+    pub emit_heartbeats: Periodic,
+    pub emit_checkpoints: Periodic,
+    pub sync_group_offsets: Periodic,
+    pub exactly_once: ExactlyOnce,
+    #[serde(serialize_with = "millis")]
+    pub admin_timeout: Duration,
+    pub clients: FlowClients,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+/// A cluster named in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterInfo {
+    pub alias: ClusterAlias,
+    pub bootstrap: Vec<BrokerAddress>,
+}
+
+/// A key that was read and not used, with why, and a hint when it looks like a typo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IgnoredKey {
+    pub origin: Origin,
+    pub reason: String,
+    pub did_you_mean: Option<String>,
+}
+
+/// A configuration that passed validation (it may still carry warnings).
+#[derive(Debug, Clone, Serialize)]
+pub struct MirrorConfig {
+    pub source: Source,
+    pub clusters: Vec<ClusterInfo>,
+    pub flows: Vec<FlowConfig>,
+    /// `--clusters`, when given: only flows into these targets are served.
+    pub served_targets: Option<Vec<ClusterAlias>>,
+    pub ignored: Vec<IgnoredKey>,
+    pub diagnostics: Diagnostics,
+}
+
+impl MirrorConfig {
+    /// Flows this process replicates or emits heartbeats for.
+    pub fn served_flows(&self) -> impl Iterator<Item = &FlowConfig> {
+        self.flows.iter().filter(|f| f.served)
+    }
+}

@@ -1,0 +1,713 @@
+//! Java regular expressions, translated into the `regex` crate's syntax with Java's meaning.
+//!
+//! MM2's `topics`, `groups` and their exclude lists are Java regexes (mm2-spec §1.6). The `regex`
+//! crate reads most of them the same way, but not all: some constructs it rejects (look-around,
+//! back-references), and some it accepts with another meaning — `\w`, `\d`, `\s` and POSIX
+//! `\p{Alpha}` are ASCII in Java and Unicode in Rust, `.` in Java also stops at `\r`, `\u0085`,
+//! `\u2028` and `\u2029`, `[[:alpha:]]` is a POSIX class in Rust and a plain set of characters in
+//! Java, `(?U)` and possessive quantifiers mean different things. This module walks the Java
+//! pattern once and writes a Rust pattern with the Java meaning, or rejects a construct it cannot
+//! express with an error that names it and its position. It never lets a pattern match
+//! differently in silence.
+
+use std::fmt;
+
+/// A Java construct kmirror cannot express, or a pattern that is invalid in Java.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JavaRegexError {
+    /// 0-based character position in the pattern.
+    pub position: usize,
+    pub message: String,
+}
+
+impl fmt::Display for JavaRegexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at position {}: {}", self.position, self.message)
+    }
+}
+
+/// Java's `.` (without DOTALL) excludes every line terminator, not only `\n`.
+const JAVA_DOT: &str = r"[^\n\r\x{85}\x{2028}\x{2029}]";
+
+/// Translates a Java regex into an equivalent `regex`-crate pattern (not anchored).
+pub fn translate(pattern: &str) -> Result<String, JavaRegexError> {
+    let mut t = Translator {
+        chars: pattern.chars().collect(),
+        pos: 0,
+        out: String::with_capacity(pattern.len() + 16),
+        dotall: vec![false],
+    };
+    t.run()?;
+    Ok(t.out)
+}
+
+struct Translator {
+    chars: Vec<char>,
+    pos: usize,
+    out: String,
+    /// DOTALL flag per open group (Java scopes inline flags to the enclosing group).
+    dotall: Vec<bool>,
+}
+
+fn err<T>(position: usize, message: impl Into<String>) -> Result<T, JavaRegexError> {
+    Err(JavaRegexError {
+        position,
+        message: message.into(),
+    })
+}
+
+/// What one escape stands for.
+enum Escaped {
+    /// A single character (usable as a range end inside a class).
+    Char(char),
+    /// A class or assertion, already in Rust syntax.
+    Class(String),
+    /// `\Q...\E`: a literal string.
+    Quoted(String),
+}
+
+impl Translator {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, offset: usize) -> Option<char> {
+        self.chars.get(self.pos + offset).copied()
+    }
+
+    fn run(&mut self) -> Result<(), JavaRegexError> {
+        while let Some(c) = self.peek() {
+            let at = self.pos;
+            self.pos += 1;
+            match c {
+                '\\' => match self.escape(false, at)? {
+                    Escaped::Char(ch) => push_literal(&mut self.out, ch),
+                    Escaped::Class(s) => self.out.push_str(&s),
+                    Escaped::Quoted(s) => s.chars().for_each(|ch| push_literal(&mut self.out, ch)),
+                },
+                '[' => {
+                    let class = self.class(at)?;
+                    self.out.push_str(&class);
+                }
+                '.' => {
+                    if *self.dotall.last().unwrap_or(&false) {
+                        self.out.push_str("(?s:.)");
+                    } else {
+                        self.out.push_str(JAVA_DOT);
+                    }
+                }
+                '(' => self.group(at)?,
+                ')' => {
+                    if self.dotall.len() <= 1 {
+                        return err(at, "unmatched closing ')'");
+                    }
+                    self.dotall.pop();
+                    self.out.push(')');
+                }
+                '*' | '+' | '?' => {
+                    self.out.push(c);
+                    self.quantifier_suffix()?;
+                }
+                '{' => {
+                    let q = self.repetition(at)?;
+                    self.out.push_str(&q);
+                    self.quantifier_suffix()?;
+                }
+                '^' | '$' | '|' => self.out.push(c),
+                other => push_literal(&mut self.out, other),
+            }
+        }
+        if self.dotall.len() > 1 {
+            return err(self.chars.len(), "unclosed group: a '(' has no matching ')'");
+        }
+        Ok(())
+    }
+
+    /// After a quantifier: `?` makes it lazy (same in both), `+` makes it possessive (Java only).
+    fn quantifier_suffix(&mut self) -> Result<(), JavaRegexError> {
+        match self.peek() {
+            Some('?') => {
+                self.pos += 1;
+                self.out.push('?');
+            }
+            Some('+') => {
+                return err(
+                    self.pos,
+                    "possessive quantifiers ('*+', '++', '?+', '{n}+') are not supported; \
+                     use the greedy form, which matches the same names in a full-name match \
+                     unless the pattern relies on not backtracking",
+                )
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `{n}`, `{n,}` or `{n,m}` (Java has no `{,m}`).
+    fn repetition(&mut self, at: usize) -> Result<String, JavaRegexError> {
+        let mut body = String::new();
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            if c == '}' {
+                let ok = match body.split_once(',') {
+                    None => !body.is_empty() && body.chars().all(|d| d.is_ascii_digit()),
+                    Some((lo, hi)) => {
+                        !lo.is_empty()
+                            && lo.chars().all(|d| d.is_ascii_digit())
+                            && hi.chars().all(|d| d.is_ascii_digit())
+                    }
+                };
+                if !ok {
+                    return err(at, format!("illegal repetition '{{{body}}}' (Java accepts {{n}}, {{n,}} and {{n,m}}; write '\\{{' for a literal brace)"));
+                }
+                return Ok(format!("{{{body}}}"));
+            }
+            body.push(c);
+        }
+        err(at, "illegal repetition: '{' is not closed (write '\\{' for a literal brace)")
+    }
+
+    fn group(&mut self, at: usize) -> Result<(), JavaRegexError> {
+        let inherited = *self.dotall.last().unwrap_or(&false);
+        if self.peek() != Some('?') {
+            self.dotall.push(inherited);
+            self.out.push('(');
+            return Ok(());
+        }
+        self.pos += 1;
+        match (self.peek(), self.peek_at(1)) {
+            (Some(':'), _) => {
+                self.pos += 1;
+                self.dotall.push(inherited);
+                self.out.push_str("(?:");
+                Ok(())
+            }
+            (Some('='), _) | (Some('!'), _) | (Some('<'), Some('=')) | (Some('<'), Some('!')) => {
+                err(at, "look-around ('(?=', '(?!', '(?<=', '(?<!') is not supported by kmirror's regex engine")
+            }
+            (Some('>'), _) => err(at, "atomic groups '(?>...)' are not supported by kmirror's regex engine"),
+            (Some('<'), _) => {
+                self.pos += 1;
+                let mut name = String::new();
+                while let Some(c) = self.peek() {
+                    self.pos += 1;
+                    if c == '>' {
+                        let valid = name.chars().next().is_some_and(|f| f.is_ascii_alphabetic())
+                            && name.chars().all(|c| c.is_ascii_alphanumeric());
+                        if !valid {
+                            return err(at, format!("invalid group name '{name}' (Java: a letter, then letters or digits)"));
+                        }
+                        self.dotall.push(inherited);
+                        self.out.push_str(&format!("(?<{name}>"));
+                        return Ok(());
+                    }
+                    name.push(c);
+                }
+                err(at, "named group is not closed with '>'")
+            }
+            _ => self.flags(at, inherited),
+        }
+    }
+
+    /// `(?flags)` or `(?flags:...)`.
+    fn flags(&mut self, at: usize, inherited: bool) -> Result<(), JavaRegexError> {
+        let mut on = true;
+        let mut rust_flags = String::new();
+        let mut dotall = inherited;
+        loop {
+            let Some(c) = self.peek() else {
+                return err(at, "unclosed inline flag group '(?'");
+            };
+            self.pos += 1;
+            match c {
+                '-' => {
+                    on = false;
+                    rust_flags.push('-');
+                }
+                'i' => rust_flags.push('i'),
+                's' => {
+                    dotall = on;
+                    rust_flags.push('s');
+                }
+                // UNICODE_CASE: with `i`, Java folds case by Unicode rules, as Rust always does.
+                'u' => {}
+                ')' | ':' => {
+                    let flags = rust_flags.trim_end_matches('-');
+                    if c == ')' {
+                        // Applies to the rest of the enclosing group.
+                        if let Some(top) = self.dotall.last_mut() {
+                            *top = dotall;
+                        }
+                        if !flags.is_empty() {
+                            self.out.push_str(&format!("(?{flags})"));
+                        }
+                    } else {
+                        self.dotall.push(dotall);
+                        self.out.push_str(&format!("(?{flags}:"));
+                    }
+                    return Ok(());
+                }
+                'm' => return err(self.pos - 1, "the MULTILINE flag '(?m)' is not supported (Java and kmirror's engine disagree on line terminators); topic and group names have no lines"),
+                'd' => return err(self.pos - 1, "the UNIX_LINES flag '(?d)' is not supported"),
+                'x' => return err(self.pos - 1, "the COMMENTS flag '(?x)' is not supported; remove whitespace and comments from the pattern"),
+                'U' => return err(self.pos - 1, "the UNICODE_CHARACTER_CLASS flag '(?U)' is not supported (in kmirror's engine '(?U)' would mean 'swap greedy and lazy'); use \\p{L} or \\p{N} for Unicode letters and digits"),
+                'P' => return err(at, "'(?P<name>...)' is not Java syntax; use '(?<name>...)'"),
+                other => return err(self.pos - 1, format!("unknown inline flag '{other}'")),
+            }
+        }
+    }
+
+    /// A character class, from just after `[` up to its `]`, with nested classes, ranges and
+    /// `&&` intersections.
+    fn class(&mut self, at: usize) -> Result<String, JavaRegexError> {
+        let mut out = String::from("[");
+        if self.peek() == Some('^') {
+            self.pos += 1;
+            out.push('^');
+        }
+        // Java takes a ']' right after '[' or '[^' literally, as Rust does; spell it escaped.
+        if self.peek() == Some(']') {
+            self.pos += 1;
+            out.push_str(r"\]");
+        }
+        // The last single character written, which a following '-' may turn into a range.
+        let mut last_single = false;
+        loop {
+            let Some(c) = self.peek() else {
+                return err(at, "unclosed character class: '[' has no matching ']'");
+            };
+            let here = self.pos;
+            self.pos += 1;
+            match c {
+                ']' => {
+                    out.push(']');
+                    return Ok(out);
+                }
+                '[' => {
+                    let nested = self.class(here)?;
+                    out.push_str(&nested);
+                    last_single = false;
+                }
+                '&' if self.peek() == Some('&') => {
+                    self.pos += 1;
+                    out.push_str("&&");
+                    last_single = false;
+                }
+                '-' if last_single
+                    && self.peek().is_some_and(|n| n != ']' && n != '[' && n != '&') =>
+                {
+                    let end_at = self.pos;
+                    let end = match self.peek() {
+                        Some('\\') => {
+                            self.pos += 1;
+                            match self.escape(true, end_at)? {
+                                Escaped::Char(ch) => ch,
+                                _ => return err(end_at, "a range must end in a single character"),
+                            }
+                        }
+                        Some(ch) => {
+                            self.pos += 1;
+                            ch
+                        }
+                        None => unreachable!("checked by the guard"),
+                    };
+                    // A reversed range is an error in both engines; `regex` reports it.
+                    out.push('-');
+                    push_class_literal(&mut out, end);
+                    last_single = false;
+                }
+                '\\' => match self.escape(true, here)? {
+                    Escaped::Char(ch) => {
+                        push_class_literal(&mut out, ch);
+                        last_single = true;
+                    }
+                    Escaped::Class(s) => {
+                        out.push_str(&s);
+                        last_single = false;
+                    }
+                    Escaped::Quoted(s) => {
+                        s.chars().for_each(|ch| push_class_literal(&mut out, ch));
+                        last_single = !s.is_empty();
+                    }
+                },
+                other => {
+                    push_class_literal(&mut out, other);
+                    last_single = true;
+                }
+            }
+        }
+    }
+
+    /// An escape, from just after the backslash.
+    fn escape(&mut self, in_class: bool, at: usize) -> Result<Escaped, JavaRegexError> {
+        let Some(c) = self.peek() else {
+            return err(at, "the pattern ends with a lone backslash");
+        };
+        self.pos += 1;
+        let class = |s: &str| Ok(Escaped::Class(s.to_string()));
+        match c {
+            't' => Ok(Escaped::Char('\t')),
+            'n' => Ok(Escaped::Char('\n')),
+            'r' => Ok(Escaped::Char('\r')),
+            'f' => Ok(Escaped::Char('\x0c')),
+            'a' => Ok(Escaped::Char('\x07')),
+            'e' => Ok(Escaped::Char('\x1b')),
+            '0' => {
+                // \0n, \0nn, \0mnn (m <= 3): octal.
+                let mut digits = String::new();
+                while digits.len() < 3 && self.peek().is_some_and(|d| ('0'..='7').contains(&d)) {
+                    let next = format!("{digits}{}", self.peek().unwrap_or('0'));
+                    if u32::from_str_radix(&next, 8).unwrap_or(256) > 0o377 {
+                        break;
+                    }
+                    digits = next;
+                    self.pos += 1;
+                }
+                if digits.is_empty() {
+                    return err(at, "illegal octal escape '\\0' (needs at least one octal digit)");
+                }
+                let v = u32::from_str_radix(&digits, 8).unwrap_or(0);
+                Ok(Escaped::Char(char::from_u32(v).unwrap_or('\0')))
+            }
+            'x' => {
+                let v = if self.peek() == Some('{') {
+                    self.pos += 1;
+                    let hex = self.take_while(|c| c != '}');
+                    if self.peek() != Some('}') {
+                        return err(at, "unclosed '\\x{'");
+                    }
+                    self.pos += 1;
+                    u32::from_str_radix(&hex, 16).ok()
+                } else {
+                    let hex: String = (0..2).filter_map(|i| self.peek_at(i)).collect();
+                    self.pos += hex.len();
+                    if hex.len() == 2 {
+                        u32::from_str_radix(&hex, 16).ok()
+                    } else {
+                        None
+                    }
+                };
+                match v.and_then(char::from_u32) {
+                    Some(ch) => Ok(Escaped::Char(ch)),
+                    None => err(at, "illegal hexadecimal escape"),
+                }
+            }
+            'u' => {
+                let hi = self.hex4(at)?;
+                let ch = if (0xD800..0xDC00).contains(&hi)
+                    && self.peek() == Some('\\')
+                    && self.peek_at(1) == Some('u')
+                {
+                    self.pos += 2;
+                    let lo = self.hex4(at)?;
+                    char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00)))
+                } else {
+                    char::from_u32(hi)
+                };
+                match ch {
+                    Some(ch) => Ok(Escaped::Char(ch)),
+                    None => err(at, "'\\u' escape is a lone UTF-16 surrogate"),
+                }
+            }
+            'c' => match self.peek() {
+                Some(x) => {
+                    self.pos += 1;
+                    Ok(Escaped::Char(char::from_u32((x as u32) ^ 64).unwrap_or('\0')))
+                }
+                None => err(at, "'\\c' needs a control character letter"),
+            },
+            'd' => class("[0-9]"),
+            'D' => class("[^0-9]"),
+            'w' => class("[0-9A-Za-z_]"),
+            'W' => class("[^0-9A-Za-z_]"),
+            's' => class(r"[\t\n\x0B\x0C\r ]"),
+            'S' => class(r"[^\t\n\x0B\x0C\r ]"),
+            'h' => class(r"[ \t\xA0\x{1680}\x{180e}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]"),
+            'H' => class(r"[^ \t\xA0\x{1680}\x{180e}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]"),
+            'v' => class(r"[\n\x0B\x0C\r\x{85}\x{2028}\x{2029}]"),
+            'V' => class(r"[^\n\x0B\x0C\r\x{85}\x{2028}\x{2029}]"),
+            'p' | 'P' => self.property(c == 'P', at),
+            'Q' => {
+                let mut quoted = String::new();
+                while let Some(ch) = self.peek() {
+                    if ch == '\\' && self.peek_at(1) == Some('E') {
+                        self.pos += 2;
+                        return Ok(Escaped::Quoted(quoted));
+                    }
+                    quoted.push(ch);
+                    self.pos += 1;
+                }
+                Ok(Escaped::Quoted(quoted))
+            }
+            _ if in_class && matches!(c, 'b' | 'B' | 'A' | 'z' | 'Z' | 'G' | 'R' | 'X') => {
+                err(at, format!("'\\{c}' is not allowed inside a character class"))
+            }
+            // Java's \b follows \w (ASCII) since JDK 19; topic names are ASCII either way.
+            'b' => class(r"(?-u:\b)"),
+            'B' => class(r"(?-u:\B)"),
+            'A' => class(r"\A"),
+            'z' => class(r"\z"),
+            'Z' => err(at, "'\\Z' (end of input before a final line terminator) is not supported; use '$' or '\\z'"),
+            'G' => err(at, "'\\G' (end of the previous match) is not supported"),
+            'R' => err(at, "'\\R' (any line break) is not supported"),
+            'X' => err(at, "'\\X' (grapheme cluster) is not supported"),
+            'N' => err(at, "'\\N{name}' (named character) is not supported; use '\\uXXXX'"),
+            'k' => err(at, "back-references ('\\k<name>') are not supported by kmirror's regex engine"),
+            '1'..='9' => err(at, format!("back-references ('\\{c}') are not supported by kmirror's regex engine")),
+            c if c.is_ascii_alphabetic() => err(at, format!("illegal escape '\\{c}' (not defined in Java regex)")),
+            c => Ok(Escaped::Char(c)),
+        }
+    }
+
+    fn take_while(&mut self, f: impl Fn(char) -> bool) -> String {
+        let mut s = String::new();
+        while let Some(c) = self.peek() {
+            if !f(c) {
+                break;
+            }
+            s.push(c);
+            self.pos += 1;
+        }
+        s
+    }
+
+    fn hex4(&mut self, at: usize) -> Result<u32, JavaRegexError> {
+        let hex: String = (0..4).filter_map(|i| self.peek_at(i)).collect();
+        if hex.len() == 4 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            self.pos += 4;
+            Ok(u32::from_str_radix(&hex, 16).unwrap_or(0))
+        } else {
+            err(at, "'\\u' needs four hex digits")
+        }
+    }
+
+    /// `\p{Name}`, `\pL`, `\P{...}`.
+    fn property(&mut self, negated: bool, at: usize) -> Result<Escaped, JavaRegexError> {
+        let name = if self.peek() == Some('{') {
+            self.pos += 1;
+            let n = self.take_while(|c| c != '}');
+            if self.peek() != Some('}') {
+                return err(at, "unclosed '\\p{'");
+            }
+            self.pos += 1;
+            n
+        } else {
+            match self.peek() {
+                Some(c) => {
+                    self.pos += 1;
+                    c.to_string()
+                }
+                None => return err(at, "'\\p' needs a property name"),
+            }
+        };
+        // Java's POSIX classes are ASCII-only (without UNICODE_CHARACTER_CLASS).
+        const POSIX: [(&str, &str); 13] = [
+            ("Lower", "lower"),
+            ("Upper", "upper"),
+            ("ASCII", "ascii"),
+            ("Alpha", "alpha"),
+            ("Digit", "digit"),
+            ("Alnum", "alnum"),
+            ("Punct", "punct"),
+            ("Graph", "graph"),
+            ("Print", "print"),
+            ("Blank", "blank"),
+            ("Cntrl", "cntrl"),
+            ("XDigit", "xdigit"),
+            ("Space", "space"),
+        ];
+        if let Some((_, rust)) = POSIX.iter().find(|(java, _)| *java == name) {
+            let neg = if negated { "^" } else { "" };
+            return Ok(Escaped::Class(format!("[[:{neg}{rust}:]]")));
+        }
+        if POSIX.iter().any(|(java, _)| java.eq_ignore_ascii_case(&name)) {
+            return err(at, format!("unknown character property '{name}' (Java's POSIX class names are case-sensitive, e.g. \\p{{Alpha}})"));
+        }
+        if name.starts_with("java") {
+            return err(at, format!("'\\p{{{name}}}' (java.lang.Character classes) is not supported"));
+        }
+        if name.starts_with("In") || name.starts_with("blk=") || name.starts_with("block=") {
+            return err(at, format!("Unicode blocks ('\\p{{{name}}}') are not supported; use a script such as \\p{{IsGreek}}"));
+        }
+        // Java: `IsL`, `IsLatin`, `IsAlphabetic`, `L`, `Lu`, `sc=Latin`, `gc=Lu`.
+        let rust_name = name.strip_prefix("Is").unwrap_or(&name);
+        let probe = format!("\\p{{{rust_name}}}");
+        if regex::Regex::new(&probe).is_err() {
+            return err(at, format!("unknown or unsupported character property '{name}'"));
+        }
+        let p = if negated { 'P' } else { 'p' };
+        Ok(Escaped::Class(format!("\\{p}{{{rust_name}}}")))
+    }
+}
+
+/// Writes one literal character outside a class.
+fn push_literal(out: &mut String, c: char) {
+    out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4])));
+}
+
+/// Writes one literal character inside a class, escaping what Rust's class syntax treats
+/// specially (`[`, `]`, `\`, `-`, `^`, `&`, `~`, and `:` so that `[:x:]` is never POSIX).
+fn push_class_literal(out: &mut String, c: char) {
+    if matches!(c, '[' | ']' | '\\' | '-' | '^' | '&' | '~' | ':') {
+        out.push('\\');
+        out.push(c);
+    } else if c.is_control() || c == ' ' {
+        out.push_str(&format!("\\x{{{:x}}}", c as u32));
+    } else {
+        out.push(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex::Regex;
+
+    /// Full-name match, as Java's `Matcher.matches()`.
+    fn matches(java: &str, name: &str) -> bool {
+        let rust = translate(java).unwrap_or_else(|e| panic!("{java}: {e}"));
+        Regex::new(&format!("^(?:{rust})$"))
+            .unwrap_or_else(|e| panic!("{java} -> {rust}: {e}"))
+            .is_match(name)
+    }
+
+    #[test]
+    fn java_semantics_table() {
+        // (pattern, name, does Java's Pattern.matches say yes?)
+        let cases: &[(&str, &str, bool)] = &[
+            (".*", "anything", true),
+            ("topic-.*", "topic-1", true),
+            ("topic-.*", "my-topic-1", false),
+            ("projects.*", "projects.alpha", true),
+            (r".*[\-\.]internal", "mm2-offsets.A.internal", true),
+            (r".*\.replica", "x.replica", true),
+            ("__.*", "__consumer_offsets", true),
+            (r"\w+", "grüße", false),
+            (r"\w+", "abc_123", true),
+            (r"\d+", "\u{0661}\u{0662}", false),
+            (r"\d+", "12", true),
+            (r"\s", "\u{a0}", false),
+            (r"\p{Alpha}+", "é", false),
+            (r"\p{Alpha}+", "abc", true),
+            (r"\p{L}+", "é", true),
+            (r"\p{IsL}+", "é", true),
+            (r"\P{Digit}", "a", true),
+            (r"[\w-]+", "a-b_c", true),
+            (r"[\w&&[^_]]+", "a_b", false),
+            (r"[a-z&&[^aeiou]]+", "bcd", true),
+            (r"[a-z&&[^aeiou]]+", "bad", false),
+            ("[[:alpha:]]", "a", true),
+            ("[[:alpha:]]", ":", true),
+            ("[[:alpha:]]", "b", false),
+            ("a.b", "a\rb", false),
+            ("a.b", "a\u{2028}b", false),
+            ("a.b", "axb", true),
+            ("(?s)a.b", "a\nb", true),
+            ("(?s:a.)b|c.", "a\nb", true),
+            ("(?s:a.)b|c.", "c\n", false),
+            ("(?i)orders", "ORDERS", true),
+            ("(?i:a)b", "AB", false),
+            (r"\Qa.b\E", "a.b", true),
+            (r"\Qa.b\E", "axb", false),
+            (r"[\Q.-\E]+", ".-.", true),
+            (r"a\.b", "a.b", true),
+            (r"\x41\u0042\0103", "ABC", true),
+            (r"\x{1F600}", "\u{1F600}", true),
+            (r"\uD83D\uDE00", "\u{1F600}", true),
+            (r"a{2}", "aa", true),
+            (r"a{2,}", "aaa", true),
+            (r"a{1,2}?", "aa", true),
+            ("[]a]+", "]a", true),
+            ("[^]a]", "b", true),
+            ("[a-]+", "a-", true),
+            (r"[\d-z]+", "1-z", true),
+            ("[~~]", "~", true),
+            ("a&b", "a&b", true),
+            ("x#y z", "x#y z", true),
+            (r"\bfoo\b", "foo", true),
+            ("(?<name>ab)c", "abc", true),
+            (r"\e", "\x1b", true),
+            (r"\cA", "\x01", true),
+        ];
+        for (java, name, expected) in cases {
+            assert_eq!(
+                matches(java, name),
+                *expected,
+                "pattern {java:?} on {name:?} (translated: {:?})",
+                translate(java)
+            );
+        }
+    }
+
+    #[test]
+    fn rejected_constructs_name_what_and_where() {
+        let cases: &[(&str, usize, &str)] = &[
+            ("a(?=b)", 1, "look-around"),
+            ("(?!x).*", 0, "look-around"),
+            ("(?<=a)b", 0, "look-around"),
+            ("(?<!a)b", 0, "look-around"),
+            (r"(a)\1", 3, "back-references"),
+            (r"(?<n>a)\k<n>", 7, "back-references"),
+            ("(?>ab)", 0, "atomic"),
+            ("a++", 2, "possessive"),
+            ("a*+b", 2, "possessive"),
+            ("a{2}+", 4, "possessive"),
+            ("(?U)a", 2, "UNICODE_CHARACTER_CLASS"),
+            ("(?m)^a$", 2, "MULTILINE"),
+            ("(?x)a b", 2, "COMMENTS"),
+            ("(?P<n>a)", 0, "not Java syntax"),
+            (r"\p{javaLowerCase}", 0, "java.lang.Character"),
+            (r"\p{InGreek}", 0, "blocks"),
+            (r"\p{alpha}", 0, "case-sensitive"),
+            (r"\Z", 0, "\\Z"),
+            (r"\G", 0, "\\G"),
+            (r"\R", 0, "\\R"),
+            (r"\y", 0, "illegal escape"),
+            ("a{,2}", 1, "illegal repetition"),
+            ("a{x}", 1, "illegal repetition"),
+            ("[abc", 0, "unclosed character class"),
+            ("(ab", 3, "unclosed group"),
+            ("ab)", 2, "unmatched"),
+            ("[\\b]", 1, "inside a character class"),
+            ("abc\\", 3, "lone backslash"),
+        ];
+        for (java, pos, needle) in cases {
+            let e = translate(java).expect_err(java);
+            assert_eq!(e.position, *pos, "{java}: {e}");
+            assert!(e.message.contains(needle), "{java}: {e}");
+        }
+    }
+
+    #[test]
+    fn mm2_default_lists_translate() {
+        for p in [r".*[\-\.]internal", r".*\.replica", "__.*", "console-consumer-.*", "connect-.*"] {
+            assert!(Regex::new(&translate(p).unwrap()).is_ok(), "{p}");
+        }
+    }
+
+    mod generated {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// A quoted literal matches exactly itself, whatever characters it holds.
+            #[test]
+            fn quoted_literals_match_only_themselves(s in "[ -~\u{e9}\u{2028}]{0,20}", other in "[a-z]{1,3}") {
+                prop_assume!(!s.contains("\\E"));
+                let java = format!("\\Q{s}\\E");
+                prop_assert!(matches(&java, &s));
+                let extra = format!("{s}{other}");
+                prop_assert!(!matches(&java, &extra));
+            }
+
+            /// Every printable ASCII character, escaped Java-style, matches itself.
+            #[test]
+            fn escaped_punctuation_is_literal(c in "[!-/:-@\\[-`{-~]") {
+                let java = format!("\\{c}");
+                prop_assert!(matches(&java, &c));
+                let in_class = format!("[\\{c}]");
+                prop_assert!(matches(&in_class, &c));
+            }
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! MM2 dedicated-mode configuration: precedence, client-key copying, `--clusters`, and every
+//! validation error (no brokers needed).
+
+use kmirror_kafka::{AutoOffsetReset, Compression, IsolationLevel, SaslMechanism, SecurityProtocol};
+use kmirror_mirror::config::diagnostics::ConfigError;
+use kmirror_mirror::config::mm2;
+use kmirror_mirror::config::model::{MirrorConfig, Side};
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+use kmirror_mirror::names::ClusterAlias;
+use kmirror_mirror::policy::PolicyKind;
+use std::path::Path;
+
+fn fixture(name: &str) -> Properties {
+    Properties::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)).unwrap()
+}
+
+fn parse(text: &str) -> Result<MirrorConfig, ConfigError> {
+    parse_served(text, &[])
+}
+
+fn parse_served(text: &str, served: &[&str]) -> Result<MirrorConfig, ConfigError> {
+    let props = Properties::parse(text, "mm2.properties").unwrap();
+    let served: Vec<String> = served.iter().map(|s| s.to_string()).collect();
+    mm2::load(&props, &served, &SystemEnvironment)
+}
+
+fn ok(text: &str) -> MirrorConfig {
+    parse(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.0.errors().map(|d| d.to_string()).collect(),
+    }
+}
+
+const AB: &str = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n";
+
+#[test]
+fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
+    let c = mm2::load(&fixture("mm2-basic.properties"), &[], &SystemEnvironment).unwrap();
+    let ids: Vec<String> = c.flows.iter().map(|f| format!("{}:{}", f.id, f.replication)).collect();
+    // MM2 builds a herder for B->A too, only to emit heartbeats (mm2-spec §1.1).
+    assert_eq!(ids, ["A->B:true", "B->A:false"]);
+    let f = &c.flows[0];
+    assert_eq!(f.replication_factor, 1);
+    assert_eq!(f.internal.checkpoints_replication_factor, 1);
+    assert_eq!(f.policy.kind, PolicyKind::Default);
+    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("A"), "orders"), "A.orders");
+    assert!(f.topics.accepts("orders"));
+    assert!(!f.topics.accepts("mm2-offsets.B.internal"));
+    assert_eq!(f.clients.source_consumer.bootstrap.len(), 2);
+    assert_eq!(f.clients.target_producer.bootstrap[0].to_string(), "b1.example:9092");
+    // MM2 defaults.
+    assert_eq!(f.emit_heartbeats.interval.as_secs(), 1);
+    assert_eq!(f.emit_checkpoints.interval.as_secs(), 60);
+    assert!(!f.sync_group_offsets.enabled);
+    assert_eq!(f.refresh_topics.interval.as_secs(), 600);
+    assert_eq!(f.internal.offset_syncs_location, Side::Source);
+    assert_eq!(f.offset_lag_max, 100);
+    assert_eq!(f.clients.consumer_tuning.auto_offset_reset, AutoOffsetReset::Earliest);
+    assert_eq!(f.clients.consumer_tuning.isolation_level, IsolationLevel::ReadCommitted);
+    // Worker storage settings are reported as ignored, not dropped silently.
+    let ignored: Vec<&str> = c.ignored.iter().map(|i| i.origin.key.as_str()).collect();
+    assert!(ignored.contains(&"offset.storage.replication.factor"), "{ignored:?}");
+    assert!(ignored.contains(&"status.storage.replication.factor"));
+}
+
+#[test]
+fn sasl_fixture() {
+    let c = mm2::load(&fixture("mm2-sasl.properties"), &[], &SystemEnvironment).unwrap();
+    let f = c.flows.iter().find(|f| f.id.to_string() == "source->target").unwrap();
+    assert!(f.replication);
+    assert_eq!(f.policy.kind, PolicyKind::Identity);
+    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("source"), "projects.x"), "projects.x");
+    assert!(f.topics.accepts("projects.alpha"));
+    assert!(!f.topics.accepts("other"));
+    assert!(f.groups.accepts("billing"));
+    assert!(!f.groups.accepts("console-consumer-123"));
+    assert!(f.sync_topic_configs.enabled && f.sync_topic_acls.enabled && f.sync_group_offsets.enabled);
+    assert_eq!(f.emit_heartbeats.interval.as_secs(), 5);
+    assert_eq!(f.refresh_topics.interval.as_secs(), 60);
+    assert_eq!(f.refresh_groups.interval.as_secs(), 60);
+    for client in [&f.clients.source_consumer, &f.clients.source_admin, &f.clients.target_producer, &f.clients.target_admin] {
+        assert_eq!(client.security_protocol, SecurityProtocol::SaslPlaintext);
+        let sasl = client.sasl.as_ref().unwrap();
+        assert_eq!(sasl.mechanism, SaslMechanism::Plain);
+        assert_eq!(sasl.username, "mm2");
+        assert_eq!(sasl.password.expose(), "mm2-secret");
+    }
+    // target->source is disabled but still emits heartbeats, as in MM2.
+    let back = c.flows.iter().find(|f| f.id.to_string() == "target->source").unwrap();
+    assert!(!back.replication && back.emit_heartbeats.enabled);
+    let tasks = c.ignored.iter().find(|i| i.origin.key == "tasks.max").unwrap();
+    assert!(tasks.reason.contains("every source partition"));
+    // The password never shows in Debug output.
+    assert!(!format!("{c:?}").contains("mm2-secret"));
+    assert!(!serde_json::to_string(&c).unwrap().contains("mm2-secret"));
+}
+
+#[test]
+fn precedence_top_level_then_cluster_then_flow() {
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\n\
+         replication.factor = 1\n\
+         topics = top.*\n\
+         A->B.topics = flow.*\n\
+         sync.group.offsets.enabled = true\n\
+         emit.checkpoints.interval.seconds = 30\n\
+         A->B.emit.checkpoints.interval.seconds = 10\n\
+         security.protocol = PLAINTEXT\n\
+         A.consumer.fetch.max.bytes = 1000\n\
+         A->B.consumer.fetch.max.bytes = 2000\n\
+         B.producer.compression.type = lz4\n\
+         A->B.producer.override.linger.ms = 40\n\
+         B.producer.linger.ms = 20\n\
+         A->B.replication.policy.separator = _\n"
+    ));
+    let f = &c.flows[0];
+    assert_eq!(f.replication_factor, 1, "top-level connector key applies");
+    assert!(f.topics.accepts("flow.x") && !f.topics.accepts("top.x"), "flow key wins");
+    assert!(f.sync_group_offsets.enabled);
+    assert_eq!(f.emit_checkpoints.interval.as_secs(), 10);
+    // source.consumer.* (from A.consumer.*) wins over the flow-wide consumer.* (mm2-spec §1.2).
+    assert_eq!(f.clients.consumer_tuning.fetch_max_bytes, 1000);
+    assert_eq!(f.clients.producer_tuning.compression, Compression::Lz4);
+    assert_eq!(f.clients.producer_tuning.linger.as_millis(), 40, "producer.override wins");
+    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("A"), "t"), "A_t");
+    assert_eq!(f.policy.checkpoints_topic(&ClusterAlias::new("A")), "A_checkpoints_internal");
+}
+
+#[test]
+fn client_keys_are_copied_into_every_role_and_top_level_is_the_default() {
+    let c = ok("clusters = A, B\n\
+         bootstrap.servers = shared:9092\n\
+         security.protocol = SASL_PLAINTEXT\n\
+         sasl.mechanism = PLAIN\n\
+         sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"top\" password=\"t\";\n\
+         A.bootstrap.servers = a:9092\n\
+         A.sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a-user\" password=\"a\";\n\
+         A.admin.sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a-admin\" password=\"x\";\n\
+         A->B.enabled = true\n");
+    let f = c.flows.iter().find(|f| f.id.to_string() == "A->B").unwrap();
+    assert_eq!(f.clients.source_consumer.bootstrap[0].to_string(), "a:9092");
+    assert_eq!(f.clients.source_consumer.sasl.as_ref().unwrap().username, "a-user");
+    assert_eq!(f.clients.source_admin.sasl.as_ref().unwrap().username, "a-admin");
+    // B has no settings of its own: the top-level ones are its defaults.
+    assert_eq!(f.clients.target_producer.bootstrap[0].to_string(), "shared:9092");
+    assert_eq!(f.clients.target_producer.sasl.as_ref().unwrap().username, "top");
+}
+
+#[test]
+fn clusters_flag_selects_flows_by_target() {
+    let text = format!("clusters = A, B, C\n{}C.bootstrap.servers = c:9092\nA->B.enabled = true\nA->C.enabled = true\nemit.heartbeats.enabled = false\n", &AB[16..]);
+    let c = parse_served(&text, &["C"]).unwrap();
+    let served: Vec<String> = c.served_flows().map(|f| f.id.to_string()).collect();
+    assert_eq!(served, ["A->C"]);
+    assert_eq!(c.flows.len(), 2);
+    let all = parse_served(&text, &[]).unwrap();
+    assert_eq!(all.served_flows().count(), 2);
+    let e = parse_served(&text, &["D"]).unwrap_err().to_string();
+    assert!(e.contains("--clusters names 'D', which is not in 'clusters' (A, B, C)"), "{e}");
+    let e = parse_served(&format!("{AB}A->B.enabled = true\nemit.heartbeats.enabled = false\n"), &["A"]).unwrap_err().to_string();
+    assert!(e.contains("No source->target replication flows"), "{e}");
+}
+
+#[test]
+fn heartbeats_off_removes_heartbeat_only_flows() {
+    let c = ok(&format!("{AB}A->B.enabled = true\nB->A.emit.heartbeats.enabled = false\n"));
+    assert_eq!(c.flows.len(), 1);
+}
+
+#[test]
+fn validation_errors_name_file_line_key_value() {
+    let cases: Vec<(String, &str)> = vec![
+        ("A.bootstrap.servers = a:9092\n".into(), "'clusters' is not set"),
+        ("clusters = A, B\nA.bootstrap.servers = a:9092\nA->B.enabled = true\n".into(), "cluster B has no bootstrap servers: set B.bootstrap.servers"),
+        (format!("{AB}A->B.enabled = yes\n"), "mm2.properties:4: A->B.enabled = 'yes': expected true or false"),
+        (format!("{AB}A->A.enabled = true\n"), "mm2.properties:4: A->A.enabled = 'true': a flow from a cluster to itself"),
+        (format!("{AB}A->C.enabled = true\n"), "mm2.properties:4: A->C.enabled = 'true': flow key names an unknown cluster alias"),
+        ("clusters = A, B\nA.bootstrap.servers = x:1\nB.bootstrap.servers = x:1\nA->B.enabled = true\n".into(), "source and target share the address x:1"),
+        (format!("{AB}A->B.enabled = true\nA->B.topics = orders, pay(?<=x)\n"), "mm2.properties:5: A->B.topics = 'orders, pay(?<=x)': invalid regex: pattern 'pay(?<=x)' at position 3: look-around"),
+        (format!("{AB}A->B.enabled = true\nreplication.factor = two\n"), "mm2.properties:5: replication.factor = 'two': expected a whole number"),
+        (format!("{AB}A->B.enabled = true\nemit.heartbeats.interval.seconds = 1.5\n"), "emit.heartbeats.interval.seconds = '1.5': expected a whole number"),
+        (format!("{AB}A->B.enabled = true\nA.security.protocol = SASL_PLAIN\n"), "A.security.protocol = 'SASL_PLAIN': unsupported security protocol"),
+        (format!("{AB}A->B.enabled = true\nA.security.protocol = SASL_SSL\nA.sasl.mechanism = SCRAM-SHA-1\nA.sasl.jaas.config = x\n"), "A.sasl.mechanism = 'SCRAM-SHA-1': unknown SASL mechanism"),
+        (format!("{AB}A->B.enabled = true\nA.security.protocol = SASL_SSL\nA.sasl.mechanism = PLAIN\nA.sasl.jaas.config = PlainLoginModule required username=\"u\" password=\"hunter2\";\n"), "A.sasl.jaas.config = '[hidden]': unsupported login module"),
+        (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA.consumer.isolation.level = read_uncommitted\n"), "exactly-once replication cannot read uncommitted data"),
+        (format!("{AB}A->B.enabled = true\nA->B.exactly.once.support = required\n"), "exactly-once is required but the target does not enable it: set B.exactly.once.source.support = enabled"),
+        (format!("{AB}A->B.enabled = true\nemit.offset-syncs.enabled = false\n"), "checkpoints need offset syncs"),
+        (format!("{AB}A->B.enabled = true\nsync.group.offsets.enabled = true\nemit.checkpoints.enabled = false\n"), "group offset sync translates offsets through checkpoints"),
+        (format!("{AB}A->B.enabled = true\nreplication.policy.class = com.acme.CustomReplicationPolicy\n"), "custom replication policies cannot be loaded by kmirror; use DefaultReplicationPolicy"),
+        (format!("{AB}A->B.enabled = true\nreplication.policy.separator =\n"), "the separator must not be empty"),
+        (format!("{AB}A->B.enabled = true\ntransforms = dropHeaders\n"), "single message transforms cannot run in kmirror"),
+        (format!("{AB}A->B.enabled = true\ntopic.filter.class = com.acme.MyFilter\n"), "custom Java classes cannot be loaded"),
+        ("clusters = A, A\nA.bootstrap.servers = a:1\n".into(), "cluster alias 'A' is listed twice"),
+        ("clusters =\n".into(), "no cluster aliases"),
+        (format!("{AB}A->B.enabled = true\nB.ssl.truststore.location = /etc/t.jks\nB.security.protocol = SSL\n"), "JKS stores cannot be read by kmirror"),
+    ];
+    for (text, needle) in cases {
+        let errs = errors(&text);
+        assert!(errs.iter().any(|e| e.contains(needle)), "expected '{needle}' in {errs:#?}\nfor:\n{text}");
+        assert!(errs.iter().all(|e| !e.contains("hunter2")));
+    }
+}
+
+#[test]
+fn every_error_is_reported_in_one_run() {
+    let errs = errors(&format!("{AB}A->B.enabled = true\nreplication.factor = x\nA->B.topics = (\n"));
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+}
+
+#[test]
+fn ignored_keys_and_typo_hints() {
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\n\
+         A->B.topics.exlude = foo\n\
+         sync.group.offset.enabled = true\n\
+         A.fetch.max.bytes = 10\n\
+         A.consumer.max.poll.records = 5\n\
+         consumer.fetch.max.bytes = 7\n\
+         key.converter = org.apache.kafka.connect.converters.ByteArrayConverter\n"
+    ));
+    let find = |k: &str| c.ignored.iter().find(|i| i.origin.key == k).unwrap_or_else(|| panic!("{k} not reported: {:?}", c.ignored));
+    assert_eq!(find("A->B.topics.exlude").did_you_mean.as_deref(), Some("A->B.topics.exclude"));
+    assert_eq!(find("sync.group.offset.enabled").did_you_mean.as_deref(), Some("sync.group.offsets.enabled"));
+    assert_eq!(find("A.fetch.max.bytes").did_you_mean.as_deref(), Some("A.consumer.fetch.max.bytes"));
+    assert!(find("A.consumer.max.poll.records").reason.contains("does not use"));
+    assert!(find("consumer.fetch.max.bytes").reason.contains("MM2 ignores top-level consumer"));
+    assert!(find("key.converter").reason.contains("copies record bytes unchanged"));
+    assert_eq!(c.ignored.len(), 6, "{:?}", c.ignored);
+}
+
+#[test]
+fn deprecated_blacklist_keys_are_honoured_with_a_warning() {
+    let c = ok(&format!("{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ngroups.blacklist = g1\n"));
+    let f = &c.flows[0];
+    assert!(!f.topics.accepts("secret.x") && f.topics.accepts("orders"));
+    assert!(!f.groups.accepts("g1"));
+    let warnings: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
+    assert!(warnings.iter().any(|w| w.contains("'topics.blacklist' is deprecated")), "{warnings:?}");
+    let c = ok(&format!("{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ntopics.exclude = other\n"));
+    assert!(c.flows[0].topics.accepts("secret.x"));
+    assert!(c.diagnostics.warnings().any(|w| w.message.contains("ignored because 'topics.exclude'")));
+}
+
+#[test]
+fn duplicate_keys_warn_and_the_later_wins() {
+    let c = ok(&format!("{AB}A->B.enabled = true\nreplication.factor = 1\nreplication.factor = 3\n"));
+    assert_eq!(c.flows[0].replication_factor, 3);
+    let w: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
+    assert!(w.iter().any(|w| w.contains("mm2.properties:5: replication.factor: set again on line 6")), "{w:?}");
+}
+
+#[test]
+fn config_providers_resolve_secrets_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds.properties");
+    std::fs::write(&creds, "pw=from-file-secret\n").unwrap();
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\n\
+         config.providers = file\n\
+         config.providers.file.class = org.apache.kafka.common.config.provider.FileConfigProvider\n\
+         A.security.protocol = SASL_PLAINTEXT\n\
+         A.sasl.mechanism = SCRAM-SHA-512\n\
+         A.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"${{file:{}:pw}}\";\n",
+        creds.display()
+    ));
+    let sasl = c.flows[0].clients.source_consumer.sasl.as_ref().unwrap();
+    assert_eq!(sasl.password.expose(), "from-file-secret");
+    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nconfig.providers = env\nconfig.providers.env.class = org.apache.kafka.common.config.provider.EnvVarConfigProvider\nA.ssl.truststore.password = ${{env:KMIRROR_TEST_SURELY_UNSET_VAR}}\n"
+    ));
+    assert!(errs[0].contains("A.ssl.truststore.password: cannot resolve '${env:KMIRROR_TEST_SURELY_UNSET_VAR}': environment variable KMIRROR_TEST_SURELY_UNSET_VAR is not set"), "{errs:?}");
+}
