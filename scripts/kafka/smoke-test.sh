@@ -69,7 +69,8 @@ step "fetch jars"
 # Kafka 4.2+ prints a deprecation notice for --producer.config/--consumer.config (the consumer on
 # stdout, mixed with the records): use --command-config where the tools have it.
 PCFG=--producer.config CCFG=--consumer.config
-if "$H" tool console-consumer --help 2>&1 | grep -q -- '--command-config'; then
+help="$("$H" tool console-consumer --help 2>&1 || true)"   # --help exits non-zero
+if grep -q -- '--command-config' <<<"$help"; then
   PCFG=--command-config CCFG=--command-config
 fi
 

@@ -1,1 +1,190 @@
-fn main() {}
+//! The `kmirror` binary: a thin layer over the engine crates. It parses the command line, loads
+//! configuration files, renders results and maps failures to documented exit codes.
+//!
+//! Exit codes: 0 success; 1 runtime failure; 2 bad command line; 3 invalid configuration;
+//! 4 `plan --check` found warnings or ignored keys.
+
+mod cli;
+mod logging;
+
+use anyhow::Context;
+use clap::Parser;
+use cli::{Cli, Command, ConfigArgs, Format, LegacyCmd};
+use kmirror_mirror::config::diagnostics::ConfigError;
+use kmirror_mirror::config::model::MirrorConfig;
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+use kmirror_mirror::config::{connector, legacy, mm2};
+use kmirror_mirror::plan::{describe_security, Plan};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const EXIT_RUNTIME: u8 = 1;
+const EXIT_CONFIG: u8 = 3;
+const EXIT_CHECK: u8 = 4;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, cli.log_level.as_deref());
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(c) = e.downcast_ref::<ConfigError>() {
+                eprintln!("{c}");
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                eprintln!("error: {e:#}");
+                ExitCode::from(EXIT_RUNTIME)
+            }
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Plan { config, format, check } => {
+            let cfg = load(&config)?;
+            preflight(&cfg)?;
+            let plan = Plan::new(&cfg);
+            match format {
+                Format::Text => print!("{}", plan.render_text()),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+            }
+            if check && (!plan.warnings.is_empty() || !plan.ignored.is_empty()) {
+                eprintln!(
+                    "plan --check: {} warning(s), {} ignored key(s)",
+                    plan.warnings.len(),
+                    plan.ignored.len()
+                );
+                return Ok(ExitCode::from(EXIT_CHECK));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { config } => {
+            let cfg = load(&config)?;
+            preflight(&cfg)?;
+            report(&cfg);
+            anyhow::bail!(
+                "the configuration is valid ({} flow(s) served), but this build of kmirror has no replication engine yet; \
+                 use `kmirror plan` to inspect the configuration",
+                cfg.served_flows().count()
+            )
+        }
+        Command::Legacy(cmd) => legacy_cmd(cmd),
+    }
+}
+
+/// Loads whichever configuration form the arguments name.
+fn load(args: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
+    let env = SystemEnvironment;
+    let cfg = if !args.connector.is_empty() {
+        if args.config.is_some() {
+            anyhow::bail!("give either an mm2.properties file or --connector files, not both");
+        }
+        let files = args.connector.iter().map(|p| Properties::load(p)).collect::<Result<Vec<_>, _>>()?;
+        let worker = args.worker.as_ref().map(|p| Properties::load(p)).transpose()?;
+        connector::load(&files, worker.as_ref(), &env)?
+    } else {
+        let Some(path) = &args.config else {
+            anyhow::bail!("no configuration: give an mm2.properties file, or --connector FILE");
+        };
+        let props = Properties::load(path)?;
+        mm2::load(&props, &args.clusters, &env)?
+    };
+    Ok(cfg)
+}
+
+/// Checks that files named by TLS settings exist, before anything connects.
+fn preflight(cfg: &MirrorConfig) -> anyhow::Result<()> {
+    use kmirror_kafka::{KeyMaterial, TrustMaterial};
+    let mut missing = Vec::new();
+    for f in &cfg.flows {
+        let c = &f.clients;
+        for client in [&c.source_consumer, &c.source_admin, &c.target_producer, &c.target_admin] {
+            let Some(tls) = &client.tls else { continue };
+            let mut paths: Vec<PathBuf> = Vec::new();
+            match &tls.trust {
+                TrustMaterial::PemFile { path } | TrustMaterial::Pkcs12File { path, .. } => paths.push(path.clone()),
+                _ => {}
+            }
+            match &tls.identity {
+                Some(KeyMaterial::PemFile { path, .. }) | Some(KeyMaterial::Pkcs12File { path, .. }) => paths.push(path.clone()),
+                _ => {}
+            }
+            for p in paths {
+                if !p.is_file() {
+                    let line = format!("flow {}: TLS file {} does not exist or is not a file", f.id, p.display());
+                    if !missing.contains(&line) {
+                        missing.push(line);
+                    }
+                }
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", missing.join("\n"))
+    }
+}
+
+/// Logs what the process would serve, and every warning and ignored key once.
+fn report(cfg: &MirrorConfig) {
+    for w in cfg.diagnostics.warnings() {
+        tracing::warn!("{w}");
+    }
+    for i in &cfg.ignored {
+        match &i.did_you_mean {
+            Some(h) => tracing::warn!(key = %i.origin.key, "ignored: {}: {} (did you mean '{h}'?)", i.origin, i.reason),
+            None => tracing::info!(key = %i.origin.key, "ignored: {}: {}", i.origin, i.reason),
+        }
+    }
+    for f in cfg.served_flows() {
+        tracing::info!(
+            flow = %f.id,
+            replicate = f.replication,
+            source = %describe_security(&f.clients.source_consumer),
+            target = %describe_security(&f.clients.target_producer),
+            "flow configured"
+        );
+    }
+}
+
+fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
+    let consumer = Properties::load(&cmd.consumer_config).context("--consumer.config")?;
+    let producer = Properties::load(&cmd.producer_config).context("--producer.config")?;
+    let args = legacy::LegacyArgs {
+        include: cmd.include,
+        whitelist: cmd.whitelist,
+        num_streams: cmd.num_streams,
+        offset_commit_interval_ms: cmd.offset_commit_interval_ms,
+        abort_on_send_failure: cmd.abort_on_send_failure,
+        message_handler: cmd.message_handler,
+        rebalance_listener: cmd.consumer_rebalance_listener,
+    };
+    let cfg = legacy::load(&consumer, &producer, &args, &SystemEnvironment)?;
+    if cmd.plan {
+        match cmd.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&cfg)?),
+            Format::Text => {
+                println!("kmirror legacy plan (MirrorMaker 1 command line)");
+                println!("  topics        {} (same names on the target)", cfg.topics.items().join(", "));
+                println!("  source        {}  {}  group {}", cfg.consumer.bootstrap.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","), describe_security(&cfg.consumer), cfg.group_id);
+                println!("  target        {}  {}", cfg.producer.bootstrap.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","), describe_security(&cfg.producer));
+                println!("  streams       {}", cfg.num_streams);
+                println!("  commit every  {} ms (only records the target acknowledged)", cfg.offset_commit_interval.as_millis());
+                println!("  on send failure  {}", if cfg.abort_on_send_failure { "stop" } else { "log, count and continue" });
+                println!("  start         {:?} when the group has no committed offset", cfg.consumer_tuning.auto_offset_reset);
+                for i in &cfg.ignored {
+                    let hint = i.did_you_mean.as_ref().map(|h| format!(" (did you mean '{h}'?)")).unwrap_or_default();
+                    println!("  ignored       {}: {}{hint}", i.origin, i.reason);
+                }
+                for w in cfg.diagnostics.warnings() {
+                    println!("  {w}");
+                }
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    anyhow::bail!("the MM1 command line is valid, but this build of kmirror has no replication engine yet; add --plan to see what it means")
+}

@@ -5,4 +5,5 @@
 pub mod config;
 pub mod filter;
 pub mod names;
+pub mod plan;
 pub mod policy;

@@ -64,8 +64,13 @@ fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
     assert_eq!(f.clients.consumer_tuning.isolation_level, IsolationLevel::ReadCommitted);
     // Worker storage settings are reported as ignored, not dropped silently.
     let ignored: Vec<&str> = c.ignored.iter().map(|i| i.origin.key.as_str()).collect();
-    assert!(ignored.contains(&"offset.storage.replication.factor"), "{ignored:?}");
-    assert!(ignored.contains(&"status.storage.replication.factor"));
+    assert!(ignored.contains(&"status.storage.replication.factor"), "{ignored:?}");
+    assert!(ignored.contains(&"config.storage.replication.factor"));
+    // ...but the offset storage holds kmirror's positions, in MM2's topic.
+    assert!(!ignored.contains(&"offset.storage.replication.factor"));
+    assert_eq!(f.internal.positions_topic, "mm2-offsets.A.internal");
+    assert_eq!(f.internal.positions_replication_factor, 1);
+    assert_eq!(f.internal.positions_partitions, 25);
 }
 
 #[test]

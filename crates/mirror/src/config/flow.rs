@@ -97,6 +97,9 @@ pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, di
         offset_syncs_replication_factor: r.replication_factor("offset-syncs.topic.replication.factor", 3),
         checkpoints_replication_factor: r.replication_factor("checkpoints.topic.replication.factor", 3),
         heartbeats_replication_factor: r.replication_factor("heartbeats.topic.replication.factor", 3),
+        positions_topic: r.string("target.cluster.offset.storage.topic", &format!("mm2-offsets.{}.internal", id.source)),
+        positions_partitions: r.int("target.cluster.offset.storage.partitions", 25, 1, i32::MAX as i64) as i32,
+        positions_replication_factor: r.replication_factor("target.cluster.offset.storage.replication.factor", 3),
     };
     let offset_lag_max = r.int("offset.lag.max", 100, 0, i64::MAX);
     let use_defaults_from = side(r.choice("use.defaults.from", "target", &["source", "target"]));

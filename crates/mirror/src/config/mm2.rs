@@ -217,6 +217,11 @@ pub fn connector_props(all: &SettingMap, aliases: &[ClusterAlias], id: &FlowId, 
             p.insert(key, v);
         }
     }
+    // The worker's offset storage (MM2 adds top-level `offset.storage*` keys to the target's worker
+    // config): kmirror keeps its source positions there.
+    for (k, v) in all.iter().filter(|(k, _)| k.starts_with("offset.storage.")) {
+        p.entry(format!("target.cluster.{k}")).or_insert_with(|| v.clone());
+    }
     // 5: defaults.
     let o = origin(file, 0, &format!("{id} (default)"));
     p.entry("source.cluster.alias".into()).or_insert_with(|| flow::synthetic(id.source.as_str(), &o));
@@ -277,10 +282,13 @@ fn classify_keys(all: &SettingMap, aliases: &[ClusterAlias], diags: &mut Diagnos
     ignored
 }
 
+/// Worker offset-storage keys that kmirror honours for its position topic.
+const POSITION_KEYS: &[&str] = &["offset.storage.topic", "offset.storage.partitions", "offset.storage.replication.factor"];
+
 type Classified = Option<(String, Option<String>)>;
 
 fn classify_top_key(k: &str) -> Classified {
-    if k == "clusters" || k.starts_with("config.providers") || is_client_key(k) || CONNECTOR_KEYS.contains(&k) {
+    if k == "clusters" || k.starts_with("config.providers") || is_client_key(k) || CONNECTOR_KEYS.contains(&k) || POSITION_KEYS.contains(&k) {
         return None;
     }
     if let Some(r) = keys::ignored_connector_key(k).or_else(|| keys::ignored_worker_key(k)) {
@@ -296,7 +304,7 @@ fn classify_top_key(k: &str) -> Classified {
 }
 
 fn classify_cluster_key(k: &str) -> Classified {
-    if is_client_key(k) || k == "client.id" || k == "exactly.once.source.support" {
+    if is_client_key(k) || k == "client.id" || k == "exactly.once.source.support" || POSITION_KEYS.contains(&k) {
         return None;
     }
     for (prefix, honoured) in [("consumer.", keys::CONSUMER_KEYS), ("producer.", keys::PRODUCER_KEYS), ("admin.", keys::ADMIN_KEYS)] {

@@ -56,6 +56,11 @@ pub struct InternalTopics {
     pub offset_syncs_replication_factor: i16,
     pub checkpoints_replication_factor: i16,
     pub heartbeats_replication_factor: i16,
+    /// Where source positions are stored on the target, in MM2's Connect offset format
+    /// (`offset.storage.topic`, default `mm2-offsets.<source>.internal`; mm2-spec §2).
+    pub positions_topic: String,
+    pub positions_partitions: i32,
+    pub positions_replication_factor: i16,
 }
 
 /// One client of a flow: how to connect, and for consumers and producers, the tuning.

@@ -1,0 +1,106 @@
+//! Command-line definition.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// kmirror: replicate Kafka topics, configs, ACLs and consumer-group offsets between clusters,
+/// reading MirrorMaker 2 and MirrorMaker 1 configurations unchanged.
+#[derive(Debug, Parser)]
+#[command(name = "kmirror", version, about, after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys.")]
+pub(crate) struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub(crate) log_format: LogFormat,
+    /// Log filter in RUST_LOG syntax (e.g. `info`, `kmirror=debug`); default: $RUST_LOG or `info`.
+    #[arg(long, global = true)]
+    pub(crate) log_level: Option<String>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Explain a configuration offline: flows, filters, naming, internal topics, syncs, security.
+    Plan {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Exit with code 4 if there is any warning or ignored key.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Replicate as MirrorMaker 2 dedicated mode does (connect-mirror-maker.sh).
+    Run {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Replicate as MirrorMaker 1 did (kafka-mirror-maker.sh), with its flags.
+    Legacy(LegacyCmd),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// An MM2 dedicated-mode file (connect-mirror-maker.properties).
+    pub(crate) config: Option<PathBuf>,
+    /// Serve only the flows whose target is one of these aliases (MM2's --clusters).
+    #[arg(long, num_args = 1..)]
+    pub(crate) clusters: Vec<String>,
+    /// An MM2 connector file (MirrorSourceConnector, MirrorCheckpointConnector,
+    /// MirrorHeartbeatConnector) as used with connect-standalone; repeat for several.
+    #[arg(long)]
+    pub(crate) connector: Vec<PathBuf>,
+    /// The Connect worker file that went with the connector files.
+    #[arg(long, requires = "connector")]
+    pub(crate) worker: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LegacyCmd {
+    /// Consumer properties for the source cluster.
+    #[arg(long = "consumer.config")]
+    pub(crate) consumer_config: PathBuf,
+    /// Producer properties for the target cluster.
+    #[arg(long = "producer.config")]
+    pub(crate) producer_config: PathBuf,
+    /// Topics to mirror (Java regex; commas allowed).
+    #[arg(long)]
+    pub(crate) include: Option<String>,
+    /// Deprecated alias of --include.
+    #[arg(long)]
+    pub(crate) whitelist: Option<String>,
+    #[arg(long = "num.streams")]
+    pub(crate) num_streams: Option<String>,
+    #[arg(long = "offset.commit.interval.ms")]
+    pub(crate) offset_commit_interval_ms: Option<String>,
+    #[arg(long = "abort.on.send.failure")]
+    pub(crate) abort_on_send_failure: Option<String>,
+    #[arg(long = "message.handler")]
+    pub(crate) message_handler: Option<String>,
+    #[arg(long = "message.handler.args")]
+    pub(crate) message_handler_args: Option<String>,
+    #[arg(long = "consumer.rebalance.listener")]
+    pub(crate) consumer_rebalance_listener: Option<String>,
+    #[arg(long = "rebalance.listener.args")]
+    pub(crate) rebalance_listener_args: Option<String>,
+    /// Accepted and ignored, as in MM1.
+    #[arg(long = "new.consumer")]
+    pub(crate) new_consumer: bool,
+    /// Print what the command line means and exit.
+    #[arg(long)]
+    pub(crate) plan: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
+}

@@ -1,0 +1,309 @@
+//! `kmirror plan`: what a configuration means, explained before anything connects. Pure: it
+//! renders a validated [`MirrorConfig`] as text or as JSON.
+
+use crate::config::diagnostics::Diagnostic;
+use crate::config::model::{ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source};
+use crate::policy::PolicyKind;
+use kmirror_kafka::{ClientSettings, TrustMaterial};
+use serde::Serialize;
+use std::fmt::Write;
+
+/// The plan as data (`--format json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub source: Source,
+    pub served_targets: Option<Vec<String>>,
+    pub clusters: Vec<PlanCluster>,
+    pub flows: Vec<PlanFlow>,
+    pub ignored: Vec<IgnoredKey>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanCluster {
+    pub alias: String,
+    pub bootstrap: Vec<String>,
+    pub security: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InternalTopic {
+    pub topic: String,
+    pub cluster: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub purpose: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanFlow {
+    pub flow: String,
+    pub mode: &'static str,
+    pub served: bool,
+    pub naming: String,
+    pub internal_topics: Vec<InternalTopic>,
+    pub config: FlowConfig,
+}
+
+/// Describes a cluster's security in one line; secrets masked.
+pub fn describe_security(c: &ClientSettings) -> String {
+    let mut s = c.security_protocol.as_str().to_string();
+    if let Some(sasl) = &c.sasl {
+        let _ = write!(s, " {} user={} password={}", sasl.mechanism.as_str(), sasl.username, sasl.password);
+    }
+    if let Some(tls) = &c.tls {
+        let trust = match &tls.trust {
+            TrustMaterial::SystemRoots => "system roots".to_string(),
+            TrustMaterial::PemFile { path } => format!("CA {}", path.display()),
+            TrustMaterial::PemInline { .. } => "inline CA".to_string(),
+            TrustMaterial::Pkcs12File { path, .. } => format!("truststore {}", path.display()),
+        };
+        let _ = write!(s, " trust={trust}");
+        if tls.identity.is_some() {
+            s.push_str(" client-cert=yes");
+        }
+        if !tls.verify_hostname {
+            s.push_str(" hostname-verification=OFF");
+        }
+    }
+    s
+}
+
+fn naming(f: &FlowConfig) -> String {
+    let example = "orders";
+    let remote = f.policy.format_remote_topic(&f.id.source, example);
+    match f.policy.kind {
+        PolicyKind::Default => format!(
+            "DefaultReplicationPolicy (separator \"{}\"): '{example}' on {} becomes '{remote}' on {}",
+            f.policy.separator, f.id.source, f.id.target
+        ),
+        PolicyKind::Identity => format!(
+            "IdentityReplicationPolicy: '{example}' on {} stays '{remote}' on {} (no cycle detection: never use it for {}->{} as well)",
+            f.id.source, f.id.target, f.id.target, f.id.source
+        ),
+    }
+}
+
+fn internal_topics(f: &FlowConfig) -> Vec<InternalTopic> {
+    let mut out = Vec::new();
+    let (src, tgt) = (f.id.source.to_string(), f.id.target.to_string());
+    if f.replication {
+        if f.internal.emit_offset_syncs {
+            let (alias, cluster) = match f.internal.offset_syncs_location {
+                Side::Source => (&f.id.target, src.clone()),
+                Side::Target => (&f.id.source, tgt.clone()),
+            };
+            out.push(InternalTopic {
+                topic: f.policy.offset_syncs_topic(alias),
+                cluster,
+                partitions: 1,
+                replication_factor: f.internal.offset_syncs_replication_factor,
+                purpose: "offset syncs (MM2 format)",
+            });
+        }
+        if f.emit_checkpoints.enabled {
+            out.push(InternalTopic {
+                topic: f.policy.checkpoints_topic(&f.id.source),
+                cluster: tgt.clone(),
+                partitions: 1,
+                replication_factor: f.internal.checkpoints_replication_factor,
+                purpose: "consumer-group checkpoints (MM2 format)",
+            });
+        }
+        out.push(InternalTopic {
+            topic: f.internal.positions_topic.clone(),
+            cluster: tgt.clone(),
+            partitions: f.internal.positions_partitions,
+            replication_factor: f.internal.positions_replication_factor,
+            purpose: "source positions (MM2's Connect offset format)",
+        });
+    }
+    if f.emit_heartbeats.enabled {
+        out.push(InternalTopic {
+            topic: f.policy.heartbeats_topic().to_string(),
+            cluster: tgt,
+            partitions: 1,
+            replication_factor: f.internal.heartbeats_replication_factor,
+            purpose: "heartbeats (MM2 format)",
+        });
+    }
+    out
+}
+
+impl Plan {
+    pub fn new(config: &MirrorConfig) -> Self {
+        let mut clusters: Vec<PlanCluster> = Vec::new();
+        for c in &config.clusters {
+            let settings = config.flows.iter().find_map(|f| {
+                if f.id.source == c.alias {
+                    Some(&f.clients.source_admin)
+                } else if f.id.target == c.alias {
+                    Some(&f.clients.target_admin)
+                } else {
+                    None
+                }
+            });
+            clusters.push(PlanCluster {
+                alias: c.alias.to_string(),
+                bootstrap: c.bootstrap.iter().map(|b| b.to_string()).collect(),
+                security: settings.map(describe_security).unwrap_or_else(|| "(in no flow)".into()),
+            });
+        }
+        Plan {
+            source: config.source.clone(),
+            served_targets: config.served_targets.as_ref().map(|v| v.iter().map(|a| a.to_string()).collect()),
+            clusters,
+            flows: config
+                .flows
+                .iter()
+                .map(|f| PlanFlow {
+                    flow: f.id.to_string(),
+                    mode: if f.replication { "replicate" } else { "heartbeats only" },
+                    served: f.served,
+                    naming: naming(f),
+                    internal_topics: internal_topics(f),
+                    config: f.clone(),
+                })
+                .collect(),
+            ignored: config.ignored.clone(),
+            warnings: config.diagnostics.warnings().cloned().collect(),
+        }
+    }
+
+    /// The human-readable plan.
+    pub fn render_text(&self) -> String {
+        let mut o = String::new();
+        let what = match &self.source {
+            Source::Mm2 { file } => format!("{file} (MirrorMaker 2 dedicated mode)"),
+            Source::Connectors { files, worker } => format!(
+                "{} (MirrorMaker 2 connectors{})",
+                files.join(", "),
+                worker.as_ref().map(|w| format!(", worker {w}")).unwrap_or_default()
+            ),
+        };
+        let _ = writeln!(o, "kmirror plan for {what}");
+        if let Some(t) = &self.served_targets {
+            let _ = writeln!(o, "--clusters {}: this process serves flows into {}", t.join(" "), t.join(", "));
+        }
+        let _ = writeln!(o, "\nClusters");
+        let w = self.clusters.iter().map(|c| c.alias.len()).max().unwrap_or(0);
+        for c in &self.clusters {
+            let _ = writeln!(o, "  {:w$}  {}  {}", c.alias, c.bootstrap.join(","), c.security);
+        }
+        for pf in &self.flows {
+            let f = &pf.config;
+            let served = if pf.served { "served by this process" } else { "NOT served (target not in --clusters)" };
+            let _ = writeln!(o, "\nFlow {}  [{}]  {}", pf.flow, pf.mode, served);
+            if f.replication {
+                let _ = writeln!(o, "  topics         include {}  exclude {}", f.topics.include.items().join(", "), f.topics.exclude.items().join(", "));
+                let _ = writeln!(o, "  groups         include {}  exclude {}", f.groups.include.items().join(", "), f.groups.exclude.items().join(", "));
+                let _ = writeln!(o, "  naming         {}", pf.naming);
+                let rf = if f.replication_factor == -1 { "broker default".to_string() } else { f.replication_factor.to_string() };
+                let _ = writeln!(o, "  remote topics  created on {} before any data, replication factor {rf}, source partition count", f.id.target);
+                let _ = writeln!(o, "  start          {} when no position is stored", match f.clients.consumer_tuning.auto_offset_reset {
+                    kmirror_kafka::AutoOffsetReset::Earliest => "earliest offset",
+                    kmirror_kafka::AutoOffsetReset::Latest => "latest offset",
+                    kmirror_kafka::AutoOffsetReset::None => "fail",
+                });
+                let _ = writeln!(o, "  reads          {:?}", f.clients.consumer_tuning.isolation_level);
+            }
+            let _ = writeln!(o, "  internal topics");
+            for t in &pf.internal_topics {
+                let _ = writeln!(o, "    {:40} on {}  ({} partition{}, RF {})  {}", t.topic, t.cluster, t.partitions, if t.partitions == 1 { "" } else { "s" }, t.replication_factor, t.purpose);
+            }
+            let _ = writeln!(o, "  periodic work");
+            let every = |p: &Periodic| if p.enabled { format!("every {} s", p.interval.as_secs()) } else { "off".into() };
+            let mut rows = vec![("heartbeats", every(&f.emit_heartbeats))];
+            if f.replication {
+                rows.extend([
+                    ("refresh topics", every(&f.refresh_topics)),
+                    ("topic configs", every(&f.sync_topic_configs)),
+                    ("topic ACLs", every(&f.sync_topic_acls)),
+                    ("refresh groups", every(&f.refresh_groups)),
+                    ("checkpoints", every(&f.emit_checkpoints)),
+                    ("group offsets", every(&f.sync_group_offsets)),
+                ]);
+            }
+            for (name, v) in rows {
+                let _ = writeln!(o, "    {name:15} {v}");
+            }
+            if f.replication {
+                let eos = match f.exactly_once {
+                    ExactlyOnce::Disabled => "off (at-least-once, no loss)",
+                    ExactlyOnce::Requested => "requested",
+                    ExactlyOnce::Required => "required",
+                };
+                let _ = writeln!(o, "  exactly-once   {eos}");
+                let _ = writeln!(o, "  clients");
+                let _ = writeln!(o, "    source consumer  {}", describe_security(&f.clients.source_consumer));
+                let _ = writeln!(o, "    target producer  {} (compression for re-encoded batches: {:?}, linger {} ms)", describe_security(&f.clients.target_producer), f.clients.producer_tuning.compression, f.clients.producer_tuning.linger.as_millis());
+            }
+        }
+        if !self.ignored.is_empty() {
+            let _ = writeln!(o, "\nIgnored keys ({})", self.ignored.len());
+            for i in &self.ignored {
+                let hint = i.did_you_mean.as_ref().map(|h| format!(" (did you mean '{h}'?)")).unwrap_or_default();
+                let _ = writeln!(o, "  {}: {}{hint}", i.origin, i.reason);
+            }
+        }
+        if !self.warnings.is_empty() {
+            let _ = writeln!(o, "\nWarnings ({})", self.warnings.len());
+            for w in &self.warnings {
+                let _ = writeln!(o, "  {w}");
+            }
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::mm2;
+    use crate::config::properties::Properties;
+    use crate::config::providers::SystemEnvironment;
+
+    fn plan(text: &str, served: &[&str]) -> Plan {
+        let props = Properties::parse(text, "mm2.properties").unwrap();
+        let served: Vec<String> = served.iter().map(|s| s.to_string()).collect();
+        Plan::new(&mm2::load(&props, &served, &SystemEnvironment).unwrap())
+    }
+
+    const SASL: &str = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+        B.security.protocol = SASL_PLAINTEXT\nB.sasl.mechanism = PLAIN\n\
+        B.sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"mm2\" password=\"topsecret\";\n\
+        A->B.enabled = true\ntasks.max = 3\n";
+
+    #[test]
+    fn text_plan_explains_flows_names_and_internal_topics() {
+        let text = plan(SASL, &[]).render_text();
+        for needle in [
+            "kmirror plan for mm2.properties (MirrorMaker 2 dedicated mode)",
+            "B  b:9092  SASL_PLAINTEXT PLAIN user=mm2 password=[hidden]",
+            "Flow A->B  [replicate]  served by this process",
+            "'orders' on A becomes 'A.orders' on B",
+            "mm2-offset-syncs.B.internal",
+            "A.checkpoints.internal",
+            "mm2-offsets.A.internal",
+            "Flow B->A  [heartbeats only]",
+            "group offsets   off",
+            "checkpoints     every 60 s",
+            "mm2.properties:8: tasks.max: kmirror has no Connect tasks",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert!(!text.contains("topsecret"));
+    }
+
+    #[test]
+    fn json_plan_masks_secrets_and_marks_served_flows() {
+        let p = plan(SASL, &["A"]);
+        let json = serde_json::to_value(&p).unwrap();
+        assert!(!json.to_string().contains("topsecret"));
+        let flows = json["flows"].as_array().unwrap();
+        let served: Vec<(&str, bool)> = flows.iter().map(|f| (f["flow"].as_str().unwrap(), f["served"].as_bool().unwrap())).collect();
+        assert_eq!(served, [("A->B", false), ("B->A", true)]);
+        assert_eq!(json["served_targets"][0], "A");
+        assert_eq!(flows[0]["config"]["topics"]["include"][0], ".*");
+    }
+}
