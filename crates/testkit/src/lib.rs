@@ -1,1 +1,247 @@
-//! placeholder
+//! Test support: real Apache Kafka (KRaft) clusters on 127.0.0.1, started through the project's
+//! harness script (`scripts/kafka/kafka-harness.sh`), which runs jars Maven fetched from Maven
+//! Central.
+//!
+//! - Ports are picked free (the broker's and the controller's, PORT+1).
+//! - Every process gets its own harness run directory, and a watchdog that stops every broker of
+//!   that directory when the test process exits, however it exits (a panic, `kill -9`), so no
+//!   JVM outlives `cargo test`. A [`Cluster`] also stops its broker when dropped.
+//! - Nothing is skipped: when Java, the jars or a broker are missing, the call fails loudly with
+//!   the harness's message (which includes the tail of the broker log).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A failure of the harness or of a tool it ran.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("could not run {what}: {error}")]
+    Spawn { what: String, error: std::io::Error },
+    #[error("{what} failed ({status}):\n{stderr}")]
+    Failed { what: String, status: String, stderr: String },
+}
+
+/// Security variants of a test cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    Plaintext,
+    /// SASL/PLAIN (users admin, alice, bob, mm2).
+    SaslPlain,
+    /// SASL with SCRAM-SHA-256 and SCRAM-SHA-512 users as well.
+    Scram,
+    /// SASL/PLAIN with the StandardAuthorizer; `admin` is a super user, nobody else has rights.
+    SaslAcl,
+    /// TLS with a test CA.
+    Ssl,
+    /// TLS requiring a client certificate.
+    Mtls,
+    /// SASL/PLAIN over TLS.
+    SaslSsl,
+}
+
+impl Security {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Security::Plaintext => &[],
+            Security::SaslPlain => &["--sasl"],
+            Security::Scram => &["--scram"],
+            Security::SaslAcl => &["--acl"],
+            Security::Ssl => &["--ssl"],
+            Security::Mtls => &["--mtls"],
+            Security::SaslSsl => &["--ssl", "--sasl"],
+        }
+    }
+}
+
+/// The harness script of this repository.
+pub fn harness_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka/kafka-harness.sh")
+}
+
+/// This process's harness run directory, with its exit watchdog.
+fn run_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("kmirror-testkit-{}", std::process::id()));
+        std::fs::create_dir_all(&root).expect("create harness run dir");
+        // Stops every broker of this run directory once this process is gone.
+        let script = harness_script();
+        let watchdog = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; KAFKA_HARNESS_RUN='{root}' bash '{script}' stop-all >/dev/null 2>&1; rm -rf '{root}'",
+            pid = std::process::id(),
+            root = root.display(),
+            script = script.display()
+        );
+        Command::new("setsid")
+            .args(["sh", "-c", &watchdog])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the broker watchdog (setsid sh)");
+        root
+    })
+}
+
+fn harness(args: &[&str]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(harness_script()).args(args).env("KAFKA_HARNESS_RUN", run_root());
+    c
+}
+
+fn run(what: &str, mut cmd: Command, stdin: Option<&[u8]>) -> Result<Output, HarnessError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = cmd.spawn().map_err(|error| HarnessError::Spawn { what: what.into(), error })?;
+    if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(data).map_err(|error| HarnessError::Spawn { what: what.into(), error })?;
+    }
+    child.wait_with_output().map_err(|error| HarnessError::Spawn { what: what.into(), error })
+}
+
+fn check(what: &str, out: Output) -> Result<Output, HarnessError> {
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(HarnessError::Failed {
+            what: what.into(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// A port P such that P and P+1 (the controller) are free right now.
+pub fn free_port_pair() -> u16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    for _ in 0..200 {
+        // Spread candidates so parallel tests in one process do not race for the same pair.
+        let base = 20000 + ((std::process::id() as usize * 7919 + NEXT.fetch_add(2, Ordering::SeqCst)) % 20000) as u16;
+        let port = base & !1;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free pair of ports on 127.0.0.1");
+}
+
+/// One running single-node KRaft cluster. Stops its broker when dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    pub name: String,
+    pub security: Security,
+    bootstrap: String,
+    env: HashMap<String, String>,
+    dir: PathBuf,
+    /// How long `start` took (format + ready).
+    pub start_time: Duration,
+}
+
+impl Cluster {
+    /// Formats and starts a cluster, waiting until it answers admin requests.
+    pub fn start(name: &str, security: Security) -> Result<Cluster, HarnessError> {
+        let port = free_port_pair().to_string();
+        let unique = format!("{name}-{port}");
+        let mut args = vec!["start", unique.as_str(), port.as_str()];
+        args.extend(security.flags());
+        let t0 = Instant::now();
+        let out = check(&format!("kafka-harness start {unique}"), run("kafka-harness start", harness(&args), None)?)?;
+        let bootstrap = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+        let dir = run_root().join(&unique);
+        let env = std::fs::read_to_string(dir.join("env"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect();
+        Ok(Cluster { name: unique, security, bootstrap, env, dir, start_time: t0.elapsed() })
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// A value of the harness's `env` file for this cluster (e.g. `SSL_CA_PEM`).
+    pub fn env(&self, key: &str) -> Option<&str> {
+        self.env.get(key).map(String::as_str)
+    }
+
+    /// The cluster's run directory (logs, certificates, client configs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The Java client config for the admin (super user) or a named user.
+    pub fn client_config(&self, user: Option<&str>) -> PathBuf {
+        match user {
+            None => self.dir.join("client.properties"),
+            Some(u) => self.dir.join(format!("client-{u}.properties")),
+        }
+    }
+
+    /// Runs a Kafka tool (alias or class) and returns its output, whatever the exit status.
+    pub fn tool_output(&self, tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output, HarnessError> {
+        let mut all = vec!["tool", tool];
+        all.extend(args);
+        run(&format!("kafka tool {tool}"), harness(&all), stdin)
+    }
+
+    /// Runs a Kafka tool and fails on a non-zero exit.
+    pub fn tool(&self, tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<String, HarnessError> {
+        let out = check(&format!("kafka tool {tool} {}", args.join(" ")), self.tool_output(tool, args, stdin)?)?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Creates a topic as the admin.
+    pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), HarnessError> {
+        let cfg = self.client_config(None);
+        let p = partitions.to_string();
+        self.tool(
+            "topics",
+            &["--bootstrap-server", &self.bootstrap, "--command-config", cfg.to_str().unwrap_or_default(), "--create", "--topic", topic, "--partitions", &p, "--replication-factor", "1"],
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// Produces one record per line with the console producer, as `user` (None: admin).
+    pub fn produce_lines(&self, topic: &str, lines: &[&str], user: Option<&str>) -> Result<Output, HarnessError> {
+        let cfg = self.client_config(user);
+        let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        self.tool_output(
+            "console-producer",
+            &["--bootstrap-server", &self.bootstrap, "--producer.config", cfg.to_str().unwrap_or_default(), "--topic", topic],
+            Some(input.as_bytes()),
+        )
+    }
+
+    /// Consumes `n` records from the beginning with the console consumer, as `user`.
+    pub fn consume_lines(&self, topic: &str, n: usize, group: &str, user: Option<&str>) -> Result<Output, HarnessError> {
+        let cfg = self.client_config(user);
+        let n = n.to_string();
+        self.tool_output(
+            "console-consumer",
+            &[
+                "--bootstrap-server", &self.bootstrap, "--consumer.config", cfg.to_str().unwrap_or_default(), "--topic", topic,
+                "--from-beginning", "--max-messages", &n, "--timeout-ms", "30000", "--group", group,
+            ],
+            None,
+        )
+    }
+
+    /// Stops the broker now (also done on drop).
+    pub fn stop(&self) {
+        let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
