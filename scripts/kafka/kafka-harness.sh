@@ -879,8 +879,12 @@ cmd_stop() {
 }
 
 cmd_stop_all() {
-  local d
+  local d f
   [[ -d "$RUN_ROOT" ]] || return 0
+  # clients first (MM2 shuts down slowly, up to the SIGKILL timeout, once its brokers are gone)
+  for f in "$RUN_ROOT"/*/*.pid; do
+    if [[ -e "$f" && "$(basename "$f")" != broker.pid ]]; then stop_pidfile "$f" "$(dirname "$f")"; fi
+  done
   for d in "$RUN_ROOT"/*/; do
     if [[ -d "$d" ]]; then cmd_stop "$(basename "$d")"; fi
   done

@@ -6,7 +6,12 @@ use std::path::PathBuf;
 /// kmirror: replicate Kafka topics, configs, ACLs and consumer-group offsets between clusters,
 /// reading MirrorMaker 2 and MirrorMaker 1 configurations unchanged.
 #[derive(Debug, Parser)]
-#[command(name = "kmirror", version, about, after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys.")]
+#[command(
+    name = "kmirror",
+    version,
+    about,
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys."
+)]
 pub(crate) struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]

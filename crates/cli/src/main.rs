@@ -42,7 +42,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Plan { config, format, check } => {
+        Command::Plan {
+            config,
+            format,
+            check,
+        } => {
             let cfg = load(&config)?;
             preflight(&cfg)?;
             let plan = Plan::new(&cfg);
@@ -81,8 +85,16 @@ fn load(args: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
         if args.config.is_some() {
             anyhow::bail!("give either an mm2.properties file or --connector files, not both");
         }
-        let files = args.connector.iter().map(|p| Properties::load(p)).collect::<Result<Vec<_>, _>>()?;
-        let worker = args.worker.as_ref().map(|p| Properties::load(p)).transpose()?;
+        let files = args
+            .connector
+            .iter()
+            .map(|p| Properties::load(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let worker = args
+            .worker
+            .as_ref()
+            .map(|p| Properties::load(p))
+            .transpose()?;
         connector::load(&files, worker.as_ref(), &env)?
     } else {
         let Some(path) = &args.config else {
@@ -100,20 +112,32 @@ fn preflight(cfg: &MirrorConfig) -> anyhow::Result<()> {
     let mut missing = Vec::new();
     for f in &cfg.flows {
         let c = &f.clients;
-        for client in [&c.source_consumer, &c.source_admin, &c.target_producer, &c.target_admin] {
+        for client in [
+            &c.source_consumer,
+            &c.source_admin,
+            &c.target_producer,
+            &c.target_admin,
+        ] {
             let Some(tls) = &client.tls else { continue };
             let mut paths: Vec<PathBuf> = Vec::new();
             match &tls.trust {
-                TrustMaterial::PemFile { path } | TrustMaterial::Pkcs12File { path, .. } => paths.push(path.clone()),
+                TrustMaterial::PemFile { path } | TrustMaterial::Pkcs12File { path, .. } => {
+                    paths.push(path.clone())
+                }
                 _ => {}
             }
             match &tls.identity {
-                Some(KeyMaterial::PemFile { path, .. }) | Some(KeyMaterial::Pkcs12File { path, .. }) => paths.push(path.clone()),
+                Some(KeyMaterial::PemFile { path, .. })
+                | Some(KeyMaterial::Pkcs12File { path, .. }) => paths.push(path.clone()),
                 _ => {}
             }
             for p in paths {
                 if !p.is_file() {
-                    let line = format!("flow {}: TLS file {} does not exist or is not a file", f.id, p.display());
+                    let line = format!(
+                        "flow {}: TLS file {} does not exist or is not a file",
+                        f.id,
+                        p.display()
+                    );
                     if !missing.contains(&line) {
                         missing.push(line);
                     }
@@ -135,7 +159,9 @@ fn report(cfg: &MirrorConfig) {
     }
     for i in &cfg.ignored {
         match &i.did_you_mean {
-            Some(h) => tracing::warn!(key = %i.origin.key, "ignored: {}: {} (did you mean '{h}'?)", i.origin, i.reason),
+            Some(h) => {
+                tracing::warn!(key = %i.origin.key, "ignored: {}: {} (did you mean '{h}'?)", i.origin, i.reason)
+            }
             None => tracing::info!(key = %i.origin.key, "ignored: {}: {}", i.origin, i.reason),
         }
     }
@@ -168,15 +194,54 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
             Format::Json => println!("{}", serde_json::to_string_pretty(&cfg)?),
             Format::Text => {
                 println!("kmirror legacy plan (MirrorMaker 1 command line)");
-                println!("  topics        {} (same names on the target)", cfg.topics.items().join(", "));
-                println!("  source        {}  {}  group {}", cfg.consumer.bootstrap.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","), describe_security(&cfg.consumer), cfg.group_id);
-                println!("  target        {}  {}", cfg.producer.bootstrap.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(","), describe_security(&cfg.producer));
+                println!(
+                    "  topics        {} (same names on the target)",
+                    cfg.topics.items().join(", ")
+                );
+                println!(
+                    "  source        {}  {}  group {}",
+                    cfg.consumer
+                        .bootstrap
+                        .iter()
+                        .map(|b| b.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    describe_security(&cfg.consumer),
+                    cfg.group_id
+                );
+                println!(
+                    "  target        {}  {}",
+                    cfg.producer
+                        .bootstrap
+                        .iter()
+                        .map(|b| b.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    describe_security(&cfg.producer)
+                );
                 println!("  streams       {}", cfg.num_streams);
-                println!("  commit every  {} ms (only records the target acknowledged)", cfg.offset_commit_interval.as_millis());
-                println!("  on send failure  {}", if cfg.abort_on_send_failure { "stop" } else { "log, count and continue" });
-                println!("  start         {:?} when the group has no committed offset", cfg.consumer_tuning.auto_offset_reset);
+                println!(
+                    "  commit every  {} ms (only records the target acknowledged)",
+                    cfg.offset_commit_interval.as_millis()
+                );
+                println!(
+                    "  on send failure  {}",
+                    if cfg.abort_on_send_failure {
+                        "stop"
+                    } else {
+                        "log, count and continue"
+                    }
+                );
+                println!(
+                    "  start         {:?} when the group has no committed offset",
+                    cfg.consumer_tuning.auto_offset_reset
+                );
                 for i in &cfg.ignored {
-                    let hint = i.did_you_mean.as_ref().map(|h| format!(" (did you mean '{h}'?)")).unwrap_or_default();
+                    let hint = i
+                        .did_you_mean
+                        .as_ref()
+                        .map(|h| format!(" (did you mean '{h}'?)"))
+                        .unwrap_or_default();
                     println!("  ignored       {}: {}{hint}", i.origin, i.reason);
                 }
                 for w in cfg.diagnostics.warnings() {

@@ -4,15 +4,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mirror/tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mirror/tests/fixtures")
+        .join(name)
 }
 
 fn kmirror(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kmirror")).args(args).output().expect("run kmirror")
+    Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(args)
+        .output()
+        .expect("run kmirror")
 }
 
 fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -22,9 +30,18 @@ fn plan_of_the_sasl_fixture_masks_secrets() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(out.contains("Flow source->target  [replicate]"), "{out}");
     assert!(!out.contains("mm2-secret") && !err.contains("mm2-secret"));
-    let o = kmirror(&["plan", "--check", fixture("mm2-sasl.properties").to_str().unwrap()]);
+    let o = kmirror(&[
+        "plan",
+        "--check",
+        fixture("mm2-sasl.properties").to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(4), "tasks.max is an ignored key");
-    let o = kmirror(&["plan", "--format", "json", fixture("mm2-basic.properties").to_str().unwrap()]);
+    let o = kmirror(&[
+        "plan",
+        "--format",
+        "json",
+        fixture("mm2-basic.properties").to_str().unwrap(),
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["flows"][0]["flow"], "A->B");
 }
@@ -33,15 +50,24 @@ fn plan_of_the_sasl_fixture_masks_secrets() {
 fn invalid_configuration_exits_3_with_every_error() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad.properties");
-    std::fs::write(&f, "clusters = A, B\nA.bootstrap.servers = a:1\nA->B.enabled = maybe\n").unwrap();
+    std::fs::write(
+        &f,
+        "clusters = A, B\nA.bootstrap.servers = a:1\nA->B.enabled = maybe\n",
+    )
+    .unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("bad.properties:3: A->B.enabled = 'maybe': expected true or false"), "{err}");
+    assert!(
+        err.contains("bad.properties:3: A->B.enabled = 'maybe': expected true or false"),
+        "{err}"
+    );
     assert!(err.contains("cluster B has no bootstrap servers"), "{err}");
     let o = kmirror(&["plan", "/nonexistent/mm2.properties"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).1.contains("cannot read /nonexistent/mm2.properties"));
+    assert!(text(&o)
+        .1
+        .contains("cannot read /nonexistent/mm2.properties"));
     let o = kmirror(&["plan", "--bogus"]);
     assert_eq!(o.status.code(), Some(2));
 }
@@ -53,7 +79,11 @@ fn missing_tls_files_are_found_before_connecting() {
     std::fs::write(&f, "clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nB.security.protocol = SSL\nB.ssl.truststore.location = /nope/ca.pem\nA->B.enabled = true\n").unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).1.contains("TLS file /nope/ca.pem does not exist"), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("TLS file /nope/ca.pem does not exist"),
+        "{:?}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -77,15 +107,31 @@ fn connector_files_with_a_worker() {
     let f = &flows[0]["config"];
     assert_eq!(flows[0]["flow"], "A->B");
     assert_eq!(f["replication"], true);
-    assert_eq!(f["topics"]["include"], serde_json::json!(["orders", "payments.*"]));
+    assert_eq!(
+        f["topics"]["include"],
+        serde_json::json!(["orders", "payments.*"])
+    );
     assert_eq!(f["emit_checkpoints"]["interval"], 10);
     assert_eq!(f["sync_group_offsets"]["enabled"], true);
-    assert_eq!(f["emit_heartbeats"]["enabled"], false, "no heartbeat connector file");
+    assert_eq!(
+        f["emit_heartbeats"]["enabled"], false,
+        "no heartbeat connector file"
+    );
     // The worker's producer settings apply to the data producer.
     assert_eq!(f["clients"]["producer_tuning"]["compression"], "lz4");
     assert_eq!(f["clients"]["producer_tuning"]["linger"], 20);
-    let ignored: Vec<&str> = v["ignored"].as_array().unwrap().iter().map(|i| i["origin"]["key"].as_str().unwrap()).collect();
-    assert!(ignored.contains(&"tasks.max") && ignored.contains(&"plugin.path") && ignored.contains(&"offset.storage.file.filename"), "{ignored:?}");
+    let ignored: Vec<&str> = v["ignored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["origin"]["key"].as_str().unwrap())
+        .collect();
+    assert!(
+        ignored.contains(&"tasks.max")
+            && ignored.contains(&"plugin.path")
+            && ignored.contains(&"offset.storage.file.filename"),
+        "{ignored:?}"
+    );
 }
 
 #[test]
@@ -93,18 +139,44 @@ fn connector_worker_must_write_to_the_target() {
     let dir = tempfile::tempdir().unwrap();
     let w = dir.path().join("worker.properties");
     std::fs::write(&w, "bootstrap.servers=a1.example:9092\n").unwrap();
-    let o = kmirror(&["plan", "--connector", fixture("connector-source.properties").to_str().unwrap(), "--worker", w.to_str().unwrap()]);
+    let o = kmirror(&[
+        "plan",
+        "--connector",
+        fixture("connector-source.properties").to_str().unwrap(),
+        "--worker",
+        w.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(3));
-    assert!(text(&o).1.contains("must name the same cluster"), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("must name the same cluster"),
+        "{:?}",
+        text(&o)
+    );
 }
 
 #[test]
 fn mm1_command_line() {
     let c = fixture("mm1-consumer.properties");
     let p = fixture("mm1-producer.properties");
-    let base = ["legacy", "--consumer.config", c.to_str().unwrap(), "--producer.config", p.to_str().unwrap()];
+    let base = [
+        "legacy",
+        "--consumer.config",
+        c.to_str().unwrap(),
+        "--producer.config",
+        p.to_str().unwrap(),
+    ];
     let mut args = base.to_vec();
-    args.extend(["--whitelist", "projects.*", "--num.streams", "2", "--offset.commit.interval.ms", "5000", "--plan", "--format", "json"]);
+    args.extend([
+        "--whitelist",
+        "projects.*",
+        "--num.streams",
+        "2",
+        "--offset.commit.interval.ms",
+        "5000",
+        "--plan",
+        "--format",
+        "json",
+    ]);
     let o = kmirror(&args);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
@@ -117,21 +189,44 @@ fn mm1_command_line() {
     assert_eq!(v["producer_tuning"]["compression"], "lz4");
     assert!(!out.contains("mm1-secret"));
     let mut bad = base.to_vec();
-    bad.extend(["--include", "a(?=b)", "--num.streams", "0", "--message.handler", "com.acme.Handler", "--plan"]);
+    bad.extend([
+        "--include",
+        "a(?=b)",
+        "--num.streams",
+        "0",
+        "--message.handler",
+        "com.acme.Handler",
+        "--plan",
+    ]);
     let o = kmirror(&bad);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(3));
     assert!(err.contains("--include = 'a(?=b)': invalid regex"), "{err}");
-    assert!(err.contains("--num.streams = '0': expected a whole number between 1 and 1024"), "{err}");
-    assert!(err.contains("--message.handler = 'com.acme.Handler': Java message handlers cannot be loaded"), "{err}");
+    assert!(
+        err.contains("--num.streams = '0': expected a whole number between 1 and 1024"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "--message.handler = 'com.acme.Handler': Java message handlers cannot be loaded"
+        ),
+        "{err}"
+    );
     let mut none = base.to_vec();
     none.push("--plan");
-    assert!(text(&kmirror(&none)).1.contains("one of --include or --whitelist is required"));
+    assert!(text(&kmirror(&none))
+        .1
+        .contains("one of --include or --whitelist is required"));
 }
 
 #[test]
 fn run_validates_and_says_the_engine_is_missing() {
-    let o = kmirror(&["run", fixture("mm2-basic.properties").to_str().unwrap(), "--clusters", "B"]);
+    let o = kmirror(&[
+        "run",
+        fixture("mm2-basic.properties").to_str().unwrap(),
+        "--clusters",
+        "B",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("no replication engine yet"));
 }

@@ -10,6 +10,6 @@ pub mod settings;
 pub use secret::Secret;
 pub use settings::{
     Acks, AutoOffsetReset, BrokerAddress, ClientSettings, Compression, ConsumerTuning,
-    IsolationLevel, KeyMaterial, ProducerTuning, SaslCredentials, SaslMechanism,
-    SecurityProtocol, TlsSettings, TrustMaterial,
+    IsolationLevel, KeyMaterial, ProducerTuning, SaslCredentials, SaslMechanism, SecurityProtocol,
+    TlsSettings, TrustMaterial,
 };

@@ -312,7 +312,10 @@ mod tests {
 
     #[test]
     fn broker_address_brackets_ipv6() {
-        let a = BrokerAddress { host: "::1".into(), port: 9092 };
+        let a = BrokerAddress {
+            host: "::1".into(),
+            port: 9092,
+        };
         assert_eq!(a.to_string(), "[::1]:9092");
     }
 }

@@ -2,7 +2,9 @@
 //! renders a validated [`MirrorConfig`] as text or as JSON.
 
 use crate::config::diagnostics::Diagnostic;
-use crate::config::model::{ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source};
+use crate::config::model::{
+    ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source,
+};
 use crate::policy::PolicyKind;
 use kmirror_kafka::{ClientSettings, TrustMaterial};
 use serde::Serialize;
@@ -49,7 +51,13 @@ pub struct PlanFlow {
 pub fn describe_security(c: &ClientSettings) -> String {
     let mut s = c.security_protocol.as_str().to_string();
     if let Some(sasl) = &c.sasl {
-        let _ = write!(s, " {} user={} password={}", sasl.mechanism.as_str(), sasl.username, sasl.password);
+        let _ = write!(
+            s,
+            " {} user={} password={}",
+            sasl.mechanism.as_str(),
+            sasl.username,
+            sasl.password
+        );
     }
     if let Some(tls) = &c.tls {
         let trust = match &tls.trust {
@@ -146,19 +154,28 @@ impl Plan {
             clusters.push(PlanCluster {
                 alias: c.alias.to_string(),
                 bootstrap: c.bootstrap.iter().map(|b| b.to_string()).collect(),
-                security: settings.map(describe_security).unwrap_or_else(|| "(in no flow)".into()),
+                security: settings
+                    .map(describe_security)
+                    .unwrap_or_else(|| "(in no flow)".into()),
             });
         }
         Plan {
             source: config.source.clone(),
-            served_targets: config.served_targets.as_ref().map(|v| v.iter().map(|a| a.to_string()).collect()),
+            served_targets: config
+                .served_targets
+                .as_ref()
+                .map(|v| v.iter().map(|a| a.to_string()).collect()),
             clusters,
             flows: config
                 .flows
                 .iter()
                 .map(|f| PlanFlow {
                     flow: f.id.to_string(),
-                    mode: if f.replication { "replicate" } else { "heartbeats only" },
+                    mode: if f.replication {
+                        "replicate"
+                    } else {
+                        "heartbeats only"
+                    },
                     served: f.served,
                     naming: naming(f),
                     internal_topics: internal_topics(f),
@@ -178,41 +195,101 @@ impl Plan {
             Source::Connectors { files, worker } => format!(
                 "{} (MirrorMaker 2 connectors{})",
                 files.join(", "),
-                worker.as_ref().map(|w| format!(", worker {w}")).unwrap_or_default()
+                worker
+                    .as_ref()
+                    .map(|w| format!(", worker {w}"))
+                    .unwrap_or_default()
             ),
         };
         let _ = writeln!(o, "kmirror plan for {what}");
         if let Some(t) = &self.served_targets {
-            let _ = writeln!(o, "--clusters {}: this process serves flows into {}", t.join(" "), t.join(", "));
+            let _ = writeln!(
+                o,
+                "--clusters {}: this process serves flows into {}",
+                t.join(" "),
+                t.join(", ")
+            );
         }
         let _ = writeln!(o, "\nClusters");
-        let w = self.clusters.iter().map(|c| c.alias.len()).max().unwrap_or(0);
+        let w = self
+            .clusters
+            .iter()
+            .map(|c| c.alias.len())
+            .max()
+            .unwrap_or(0);
         for c in &self.clusters {
-            let _ = writeln!(o, "  {:w$}  {}  {}", c.alias, c.bootstrap.join(","), c.security);
+            let _ = writeln!(
+                o,
+                "  {:w$}  {}  {}",
+                c.alias,
+                c.bootstrap.join(","),
+                c.security
+            );
         }
         for pf in &self.flows {
             let f = &pf.config;
-            let served = if pf.served { "served by this process" } else { "NOT served (target not in --clusters)" };
+            let served = if pf.served {
+                "served by this process"
+            } else {
+                "NOT served (target not in --clusters)"
+            };
             let _ = writeln!(o, "\nFlow {}  [{}]  {}", pf.flow, pf.mode, served);
             if f.replication {
-                let _ = writeln!(o, "  topics         include {}  exclude {}", f.topics.include.items().join(", "), f.topics.exclude.items().join(", "));
-                let _ = writeln!(o, "  groups         include {}  exclude {}", f.groups.include.items().join(", "), f.groups.exclude.items().join(", "));
+                let _ = writeln!(
+                    o,
+                    "  topics         include {}  exclude {}",
+                    f.topics.include.items().join(", "),
+                    f.topics.exclude.items().join(", ")
+                );
+                let _ = writeln!(
+                    o,
+                    "  groups         include {}  exclude {}",
+                    f.groups.include.items().join(", "),
+                    f.groups.exclude.items().join(", ")
+                );
                 let _ = writeln!(o, "  naming         {}", pf.naming);
-                let rf = if f.replication_factor == -1 { "broker default".to_string() } else { f.replication_factor.to_string() };
+                let rf = if f.replication_factor == -1 {
+                    "broker default".to_string()
+                } else {
+                    f.replication_factor.to_string()
+                };
                 let _ = writeln!(o, "  remote topics  created on {} before any data, replication factor {rf}, source partition count", f.id.target);
-                let _ = writeln!(o, "  start          {} when no position is stored", match f.clients.consumer_tuning.auto_offset_reset {
-                    kmirror_kafka::AutoOffsetReset::Earliest => "earliest offset",
-                    kmirror_kafka::AutoOffsetReset::Latest => "latest offset",
-                    kmirror_kafka::AutoOffsetReset::None => "fail",
-                });
-                let _ = writeln!(o, "  reads          {:?}", f.clients.consumer_tuning.isolation_level);
+                let _ = writeln!(
+                    o,
+                    "  start          {} when no position is stored",
+                    match f.clients.consumer_tuning.auto_offset_reset {
+                        kmirror_kafka::AutoOffsetReset::Earliest => "earliest offset",
+                        kmirror_kafka::AutoOffsetReset::Latest => "latest offset",
+                        kmirror_kafka::AutoOffsetReset::None => "fail",
+                    }
+                );
+                let _ = writeln!(
+                    o,
+                    "  reads          {:?}",
+                    f.clients.consumer_tuning.isolation_level
+                );
             }
             let _ = writeln!(o, "  internal topics");
             for t in &pf.internal_topics {
-                let _ = writeln!(o, "    {:40} on {}  ({} partition{}, RF {})  {}", t.topic, t.cluster, t.partitions, if t.partitions == 1 { "" } else { "s" }, t.replication_factor, t.purpose);
+                let _ = writeln!(
+                    o,
+                    "    {:40} on {}  ({} partition{}, RF {})  {}",
+                    t.topic,
+                    t.cluster,
+                    t.partitions,
+                    if t.partitions == 1 { "" } else { "s" },
+                    t.replication_factor,
+                    t.purpose
+                );
             }
             let _ = writeln!(o, "  periodic work");
-            let every = |p: &Periodic| if p.enabled { format!("every {} s", p.interval.as_secs()) } else { "off".into() };
+            let every = |p: &Periodic| {
+                if p.enabled {
+                    format!("every {} s", p.interval.as_secs())
+                } else {
+                    "off".into()
+                }
+            };
             let mut rows = vec![("heartbeats", every(&f.emit_heartbeats))];
             if f.replication {
                 rows.extend([
@@ -235,14 +312,22 @@ impl Plan {
                 };
                 let _ = writeln!(o, "  exactly-once   {eos}");
                 let _ = writeln!(o, "  clients");
-                let _ = writeln!(o, "    source consumer  {}", describe_security(&f.clients.source_consumer));
+                let _ = writeln!(
+                    o,
+                    "    source consumer  {}",
+                    describe_security(&f.clients.source_consumer)
+                );
                 let _ = writeln!(o, "    target producer  {} (compression for re-encoded batches: {:?}, linger {} ms)", describe_security(&f.clients.target_producer), f.clients.producer_tuning.compression, f.clients.producer_tuning.linger.as_millis());
             }
         }
         if !self.ignored.is_empty() {
             let _ = writeln!(o, "\nIgnored keys ({})", self.ignored.len());
             for i in &self.ignored {
-                let hint = i.did_you_mean.as_ref().map(|h| format!(" (did you mean '{h}'?)")).unwrap_or_default();
+                let hint = i
+                    .did_you_mean
+                    .as_ref()
+                    .map(|h| format!(" (did you mean '{h}'?)"))
+                    .unwrap_or_default();
                 let _ = writeln!(o, "  {}: {}{hint}", i.origin, i.reason);
             }
         }
@@ -301,7 +386,10 @@ mod tests {
         let json = serde_json::to_value(&p).unwrap();
         assert!(!json.to_string().contains("topsecret"));
         let flows = json["flows"].as_array().unwrap();
-        let served: Vec<(&str, bool)> = flows.iter().map(|f| (f["flow"].as_str().unwrap(), f["served"].as_bool().unwrap())).collect();
+        let served: Vec<(&str, bool)> = flows
+            .iter()
+            .map(|f| (f["flow"].as_str().unwrap(), f["served"].as_bool().unwrap()))
+            .collect();
         assert_eq!(served, [("A->B", false), ("B->A", true)]);
         assert_eq!(json["served_targets"][0], "A");
         assert_eq!(flows[0]["config"]["topics"]["include"][0], ".*");

@@ -70,7 +70,11 @@ impl ReplicationPolicy {
     }
 
     fn checkpoints_suffix(&self) -> String {
-        format!("{}checkpoints{}", self.internal_separator(), self.internal_suffix())
+        format!(
+            "{}checkpoints{}",
+            self.internal_separator(),
+            self.internal_suffix()
+        )
     }
 
     /// The identity policy treats anything ending in `heartbeats` (a plain suffix test, as in
@@ -225,14 +229,26 @@ mod tests {
 
     #[test]
     fn class_names_map_to_builtins() {
-        assert_eq!(PolicyKind::from_class(DEFAULT_POLICY_CLASS), Some(PolicyKind::Default));
-        assert_eq!(PolicyKind::from_class(IDENTITY_POLICY_CLASS), Some(PolicyKind::Identity));
+        assert_eq!(
+            PolicyKind::from_class(DEFAULT_POLICY_CLASS),
+            Some(PolicyKind::Default)
+        );
+        assert_eq!(
+            PolicyKind::from_class(IDENTITY_POLICY_CLASS),
+            Some(PolicyKind::Identity)
+        );
         assert_eq!(
             PolicyKind::from_class("org.apache.kafka.connect.mirror.LegacyReplicationPolicy"),
             Some(PolicyKind::Identity)
         );
-        assert_eq!(PolicyKind::from_class("DefaultReplicationPolicy"), Some(PolicyKind::Default));
-        assert_eq!(PolicyKind::from_class("com.acme.CustomReplicationPolicy"), None);
+        assert_eq!(
+            PolicyKind::from_class("DefaultReplicationPolicy"),
+            Some(PolicyKind::Default)
+        );
+        assert_eq!(
+            PolicyKind::from_class("com.acme.CustomReplicationPolicy"),
+            None
+        );
     }
 
     #[test]
@@ -249,8 +265,16 @@ mod tests {
             ("...", None, None),
         ];
         for (topic, source, upstream) in cases {
-            assert_eq!(p.topic_source(topic).as_deref(), *source, "source of {topic:?}");
-            assert_eq!(p.upstream_topic(topic).as_deref(), *upstream, "upstream of {topic:?}");
+            assert_eq!(
+                p.topic_source(topic).as_deref(),
+                *source,
+                "source of {topic:?}"
+            );
+            assert_eq!(
+                p.upstream_topic(topic).as_deref(),
+                *upstream,
+                "upstream of {topic:?}"
+            );
         }
         assert_eq!(p.original_topic("B.A.orders"), "orders");
     }
@@ -270,7 +294,10 @@ mod tests {
             ..default_with("_")
         };
         assert_eq!(legacy.format_remote_topic(&a("A"), "orders"), "A_orders");
-        assert_eq!(legacy.offset_syncs_topic(&a("B")), "mm2-offset-syncs.B.internal");
+        assert_eq!(
+            legacy.offset_syncs_topic(&a("B")),
+            "mm2-offset-syncs.B.internal"
+        );
         assert_eq!(legacy.checkpoints_topic(&a("A")), "A.checkpoints.internal");
         assert_eq!(p.heartbeats_topic(), "heartbeats");
         assert_eq!(u.heartbeats_topic(), "heartbeats");
@@ -303,7 +330,10 @@ mod tests {
         assert_eq!(p.format_remote_topic(&a("A"), "orders"), "orders");
         assert_eq!(p.format_remote_topic(&a("A"), "heartbeats"), "A.heartbeats");
         // Plain suffix test, as MM2: "myheartbeats" is handled like a heartbeat topic.
-        assert_eq!(p.format_remote_topic(&a("A"), "myheartbeats"), "A.myheartbeats");
+        assert_eq!(
+            p.format_remote_topic(&a("A"), "myheartbeats"),
+            "A.myheartbeats"
+        );
         assert_eq!(p.topic_source("orders").as_deref(), Some("A"));
         assert_eq!(p.topic_source("B.heartbeats").as_deref(), Some("B"));
         assert_eq!(p.upstream_topic("x.y").as_deref(), Some("x.y"));

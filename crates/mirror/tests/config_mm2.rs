@@ -1,7 +1,9 @@
 //! MM2 dedicated-mode configuration: precedence, client-key copying, `--clusters`, and every
 //! validation error (no brokers needed).
 
-use kmirror_kafka::{AutoOffsetReset, Compression, IsolationLevel, SaslMechanism, SecurityProtocol};
+use kmirror_kafka::{
+    AutoOffsetReset, Compression, IsolationLevel, SaslMechanism, SecurityProtocol,
+};
 use kmirror_mirror::config::diagnostics::ConfigError;
 use kmirror_mirror::config::mm2;
 use kmirror_mirror::config::model::{MirrorConfig, Side};
@@ -12,7 +14,12 @@ use kmirror_mirror::policy::PolicyKind;
 use std::path::Path;
 
 fn fixture(name: &str) -> Properties {
-    Properties::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)).unwrap()
+    Properties::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
 }
 
 fn parse(text: &str) -> Result<MirrorConfig, ConfigError> {
@@ -41,18 +48,29 @@ const AB: &str = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.ser
 #[test]
 fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
     let c = mm2::load(&fixture("mm2-basic.properties"), &[], &SystemEnvironment).unwrap();
-    let ids: Vec<String> = c.flows.iter().map(|f| format!("{}:{}", f.id, f.replication)).collect();
+    let ids: Vec<String> = c
+        .flows
+        .iter()
+        .map(|f| format!("{}:{}", f.id, f.replication))
+        .collect();
     // MM2 builds a herder for B->A too, only to emit heartbeats (mm2-spec §1.1).
     assert_eq!(ids, ["A->B:true", "B->A:false"]);
     let f = &c.flows[0];
     assert_eq!(f.replication_factor, 1);
     assert_eq!(f.internal.checkpoints_replication_factor, 1);
     assert_eq!(f.policy.kind, PolicyKind::Default);
-    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("A"), "orders"), "A.orders");
+    assert_eq!(
+        f.policy
+            .format_remote_topic(&ClusterAlias::new("A"), "orders"),
+        "A.orders"
+    );
     assert!(f.topics.accepts("orders"));
     assert!(!f.topics.accepts("mm2-offsets.B.internal"));
     assert_eq!(f.clients.source_consumer.bootstrap.len(), 2);
-    assert_eq!(f.clients.target_producer.bootstrap[0].to_string(), "b1.example:9092");
+    assert_eq!(
+        f.clients.target_producer.bootstrap[0].to_string(),
+        "b1.example:9092"
+    );
     // MM2 defaults.
     assert_eq!(f.emit_heartbeats.interval.as_secs(), 1);
     assert_eq!(f.emit_checkpoints.interval.as_secs(), 60);
@@ -60,11 +78,20 @@ fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
     assert_eq!(f.refresh_topics.interval.as_secs(), 600);
     assert_eq!(f.internal.offset_syncs_location, Side::Source);
     assert_eq!(f.offset_lag_max, 100);
-    assert_eq!(f.clients.consumer_tuning.auto_offset_reset, AutoOffsetReset::Earliest);
-    assert_eq!(f.clients.consumer_tuning.isolation_level, IsolationLevel::ReadCommitted);
+    assert_eq!(
+        f.clients.consumer_tuning.auto_offset_reset,
+        AutoOffsetReset::Earliest
+    );
+    assert_eq!(
+        f.clients.consumer_tuning.isolation_level,
+        IsolationLevel::ReadCommitted
+    );
     // Worker storage settings are reported as ignored, not dropped silently.
     let ignored: Vec<&str> = c.ignored.iter().map(|i| i.origin.key.as_str()).collect();
-    assert!(ignored.contains(&"status.storage.replication.factor"), "{ignored:?}");
+    assert!(
+        ignored.contains(&"status.storage.replication.factor"),
+        "{ignored:?}"
+    );
     assert!(ignored.contains(&"config.storage.replication.factor"));
     // ...but the offset storage holds kmirror's positions, in MM2's topic.
     assert!(!ignored.contains(&"offset.storage.replication.factor"));
@@ -76,19 +103,34 @@ fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
 #[test]
 fn sasl_fixture() {
     let c = mm2::load(&fixture("mm2-sasl.properties"), &[], &SystemEnvironment).unwrap();
-    let f = c.flows.iter().find(|f| f.id.to_string() == "source->target").unwrap();
+    let f = c
+        .flows
+        .iter()
+        .find(|f| f.id.to_string() == "source->target")
+        .unwrap();
     assert!(f.replication);
     assert_eq!(f.policy.kind, PolicyKind::Identity);
-    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("source"), "projects.x"), "projects.x");
+    assert_eq!(
+        f.policy
+            .format_remote_topic(&ClusterAlias::new("source"), "projects.x"),
+        "projects.x"
+    );
     assert!(f.topics.accepts("projects.alpha"));
     assert!(!f.topics.accepts("other"));
     assert!(f.groups.accepts("billing"));
     assert!(!f.groups.accepts("console-consumer-123"));
-    assert!(f.sync_topic_configs.enabled && f.sync_topic_acls.enabled && f.sync_group_offsets.enabled);
+    assert!(
+        f.sync_topic_configs.enabled && f.sync_topic_acls.enabled && f.sync_group_offsets.enabled
+    );
     assert_eq!(f.emit_heartbeats.interval.as_secs(), 5);
     assert_eq!(f.refresh_topics.interval.as_secs(), 60);
     assert_eq!(f.refresh_groups.interval.as_secs(), 60);
-    for client in [&f.clients.source_consumer, &f.clients.source_admin, &f.clients.target_producer, &f.clients.target_admin] {
+    for client in [
+        &f.clients.source_consumer,
+        &f.clients.source_admin,
+        &f.clients.target_producer,
+        &f.clients.target_admin,
+    ] {
         assert_eq!(client.security_protocol, SecurityProtocol::SaslPlaintext);
         let sasl = client.sasl.as_ref().unwrap();
         assert_eq!(sasl.mechanism, SaslMechanism::Plain);
@@ -96,9 +138,17 @@ fn sasl_fixture() {
         assert_eq!(sasl.password.expose(), "mm2-secret");
     }
     // target->source is disabled but still emits heartbeats, as in MM2.
-    let back = c.flows.iter().find(|f| f.id.to_string() == "target->source").unwrap();
+    let back = c
+        .flows
+        .iter()
+        .find(|f| f.id.to_string() == "target->source")
+        .unwrap();
     assert!(!back.replication && back.emit_heartbeats.enabled);
-    let tasks = c.ignored.iter().find(|i| i.origin.key == "tasks.max").unwrap();
+    let tasks = c
+        .ignored
+        .iter()
+        .find(|i| i.origin.key == "tasks.max")
+        .unwrap();
     assert!(tasks.reason.contains("every source partition"));
     // The password never shows in Debug output.
     assert!(!format!("{c:?}").contains("mm2-secret"));
@@ -125,15 +175,28 @@ fn precedence_top_level_then_cluster_then_flow() {
     ));
     let f = &c.flows[0];
     assert_eq!(f.replication_factor, 1, "top-level connector key applies");
-    assert!(f.topics.accepts("flow.x") && !f.topics.accepts("top.x"), "flow key wins");
+    assert!(
+        f.topics.accepts("flow.x") && !f.topics.accepts("top.x"),
+        "flow key wins"
+    );
     assert!(f.sync_group_offsets.enabled);
     assert_eq!(f.emit_checkpoints.interval.as_secs(), 10);
     // source.consumer.* (from A.consumer.*) wins over the flow-wide consumer.* (mm2-spec §1.2).
     assert_eq!(f.clients.consumer_tuning.fetch_max_bytes, 1000);
     assert_eq!(f.clients.producer_tuning.compression, Compression::Lz4);
-    assert_eq!(f.clients.producer_tuning.linger.as_millis(), 40, "producer.override wins");
-    assert_eq!(f.policy.format_remote_topic(&ClusterAlias::new("A"), "t"), "A_t");
-    assert_eq!(f.policy.checkpoints_topic(&ClusterAlias::new("A")), "A_checkpoints_internal");
+    assert_eq!(
+        f.clients.producer_tuning.linger.as_millis(),
+        40,
+        "producer.override wins"
+    );
+    assert_eq!(
+        f.policy.format_remote_topic(&ClusterAlias::new("A"), "t"),
+        "A_t"
+    );
+    assert_eq!(
+        f.policy.checkpoints_topic(&ClusterAlias::new("A")),
+        "A_checkpoints_internal"
+    );
 }
 
 #[test]
@@ -149,11 +212,23 @@ fn client_keys_are_copied_into_every_role_and_top_level_is_the_default() {
          A->B.enabled = true\n");
     let f = c.flows.iter().find(|f| f.id.to_string() == "A->B").unwrap();
     assert_eq!(f.clients.source_consumer.bootstrap[0].to_string(), "a:9092");
-    assert_eq!(f.clients.source_consumer.sasl.as_ref().unwrap().username, "a-user");
-    assert_eq!(f.clients.source_admin.sasl.as_ref().unwrap().username, "a-admin");
+    assert_eq!(
+        f.clients.source_consumer.sasl.as_ref().unwrap().username,
+        "a-user"
+    );
+    assert_eq!(
+        f.clients.source_admin.sasl.as_ref().unwrap().username,
+        "a-admin"
+    );
     // B has no settings of its own: the top-level ones are its defaults.
-    assert_eq!(f.clients.target_producer.bootstrap[0].to_string(), "shared:9092");
-    assert_eq!(f.clients.target_producer.sasl.as_ref().unwrap().username, "top");
+    assert_eq!(
+        f.clients.target_producer.bootstrap[0].to_string(),
+        "shared:9092"
+    );
+    assert_eq!(
+        f.clients.target_producer.sasl.as_ref().unwrap().username,
+        "top"
+    );
 }
 
 #[test]
@@ -166,14 +241,24 @@ fn clusters_flag_selects_flows_by_target() {
     let all = parse_served(&text, &[]).unwrap();
     assert_eq!(all.served_flows().count(), 2);
     let e = parse_served(&text, &["D"]).unwrap_err().to_string();
-    assert!(e.contains("--clusters names 'D', which is not in 'clusters' (A, B, C)"), "{e}");
-    let e = parse_served(&format!("{AB}A->B.enabled = true\nemit.heartbeats.enabled = false\n"), &["A"]).unwrap_err().to_string();
+    assert!(
+        e.contains("--clusters names 'D', which is not in 'clusters' (A, B, C)"),
+        "{e}"
+    );
+    let e = parse_served(
+        &format!("{AB}A->B.enabled = true\nemit.heartbeats.enabled = false\n"),
+        &["A"],
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("No source->target replication flows"), "{e}");
 }
 
 #[test]
 fn heartbeats_off_removes_heartbeat_only_flows() {
-    let c = ok(&format!("{AB}A->B.enabled = true\nB->A.emit.heartbeats.enabled = false\n"));
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nB->A.emit.heartbeats.enabled = false\n"
+    ));
     assert_eq!(c.flows.len(), 1);
 }
 
@@ -206,14 +291,19 @@ fn validation_errors_name_file_line_key_value() {
     ];
     for (text, needle) in cases {
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e.contains(needle)), "expected '{needle}' in {errs:#?}\nfor:\n{text}");
+        assert!(
+            errs.iter().any(|e| e.contains(needle)),
+            "expected '{needle}' in {errs:#?}\nfor:\n{text}"
+        );
         assert!(errs.iter().all(|e| !e.contains("hunter2")));
     }
 }
 
 #[test]
 fn every_error_is_reported_in_one_run() {
-    let errs = errors(&format!("{AB}A->B.enabled = true\nreplication.factor = x\nA->B.topics = (\n"));
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nreplication.factor = x\nA->B.topics = (\n"
+    ));
     assert_eq!(errs.len(), 2, "{errs:#?}");
 }
 
@@ -228,35 +318,73 @@ fn ignored_keys_and_typo_hints() {
          consumer.fetch.max.bytes = 7\n\
          key.converter = org.apache.kafka.connect.converters.ByteArrayConverter\n"
     ));
-    let find = |k: &str| c.ignored.iter().find(|i| i.origin.key == k).unwrap_or_else(|| panic!("{k} not reported: {:?}", c.ignored));
-    assert_eq!(find("A->B.topics.exlude").did_you_mean.as_deref(), Some("A->B.topics.exclude"));
-    assert_eq!(find("sync.group.offset.enabled").did_you_mean.as_deref(), Some("sync.group.offsets.enabled"));
-    assert_eq!(find("A.fetch.max.bytes").did_you_mean.as_deref(), Some("A.consumer.fetch.max.bytes"));
-    assert!(find("A.consumer.max.poll.records").reason.contains("does not use"));
-    assert!(find("consumer.fetch.max.bytes").reason.contains("MM2 ignores top-level consumer"));
-    assert!(find("key.converter").reason.contains("copies record bytes unchanged"));
+    let find = |k: &str| {
+        c.ignored
+            .iter()
+            .find(|i| i.origin.key == k)
+            .unwrap_or_else(|| panic!("{k} not reported: {:?}", c.ignored))
+    };
+    assert_eq!(
+        find("A->B.topics.exlude").did_you_mean.as_deref(),
+        Some("A->B.topics.exclude")
+    );
+    assert_eq!(
+        find("sync.group.offset.enabled").did_you_mean.as_deref(),
+        Some("sync.group.offsets.enabled")
+    );
+    assert_eq!(
+        find("A.fetch.max.bytes").did_you_mean.as_deref(),
+        Some("A.consumer.fetch.max.bytes")
+    );
+    assert!(find("A.consumer.max.poll.records")
+        .reason
+        .contains("does not use"));
+    assert!(find("consumer.fetch.max.bytes")
+        .reason
+        .contains("MM2 ignores top-level consumer"));
+    assert!(find("key.converter")
+        .reason
+        .contains("copies record bytes unchanged"));
     assert_eq!(c.ignored.len(), 6, "{:?}", c.ignored);
 }
 
 #[test]
 fn deprecated_blacklist_keys_are_honoured_with_a_warning() {
-    let c = ok(&format!("{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ngroups.blacklist = g1\n"));
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ngroups.blacklist = g1\n"
+    ));
     let f = &c.flows[0];
     assert!(!f.topics.accepts("secret.x") && f.topics.accepts("orders"));
     assert!(!f.groups.accepts("g1"));
     let warnings: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
-    assert!(warnings.iter().any(|w| w.contains("'topics.blacklist' is deprecated")), "{warnings:?}");
-    let c = ok(&format!("{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ntopics.exclude = other\n"));
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("'topics.blacklist' is deprecated")),
+        "{warnings:?}"
+    );
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\ntopics.blacklist = secret.*\ntopics.exclude = other\n"
+    ));
     assert!(c.flows[0].topics.accepts("secret.x"));
-    assert!(c.diagnostics.warnings().any(|w| w.message.contains("ignored because 'topics.exclude'")));
+    assert!(c
+        .diagnostics
+        .warnings()
+        .any(|w| w.message.contains("ignored because 'topics.exclude'")));
 }
 
 #[test]
 fn duplicate_keys_warn_and_the_later_wins() {
-    let c = ok(&format!("{AB}A->B.enabled = true\nreplication.factor = 1\nreplication.factor = 3\n"));
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nreplication.factor = 1\nreplication.factor = 3\n"
+    ));
     assert_eq!(c.flows[0].replication_factor, 3);
     let w: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
-    assert!(w.iter().any(|w| w.contains("mm2.properties:5: replication.factor: set again on line 6")), "{w:?}");
+    assert!(
+        w.iter()
+            .any(|w| w.contains("mm2.properties:5: replication.factor: set again on line 6")),
+        "{w:?}"
+    );
 }
 
 #[test]

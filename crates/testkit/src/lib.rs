@@ -24,7 +24,11 @@ pub enum HarnessError {
     #[error("could not run {what}: {error}")]
     Spawn { what: String, error: std::io::Error },
     #[error("{what} failed ({status}):\n{stderr}")]
-    Failed { what: String, status: String, stderr: String },
+    Failed {
+        what: String,
+        status: String,
+        stderr: String,
+    },
 }
 
 /// Security variants of a test cluster.
@@ -79,11 +83,12 @@ fn run_root() -> &'static Path {
             script = script.display()
         );
         Command::new("setsid")
-            .args(["sh", "-c", &watchdog])
+            // --fork: setsid returns at once; the watchdog lives on in its own session.
+            .args(["--fork", "sh", "-c", &watchdog])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .status()
             .expect("start the broker watchdog (setsid sh)");
         root
     })
@@ -91,18 +96,35 @@ fn run_root() -> &'static Path {
 
 fn harness(args: &[&str]) -> Command {
     let mut c = Command::new("bash");
-    c.arg(harness_script()).args(args).env("KAFKA_HARNESS_RUN", run_root());
+    c.arg(harness_script())
+        .args(args)
+        .env("KAFKA_HARNESS_RUN", run_root());
     c
 }
 
 fn run(what: &str, mut cmd: Command, stdin: Option<&[u8]>) -> Result<Output, HarnessError> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    let mut child = cmd.spawn().map_err(|error| HarnessError::Spawn { what: what.into(), error })?;
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().map_err(|error| HarnessError::Spawn {
+        what: what.into(),
+        error,
+    })?;
     if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(data).map_err(|error| HarnessError::Spawn { what: what.into(), error })?;
+        pipe.write_all(data).map_err(|error| HarnessError::Spawn {
+            what: what.into(),
+            error,
+        })?;
     }
-    child.wait_with_output().map_err(|error| HarnessError::Spawn { what: what.into(), error })
+    child
+        .wait_with_output()
+        .map_err(|error| HarnessError::Spawn {
+            what: what.into(),
+            error,
+        })
 }
 
 fn check(what: &str, out: Output) -> Result<Output, HarnessError> {
@@ -122,9 +144,13 @@ pub fn free_port_pair() -> u16 {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     for _ in 0..200 {
         // Spread candidates so parallel tests in one process do not race for the same pair.
-        let base = 20000 + ((std::process::id() as usize * 7919 + NEXT.fetch_add(2, Ordering::SeqCst)) % 20000) as u16;
+        let base = 20000
+            + ((std::process::id() as usize * 7919 + NEXT.fetch_add(2, Ordering::SeqCst)) % 20000)
+                as u16;
         let port = base & !1;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
+        {
             return port;
         }
     }
@@ -151,15 +177,33 @@ impl Cluster {
         let mut args = vec!["start", unique.as_str(), port.as_str()];
         args.extend(security.flags());
         let t0 = Instant::now();
-        let out = check(&format!("kafka-harness start {unique}"), run("kafka-harness start", harness(&args), None)?)?;
-        let bootstrap = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+        let out = check(
+            &format!("kafka-harness start {unique}"),
+            run("kafka-harness start", harness(&args), None)?,
+        )?;
+        let bootstrap = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         let dir = run_root().join(&unique);
         let env = std::fs::read_to_string(dir.join("env"))
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|l| {
+                l.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect();
-        Ok(Cluster { name: unique, security, bootstrap, env, dir, start_time: t0.elapsed() })
+        Ok(Cluster {
+            name: unique,
+            security,
+            bootstrap,
+            env,
+            dir,
+            start_time: t0.elapsed(),
+        })
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -185,15 +229,28 @@ impl Cluster {
     }
 
     /// Runs a Kafka tool (alias or class) and returns its output, whatever the exit status.
-    pub fn tool_output(&self, tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output, HarnessError> {
+    pub fn tool_output(
+        &self,
+        tool: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<Output, HarnessError> {
         let mut all = vec!["tool", tool];
         all.extend(args);
         run(&format!("kafka tool {tool}"), harness(&all), stdin)
     }
 
     /// Runs a Kafka tool and fails on a non-zero exit.
-    pub fn tool(&self, tool: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<String, HarnessError> {
-        let out = check(&format!("kafka tool {tool} {}", args.join(" ")), self.tool_output(tool, args, stdin)?)?;
+    pub fn tool(
+        &self,
+        tool: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<String, HarnessError> {
+        let out = check(
+            &format!("kafka tool {tool} {}", args.join(" ")),
+            self.tool_output(tool, args, stdin)?,
+        )?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -203,32 +260,73 @@ impl Cluster {
         let p = partitions.to_string();
         self.tool(
             "topics",
-            &["--bootstrap-server", &self.bootstrap, "--command-config", cfg.to_str().unwrap_or_default(), "--create", "--topic", topic, "--partitions", &p, "--replication-factor", "1"],
+            &[
+                "--bootstrap-server",
+                &self.bootstrap,
+                "--command-config",
+                cfg.to_str().unwrap_or_default(),
+                "--create",
+                "--topic",
+                topic,
+                "--partitions",
+                &p,
+                "--replication-factor",
+                "1",
+            ],
             None,
         )?;
         Ok(())
     }
 
     /// Produces one record per line with the console producer, as `user` (None: admin).
-    pub fn produce_lines(&self, topic: &str, lines: &[&str], user: Option<&str>) -> Result<Output, HarnessError> {
+    pub fn produce_lines(
+        &self,
+        topic: &str,
+        lines: &[&str],
+        user: Option<&str>,
+    ) -> Result<Output, HarnessError> {
         let cfg = self.client_config(user);
         let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
         self.tool_output(
             "console-producer",
-            &["--bootstrap-server", &self.bootstrap, "--producer.config", cfg.to_str().unwrap_or_default(), "--topic", topic],
+            &[
+                "--bootstrap-server",
+                &self.bootstrap,
+                "--producer.config",
+                cfg.to_str().unwrap_or_default(),
+                "--topic",
+                topic,
+            ],
             Some(input.as_bytes()),
         )
     }
 
     /// Consumes `n` records from the beginning with the console consumer, as `user`.
-    pub fn consume_lines(&self, topic: &str, n: usize, group: &str, user: Option<&str>) -> Result<Output, HarnessError> {
+    pub fn consume_lines(
+        &self,
+        topic: &str,
+        n: usize,
+        group: &str,
+        user: Option<&str>,
+    ) -> Result<Output, HarnessError> {
         let cfg = self.client_config(user);
         let n = n.to_string();
         self.tool_output(
             "console-consumer",
             &[
-                "--bootstrap-server", &self.bootstrap, "--consumer.config", cfg.to_str().unwrap_or_default(), "--topic", topic,
-                "--from-beginning", "--max-messages", &n, "--timeout-ms", "30000", "--group", group,
+                "--bootstrap-server",
+                &self.bootstrap,
+                "--consumer.config",
+                cfg.to_str().unwrap_or_default(),
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--max-messages",
+                &n,
+                "--timeout-ms",
+                "30000",
+                "--group",
+                group,
             ],
             None,
         )

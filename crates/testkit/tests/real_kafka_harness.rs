@@ -16,8 +16,15 @@ fn round_trip(c: &Cluster, topic: &str, user: Option<&str>) {
     let lines = ["first", "second record", "third"];
     let p = c.produce_lines(topic, &lines, user).unwrap();
     assert!(p.status.success(), "produce on {}: {}", c.name, stderr(&p));
-    let out = c.consume_lines(topic, 3, &format!("g-{topic}"), user).unwrap();
-    assert!(out.status.success(), "consume on {}: {}", c.name, stderr(&out));
+    let out = c
+        .consume_lines(topic, 3, &format!("g-{topic}"), user)
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "consume on {}: {}",
+        c.name,
+        stderr(&out)
+    );
     let got: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
     assert_eq!(got, lines, "records read back from {} {topic}", c.name);
 }
@@ -30,30 +37,67 @@ fn plaintext_and_sasl_acl_clusters_create_produce_consume() {
         let b = s.spawn(|| Cluster::start("acl", Security::SaslAcl).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
-    eprintln!("broker start: plaintext {:?}, sasl+acl {:?} (in parallel)", plain.start_time, acl.start_time);
+    eprintln!(
+        "broker start: plaintext {:?}, sasl+acl {:?} (in parallel)",
+        plain.start_time, acl.start_time
+    );
     plain.create_topic("orders", 3).unwrap();
     round_trip(&plain, "orders", None);
 
     // ACLs are enforced: alice may do nothing until granted.
     acl.create_topic("payments", 2).unwrap();
-    let denied = acl.produce_lines("payments", &["x"], Some("alice")).unwrap();
+    let denied = acl
+        .produce_lines("payments", &["x"], Some("alice"))
+        .unwrap();
     let all = format!("{}{}", stdout(&denied), stderr(&denied));
-    assert!(all.contains("TopicAuthorizationException") || all.contains("Not authorized"), "alice wrote without an ACL: {all}");
+    assert!(
+        all.contains("TopicAuthorizationException") || all.contains("Not authorized"),
+        "alice wrote without an ACL: {all}"
+    );
     let admin = acl.client_config(None);
     acl.tool(
         "acls",
         &[
-            "--bootstrap-server", acl.bootstrap(), "--command-config", admin.to_str().unwrap(), "--add",
-            "--allow-principal", "User:alice", "--operation", "Write", "--operation", "Read", "--operation", "Describe",
-            "--topic", "payments", "--group", "g-payments",
+            "--bootstrap-server",
+            acl.bootstrap(),
+            "--command-config",
+            admin.to_str().unwrap(),
+            "--add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Write",
+            "--operation",
+            "Read",
+            "--operation",
+            "Describe",
+            "--topic",
+            "payments",
+            "--group",
+            "g-payments",
         ],
         None,
     )
     .unwrap();
     let listed = acl
-        .tool("acls", &["--bootstrap-server", acl.bootstrap(), "--command-config", admin.to_str().unwrap(), "--list", "--topic", "payments"], None)
+        .tool(
+            "acls",
+            &[
+                "--bootstrap-server",
+                acl.bootstrap(),
+                "--command-config",
+                admin.to_str().unwrap(),
+                "--list",
+                "--topic",
+                "payments",
+            ],
+            None,
+        )
         .unwrap();
-    assert!(listed.contains("User:alice") && listed.contains("WRITE"), "{listed}");
+    assert!(
+        listed.contains("User:alice") && listed.contains("WRITE"),
+        "{listed}"
+    );
     round_trip(&acl, "payments", Some("alice"));
 }
 
@@ -62,7 +106,9 @@ fn ssl_cluster_create_produce_consume() {
     let c = Cluster::start("ssl", Security::Mtls).unwrap();
     eprintln!("broker start (mTLS): {:?}", c.start_time);
     for key in ["SSL_CA_PEM", "SSL_CLIENT_CERT_PEM", "SSL_CLIENT_KEY_PEM"] {
-        let path = c.env(key).unwrap_or_else(|| panic!("{key} missing from the cluster env"));
+        let path = c
+            .env(key)
+            .unwrap_or_else(|| panic!("{key} missing from the cluster env"));
         assert!(std::path::Path::new(path).is_file(), "{key}={path}");
     }
     c.create_topic("secure", 1).unwrap();

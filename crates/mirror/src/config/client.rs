@@ -13,7 +13,12 @@ use std::path::PathBuf;
 
 /// Connection settings for one client role (`what` names it in messages, e.g. "cluster A").
 /// Returns `None` when an error was recorded.
-pub fn connection(map: &SettingMap, what: &str, hint_key: &str, diags: &mut Diagnostics) -> Option<ClientSettings> {
+pub fn connection(
+    map: &SettingMap,
+    what: &str,
+    hint_key: &str,
+    diags: &mut Diagnostics,
+) -> Option<ClientSettings> {
     let errors_before = diags.errors().count();
     let mut r = Reader::new(map, diags);
     let bootstrap = match r.get("bootstrap.servers") {
@@ -45,13 +50,24 @@ pub fn connection(map: &SettingMap, what: &str, hint_key: &str, diags: &mut Diag
             r.diags.error(
                 Some(&s.origin),
                 Some(&s.value),
-                format!("unsupported security protocol: expected one of {}", SecurityProtocol::NAMES.join(", ")),
+                format!(
+                    "unsupported security protocol: expected one of {}",
+                    SecurityProtocol::NAMES.join(", ")
+                ),
             );
             SecurityProtocol::Plaintext
         }),
     };
-    let sasl = if protocol.uses_sasl() { sasl(&mut r, what) } else { None };
-    let tls = if protocol.uses_tls() { tls(&mut r) } else { None };
+    let sasl = if protocol.uses_sasl() {
+        sasl(&mut r, what)
+    } else {
+        None
+    };
+    let tls = if protocol.uses_tls() {
+        tls(&mut r)
+    } else {
+        None
+    };
     let client_id = r.get("client.id").map(|s| s.value.trim().to_string());
     let request_timeout = r.millis("request.timeout.ms", 30_000);
     if diags.errors().count() > errors_before {
@@ -108,9 +124,15 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
             None => {
                 let v = s.value.trim();
                 let why = if v == "GSSAPI" || v == "OAUTHBEARER" {
-                    format!("{v} is not supported yet: kmirror supports {}", SaslMechanism::NAMES.join(", "))
+                    format!(
+                        "{v} is not supported yet: kmirror supports {}",
+                        SaslMechanism::NAMES.join(", ")
+                    )
                 } else {
-                    format!("unknown SASL mechanism: expected one of {}", SaslMechanism::NAMES.join(", "))
+                    format!(
+                        "unknown SASL mechanism: expected one of {}",
+                        SaslMechanism::NAMES.join(", ")
+                    )
                 };
                 r.diags.error(Some(&s.origin), Some(&s.value), why);
                 return None;
@@ -121,7 +143,10 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
         r.diags.error(
             r.get("sasl.mechanism").map(|s| &s.origin),
             None,
-            format!("{what} uses SASL/{} but sasl.jaas.config is not set", mechanism.as_str()),
+            format!(
+                "{what} uses SASL/{} but sasl.jaas.config is not set",
+                mechanism.as_str()
+            ),
         );
         return None;
     };
@@ -150,11 +175,20 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
             "malformed JAAS configuration ({why}); expected: {expected_module} required username=\"...\" password=\"...\";"
         )
     };
-    let mut tokens = JaasTokens { chars: text.trim().chars().collect(), pos: 0 };
+    let mut tokens = JaasTokens {
+        chars: text.trim().chars().collect(),
+        pos: 0,
+    };
     let module = tokens.word().ok_or_else(|| malformed("no login module"))?;
-    let flag = tokens.word().ok_or_else(|| malformed("no control flag after the login module"))?;
-    if !["required", "requisite", "sufficient", "optional"].contains(&flag.to_ascii_lowercase().as_str()) {
-        return Err(malformed("the control flag must be required, requisite, sufficient or optional"));
+    let flag = tokens
+        .word()
+        .ok_or_else(|| malformed("no control flag after the login module"))?;
+    if !["required", "requisite", "sufficient", "optional"]
+        .contains(&flag.to_ascii_lowercase().as_str())
+    {
+        return Err(malformed(
+            "the control flag must be required, requisite, sufficient or optional",
+        ));
     }
     let mut username = None;
     let mut password = None;
@@ -168,13 +202,19 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
             None => return Err(malformed("missing ';' at the end")),
             _ => {}
         }
-        let name = tokens.word().ok_or_else(|| malformed("expected option=value"))?;
+        let name = tokens
+            .word()
+            .ok_or_else(|| malformed("expected option=value"))?;
         tokens.skip_ws();
         if tokens.peek() != Some('=') {
             return Err(malformed(&format!("option '{name}' has no '=value'")));
         }
         tokens.pos += 1;
-        let value = tokens.value().ok_or_else(|| malformed(&format!("option '{name}' has an unterminated or missing value")))?;
+        let value = tokens.value().ok_or_else(|| {
+            malformed(&format!(
+                "option '{name}' has an unterminated or missing value"
+            ))
+        })?;
         match name.as_str() {
             "username" => username = Some(value),
             "password" => password = Some(value),
@@ -183,7 +223,9 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
     }
     tokens.skip_ws();
     if tokens.peek().is_some() {
-        return Err(malformed("more than one login module; kmirror uses exactly one"));
+        return Err(malformed(
+            "more than one login module; kmirror uses exactly one",
+        ));
     }
     if module != expected_module {
         let known = module == PLAIN_MODULE || module == SCRAM_MODULE;
@@ -198,7 +240,9 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
             )
         });
     }
-    let username = username.filter(|u| !u.is_empty()).ok_or_else(|| malformed("no username"))?;
+    let username = username
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| malformed("no username"))?;
     let password = password.ok_or_else(|| malformed("no password"))?;
     Ok(SaslCredentials {
         mechanism,
@@ -282,7 +326,11 @@ fn tls(r: &mut Reader<'_>) -> Option<TlsSettings> {
     };
     let trust = trust_material(r)?;
     let identity = key_material(r)?;
-    Some(TlsSettings { trust, identity, verify_hostname })
+    Some(TlsSettings {
+        trust,
+        identity,
+        verify_hostname,
+    })
 }
 
 #[derive(PartialEq)]
@@ -296,19 +344,34 @@ enum StoreType {
 fn store_type(r: &mut Reader<'_>, store: &str) -> Option<StoreType> {
     let type_key = format!("ssl.{store}.type");
     let location_key = format!("ssl.{store}.location");
-    let location = r.get(&location_key).map(|s| s.value.trim().to_string()).unwrap_or_default();
+    let location = r
+        .get(&location_key)
+        .map(|s| s.value.trim().to_string())
+        .unwrap_or_default();
     let (declared, origin, value) = match r.get(&type_key) {
-        Some(s) => (s.value.trim().to_ascii_uppercase(), Some(s.origin.clone()), s.value.clone()),
+        Some(s) => (
+            s.value.trim().to_ascii_uppercase(),
+            Some(s.origin.clone()),
+            s.value.clone(),
+        ),
         None => {
             let lower = location.to_ascii_lowercase();
-            let guess = if lower.ends_with(".p12") || lower.ends_with(".pfx") || lower.ends_with(".pkcs12") {
+            let guess = if lower.ends_with(".p12")
+                || lower.ends_with(".pfx")
+                || lower.ends_with(".pkcs12")
+            {
                 "PKCS12"
-            } else if lower.ends_with(".pem") || lower.ends_with(".crt") || lower.ends_with(".cer") {
+            } else if lower.ends_with(".pem") || lower.ends_with(".crt") || lower.ends_with(".cer")
+            {
                 "PEM"
             } else {
                 "JKS"
             };
-            (guess.to_string(), r.get(&location_key).map(|s| s.origin.clone()), location.clone())
+            (
+                guess.to_string(),
+                r.get(&location_key).map(|s| s.origin.clone()),
+                location.clone(),
+            )
         }
     };
     match declared.as_str() {
@@ -328,7 +391,11 @@ fn store_type(r: &mut Reader<'_>, store: &str) -> Option<StoreType> {
             None
         }
         _ => {
-            r.diags.error(origin.as_ref(), Some(&value), format!("unsupported {type_key}: expected PKCS12 or PEM"));
+            r.diags.error(
+                origin.as_ref(),
+                Some(&value),
+                format!("unsupported {type_key}: expected PKCS12 or PEM"),
+            );
             None
         }
     }
@@ -340,7 +407,9 @@ fn secret(r: &Reader<'_>, key: &str) -> Option<Secret> {
 
 fn trust_material(r: &mut Reader<'_>) -> Option<TrustMaterial> {
     if let Some(s) = r.get("ssl.truststore.certificates") {
-        return Some(TrustMaterial::PemInline { pem: Secret::new(s.value.clone()) });
+        return Some(TrustMaterial::PemInline {
+            pem: Secret::new(s.value.clone()),
+        });
     }
     let Some(loc) = r.get("ssl.truststore.location") else {
         return Some(TrustMaterial::SystemRoots);
@@ -348,7 +417,10 @@ fn trust_material(r: &mut Reader<'_>) -> Option<TrustMaterial> {
     let path = PathBuf::from(loc.value.trim());
     match store_type(r, "truststore")? {
         StoreType::Pem => Some(TrustMaterial::PemFile { path }),
-        StoreType::Pkcs12 => Some(TrustMaterial::Pkcs12File { path, password: secret(r, "ssl.truststore.password") }),
+        StoreType::Pkcs12 => Some(TrustMaterial::Pkcs12File {
+            path,
+            password: secret(r, "ssl.truststore.password"),
+        }),
     }
 }
 
@@ -356,7 +428,11 @@ fn key_material(r: &mut Reader<'_>) -> Option<Option<KeyMaterial>> {
     let key_password = secret(r, "ssl.key.password");
     if let Some(chain) = r.get("ssl.keystore.certificate.chain") {
         let Some(key) = r.get("ssl.keystore.key") else {
-            r.diags.error(Some(&chain.origin), None, "ssl.keystore.certificate.chain needs ssl.keystore.key (the PEM private key)");
+            r.diags.error(
+                Some(&chain.origin),
+                None,
+                "ssl.keystore.certificate.chain needs ssl.keystore.key (the PEM private key)",
+            );
             return None;
         };
         return Some(Some(KeyMaterial::PemInline {
@@ -386,15 +462,38 @@ pub fn consumer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ConsumerTun
     let mut r = Reader::new(map, diags);
     let d = ConsumerTuning::default();
     ConsumerTuning {
-        fetch_max_bytes: r.int("fetch.max.bytes", d.fetch_max_bytes as i64, 0, i32::MAX as i64) as i32,
-        max_partition_fetch_bytes: r.int("max.partition.fetch.bytes", d.max_partition_fetch_bytes as i64, 0, i32::MAX as i64) as i32,
-        fetch_min_bytes: r.int("fetch.min.bytes", d.fetch_min_bytes as i64, 0, i32::MAX as i64) as i32,
+        fetch_max_bytes: r.int(
+            "fetch.max.bytes",
+            d.fetch_max_bytes as i64,
+            0,
+            i32::MAX as i64,
+        ) as i32,
+        max_partition_fetch_bytes: r.int(
+            "max.partition.fetch.bytes",
+            d.max_partition_fetch_bytes as i64,
+            0,
+            i32::MAX as i64,
+        ) as i32,
+        fetch_min_bytes: r.int(
+            "fetch.min.bytes",
+            d.fetch_min_bytes as i64,
+            0,
+            i32::MAX as i64,
+        ) as i32,
         fetch_max_wait: r.millis("fetch.max.wait.ms", d.fetch_max_wait.as_millis() as i64),
-        isolation_level: match r.choice("isolation.level", "read_committed", &["read_committed", "read_uncommitted"]) {
+        isolation_level: match r.choice(
+            "isolation.level",
+            "read_committed",
+            &["read_committed", "read_uncommitted"],
+        ) {
             "read_uncommitted" => IsolationLevel::ReadUncommitted,
             _ => IsolationLevel::ReadCommitted,
         },
-        auto_offset_reset: match r.choice("auto.offset.reset", "earliest", &["earliest", "latest", "none"]) {
+        auto_offset_reset: match r.choice(
+            "auto.offset.reset",
+            "earliest",
+            &["earliest", "latest", "none"],
+        ) {
             "latest" => AutoOffsetReset::Latest,
             "none" => AutoOffsetReset::None,
             _ => AutoOffsetReset::Earliest,
@@ -437,7 +536,12 @@ pub fn producer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ProducerTun
         linger: r.millis("linger.ms", d.linger.as_millis() as i64),
         compression,
         acks,
-        max_request_size: r.int("max.request.size", d.max_request_size as i64, 1, i32::MAX as i64) as i32,
+        max_request_size: r.int(
+            "max.request.size",
+            d.max_request_size as i64,
+            1,
+            i32::MAX as i64,
+        ) as i32,
     }
 }
 
@@ -456,7 +560,11 @@ mod tests {
                     k.to_string(),
                     Setting {
                         value: v.to_string(),
-                        origin: Origin { file: Arc::from("c.properties"), line: 1, key: format!("A.{k}") },
+                        origin: Origin {
+                            file: Arc::from("c.properties"),
+                            line: 1,
+                            key: format!("A.{k}"),
+                        },
                     },
                 )
             })
@@ -479,13 +587,21 @@ mod tests {
         assert_eq!(c.security_protocol, SecurityProtocol::Plaintext);
         let addrs: Vec<String> = c.bootstrap.iter().map(|b| b.to_string()).collect();
         assert_eq!(addrs, ["a1:9092", "a2:9093", "[::1]:9094"]);
-        for (bad, needle) in [("a1", "is not host:port"), ("a1:0", "invalid port"), ("a1:x", "invalid port"), (":9092", "is not host:port")] {
+        for (bad, needle) in [
+            ("a1", "is not host:port"),
+            ("a1:0", "invalid port"),
+            ("a1:x", "invalid port"),
+            (":9092", "is not host:port"),
+        ] {
             let (c, e) = conn(&[("bootstrap.servers", bad)]);
             assert!(c.is_none());
             assert!(e[0].contains(needle), "{bad}: {e:?}");
         }
         let (_, e) = conn(&[]);
-        assert_eq!(e, ["error: cluster A has no bootstrap servers: set A.bootstrap.servers"]);
+        assert_eq!(
+            e,
+            ["error: cluster A has no bootstrap servers: set A.bootstrap.servers"]
+        );
         let (_, e) = conn(&[("bootstrap.servers", " ")]);
         assert!(e[0].contains("empty bootstrap server list"), "{e:?}");
     }
@@ -514,12 +630,30 @@ mod tests {
     #[test]
     fn jaas_errors_never_show_the_password() {
         let cases = [
-            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2""#, "missing ';'"),
-            (r#"org.apache.kafka.common.security.plain.PlainLoginModule username="u" password="hunter2";"#, "control flag"),
-            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2;"#, "unterminated"),
-            (r#"org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";"#, "no username"),
-            (r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="hunter2";"#, "does not match sasl.mechanism=PLAIN"),
-            (r#"com.sun.security.auth.module.Krb5LoginModule required password="hunter2";"#, "unsupported login module"),
+            (
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2""#,
+                "missing ';'",
+            ),
+            (
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule username="u" password="hunter2";"#,
+                "control flag",
+            ),
+            (
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2;"#,
+                "unterminated",
+            ),
+            (
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter2";"#,
+                "no username",
+            ),
+            (
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="hunter2";"#,
+                "does not match sasl.mechanism=PLAIN",
+            ),
+            (
+                r#"com.sun.security.auth.module.Krb5LoginModule required password="hunter2";"#,
+                "unsupported login module",
+            ),
         ];
         for (jaas, needle) in cases {
             let err = parse_jaas(jaas, SaslMechanism::Plain).unwrap_err();
@@ -537,13 +671,30 @@ mod tests {
 
     #[test]
     fn sasl_settings_errors() {
-        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT")]);
-        assert!(e[0].contains("sasl.mechanism is not set; Kafka's default is GSSAPI"), "{e:?}");
-        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "GSSAPI")]);
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+        ]);
+        assert!(
+            e[0].contains("sasl.mechanism is not set; Kafka's default is GSSAPI"),
+            "{e:?}"
+        );
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "GSSAPI"),
+        ]);
         assert!(e[0].contains("GSSAPI is not supported yet"), "{e:?}");
-        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN")]);
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+        ]);
         assert!(e[0].contains("sasl.jaas.config is not set"), "{e:?}");
-        let (_, e) = conn(&[("bootstrap.servers", "b:1"), ("security.protocol", "KERBEROS")]);
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:1"),
+            ("security.protocol", "KERBEROS"),
+        ]);
         assert_eq!(e, ["error: c.properties:1: A.security.protocol = 'KERBEROS': unsupported security protocol: expected one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"]);
     }
 
@@ -560,9 +711,17 @@ mod tests {
         assert!(e.is_empty(), "{e:?}");
         let tls = c.unwrap().tls.unwrap();
         assert!(!tls.verify_hostname);
-        assert_eq!(tls.trust, TrustMaterial::PemFile { path: "/etc/k/ca.pem".into() });
+        assert_eq!(
+            tls.trust,
+            TrustMaterial::PemFile {
+                path: "/etc/k/ca.pem".into()
+            }
+        );
         assert!(matches!(tls.identity, Some(KeyMaterial::Pkcs12File { .. })));
-        let (c, _) = conn(&[("bootstrap.servers", "b:9093"), ("security.protocol", "SSL")]);
+        let (c, _) = conn(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SSL"),
+        ]);
         let tls = c.unwrap().tls.unwrap();
         assert_eq!(tls.trust, TrustMaterial::SystemRoots);
         assert!(tls.verify_hostname);
@@ -573,7 +732,10 @@ mod tests {
             ("ssl.truststore.password", "changeit"),
         ]);
         assert!(e[0].contains("JKS stores cannot be read by kmirror; convert to PKCS12 with `keytool -importkeystore -srckeystore /etc/k/truststore.jks"), "{e:?}");
-        assert!(e[0].contains("-destkeystore /etc/k/truststore.p12"), "{e:?}");
+        assert!(
+            e[0].contains("-destkeystore /etc/k/truststore.p12"),
+            "{e:?}"
+        );
         let (_, e) = conn(&[
             ("bootstrap.servers", "b:9093"),
             ("security.protocol", "SSL"),
@@ -581,7 +743,11 @@ mod tests {
             ("ssl.truststore.type", "BCFKS"),
         ]);
         assert!(e[0].contains("expected PKCS12 or PEM"), "{e:?}");
-        let (_, e) = conn(&[("bootstrap.servers", "b:9093"), ("security.protocol", "SSL"), ("ssl.endpoint.identification.algorithm", "http")]);
+        let (_, e) = conn(&[
+            ("bootstrap.servers", "b:9093"),
+            ("security.protocol", "SSL"),
+            ("ssl.endpoint.identification.algorithm", "http"),
+        ]);
         assert!(e[0].contains("expected 'https'"), "{e:?}");
     }
 
@@ -591,14 +757,47 @@ mod tests {
         let c = consumer_tuning(&map(&[]), &mut d);
         assert_eq!(c, ConsumerTuning::default());
         assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);
-        let c = consumer_tuning(&map(&[("fetch.max.bytes", "1000"), ("isolation.level", "read_uncommitted"), ("auto.offset.reset", "latest")]), &mut d);
-        assert_eq!((c.fetch_max_bytes, c.isolation_level, c.auto_offset_reset), (1000, IsolationLevel::ReadUncommitted, AutoOffsetReset::Latest));
-        let p = producer_tuning(&map(&[("compression.type", "zstd"), ("linger.ms", "50"), ("acks", "-1")]), &mut d);
-        assert_eq!((p.compression, p.linger.as_millis(), p.acks), (Compression::Zstd, 50, Acks::All));
+        let c = consumer_tuning(
+            &map(&[
+                ("fetch.max.bytes", "1000"),
+                ("isolation.level", "read_uncommitted"),
+                ("auto.offset.reset", "latest"),
+            ]),
+            &mut d,
+        );
+        assert_eq!(
+            (c.fetch_max_bytes, c.isolation_level, c.auto_offset_reset),
+            (
+                1000,
+                IsolationLevel::ReadUncommitted,
+                AutoOffsetReset::Latest
+            )
+        );
+        let p = producer_tuning(
+            &map(&[
+                ("compression.type", "zstd"),
+                ("linger.ms", "50"),
+                ("acks", "-1"),
+            ]),
+            &mut d,
+        );
+        assert_eq!(
+            (p.compression, p.linger.as_millis(), p.acks),
+            (Compression::Zstd, 50, Acks::All)
+        );
         assert!(d.items.is_empty(), "{:?}", d.items);
-        let _ = producer_tuning(&map(&[("compression.type", "brotli"), ("acks", "1")]), &mut d);
+        let _ = producer_tuning(
+            &map(&[("compression.type", "brotli"), ("acks", "1")]),
+            &mut d,
+        );
         let msgs: Vec<String> = d.items.iter().map(|x| x.to_string()).collect();
-        assert!(msgs[0].contains("expected one of: none, gzip, snappy, lz4, zstd"), "{msgs:?}");
-        assert!(msgs[1].starts_with("warning:") && msgs[1].contains("acks=all"), "{msgs:?}");
+        assert!(
+            msgs[0].contains("expected one of: none, gzip, snappy, lz4, zstd"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].starts_with("warning:") && msgs[1].contains("acks=all"),
+            "{msgs:?}"
+        );
     }
 }

@@ -26,15 +26,27 @@ enum ConnectorKind {
     Heartbeat,
 }
 
-pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn Environment) -> Result<MirrorConfig, ConfigError> {
+pub fn load(
+    connectors: &[Properties],
+    worker: Option<&Properties>,
+    env: &dyn Environment,
+) -> Result<MirrorConfig, ConfigError> {
     let mut diags = Diagnostics::default();
     let mut ignored = Vec::new();
 
     // Config providers are a worker setting; a connector file may declare its own too.
-    let worker_map = worker.map(|w| resolve_all(w, None, env, &mut diags)).unwrap_or_default();
+    let worker_map = worker
+        .map(|w| resolve_all(w, None, env, &mut diags))
+        .unwrap_or_default();
     let worker_providers = worker.map(|w| {
         let file: Arc<str> = Arc::from(w.source.as_str());
-        Providers::declare(|k| w.get(k).map(|p| (p.value.clone(), origin(&file, p.line, &p.key))), &mut Diagnostics::default())
+        Providers::declare(
+            |k| {
+                w.get(k)
+                    .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
+            },
+            &mut Diagnostics::default(),
+        )
     });
 
     let mut flows: BTreeMap<FlowId, (SettingMap, Vec<ConnectorKind>)> = BTreeMap::new();
@@ -56,15 +68,33 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
                 }
             },
         };
-        let Some(source) = map.get("source.cluster.alias").map(|s| s.value.trim().to_string()).filter(|s| !s.is_empty()) else {
-            diags.error(None, None, format!("{}: source.cluster.alias is not set (MM2 requires it)", props.source));
+        let Some(source) = map
+            .get("source.cluster.alias")
+            .map(|s| s.value.trim().to_string())
+            .filter(|s| !s.is_empty())
+        else {
+            diags.error(
+                None,
+                None,
+                format!(
+                    "{}: source.cluster.alias is not set (MM2 requires it)",
+                    props.source
+                ),
+            );
             continue;
         };
         // MM2's default target alias.
-        let target = map.get("target.cluster.alias").map(|s| s.value.trim().to_string()).unwrap_or_else(|| "target".into());
+        let target = map
+            .get("target.cluster.alias")
+            .map(|s| s.value.trim().to_string())
+            .unwrap_or_else(|| "target".into());
         for p in props.iter() {
             if let Some((reason, hint)) = classify_connector_key(&p.key) {
-                ignored.push(IgnoredKey { origin: origin(&file, p.line, &p.key), reason, did_you_mean: hint });
+                ignored.push(IgnoredKey {
+                    origin: origin(&file, p.line, &p.key),
+                    reason,
+                    did_you_mean: hint,
+                });
             }
         }
         let id = FlowId::new(ClusterAlias::new(source), ClusterAlias::new(target));
@@ -72,7 +102,14 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
         for (k, v) in map {
             if let Some(prev) = entry.0.get(&k) {
                 if prev.value != v.value && k != "name" && k != "connector.class" {
-                    diags.warning(Some(&v.origin), None, format!("also set to a different value in {}; this file's value is used", prev.origin.file));
+                    diags.warning(
+                        Some(&v.origin),
+                        None,
+                        format!(
+                            "also set to a different value in {}; this file's value is used",
+                            prev.origin.file
+                        ),
+                    );
                 }
             }
             entry.0.insert(k, v);
@@ -91,11 +128,23 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
                 worker_producer.insert(rest.to_string(), v.clone());
             } else if k == "exactly.once.source.support" || k.starts_with("config.providers") {
             } else if let Some(reason) = keys::ignored_worker_key(k) {
-                ignored.push(IgnoredKey { origin: v.origin.clone(), reason: reason.into(), did_you_mean: None });
+                ignored.push(IgnoredKey {
+                    origin: v.origin.clone(),
+                    reason: reason.into(),
+                    did_you_mean: None,
+                });
             } else if let Some(reason) = keys::ignored_connector_key(k) {
-                ignored.push(IgnoredKey { origin: v.origin.clone(), reason: reason.into(), did_you_mean: None });
+                ignored.push(IgnoredKey {
+                    origin: v.origin.clone(),
+                    reason: reason.into(),
+                    did_you_mean: None,
+                });
             } else {
-                ignored.push(IgnoredKey { origin: origin(&file, v.origin.line, k), reason: "not used by kmirror".into(), did_you_mean: None });
+                ignored.push(IgnoredKey {
+                    origin: origin(&file, v.origin.line, k),
+                    reason: "not used by kmirror".into(),
+                    did_you_mean: None,
+                });
             }
         }
     }
@@ -103,15 +152,29 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
     let mut out = Vec::new();
     let mut clusters: BTreeMap<ClusterAlias, ClusterInfo> = BTreeMap::new();
     for (id, (mut map, kinds)) in flows {
-        let file = map.values().next().map(|s| s.origin.file.clone()).unwrap_or_else(|| Arc::from(""));
+        let file = map
+            .values()
+            .next()
+            .map(|s| s.origin.file.clone())
+            .unwrap_or_else(|| Arc::from(""));
         let o = origin(&file, 0, &format!("{id} (connector files)"));
         let set = |m: &mut SettingMap, k: &str, v: &str| {
             m.insert(k.into(), flow::synthetic(v, &o));
         };
         // A connector's `enabled` defaults to true in connector mode (mm2-spec §1.2).
         let has = |k: ConnectorKind| kinds.contains(&k);
-        let enabled = map.get("enabled").is_none_or(|s| s.value.trim().eq_ignore_ascii_case("true"));
-        set(&mut map, "enabled", if has(ConnectorKind::Source) && enabled { "true" } else { "false" });
+        let enabled = map
+            .get("enabled")
+            .is_none_or(|s| s.value.trim().eq_ignore_ascii_case("true"));
+        set(
+            &mut map,
+            "enabled",
+            if has(ConnectorKind::Source) && enabled {
+                "true"
+            } else {
+                "false"
+            },
+        );
         if !has(ConnectorKind::Checkpoint) {
             set(&mut map, "emit.checkpoints.enabled", "false");
             set(&mut map, "sync.group.offsets.enabled", "false");
@@ -120,11 +183,21 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
             set(&mut map, "emit.heartbeats.enabled", "false");
         }
         if let Some(s) = worker_map.get("exactly.once.source.support") {
-            map.insert("target.cluster.exactly.once.source.support".into(), s.clone());
+            map.insert(
+                "target.cluster.exactly.once.source.support".into(),
+                s.clone(),
+            );
         }
-        if let (Some(wb), Some(tb)) = (worker_producer.get("bootstrap.servers"), map.get("target.cluster.bootstrap.servers")) {
+        if let (Some(wb), Some(tb)) = (
+            worker_producer.get("bootstrap.servers"),
+            map.get("target.cluster.bootstrap.servers"),
+        ) {
             let norm = |s: &str| {
-                let mut v: Vec<String> = super::client::parse_bootstrap(s).0.iter().map(|b| b.to_string()).collect();
+                let mut v: Vec<String> = super::client::parse_bootstrap(s)
+                    .0
+                    .iter()
+                    .map(|b| b.to_string())
+                    .collect();
                 v.sort();
                 v
             };
@@ -138,8 +211,16 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
         }
         let extra = (!worker_producer.is_empty()).then_some(&worker_producer);
         if let Some(f) = flow::build(id, &map, extra, &mut diags) {
-            for (alias, c) in [(&f.id.source, &f.clients.source_admin), (&f.id.target, &f.clients.target_admin)] {
-                clusters.entry(alias.clone()).or_insert_with(|| ClusterInfo { alias: alias.clone(), bootstrap: c.bootstrap.clone() });
+            for (alias, c) in [
+                (&f.id.source, &f.clients.source_admin),
+                (&f.id.target, &f.clients.target_admin),
+            ] {
+                clusters
+                    .entry(alias.clone())
+                    .or_insert_with(|| ClusterInfo {
+                        alias: alias.clone(),
+                        bootstrap: c.bootstrap.clone(),
+                    });
             }
             out.push(f);
         }
@@ -164,17 +245,41 @@ pub fn load(connectors: &[Properties], worker: Option<&Properties>, env: &dyn En
 }
 
 fn origin(file: &Arc<str>, line: usize, key: &str) -> Origin {
-    Origin { file: file.clone(), line, key: key.to_string() }
+    Origin {
+        file: file.clone(),
+        line,
+        key: key.to_string(),
+    }
 }
 
-fn resolve_all(props: &Properties, providers: Option<&Providers>, env: &dyn Environment, diags: &mut Diagnostics) -> SettingMap {
+fn resolve_all(
+    props: &Properties,
+    providers: Option<&Providers>,
+    env: &dyn Environment,
+    diags: &mut Diagnostics,
+) -> SettingMap {
     let file: Arc<str> = Arc::from(props.source.as_str());
-    let own = Providers::declare(|k| props.get(k).map(|p| (p.value.clone(), origin(&file, p.line, &p.key))), diags);
-    let providers = if props.get("config.providers").is_some() { &own } else { providers.unwrap_or(&own) };
+    let own = Providers::declare(
+        |k| {
+            props
+                .get(k)
+                .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
+        },
+        diags,
+    );
+    let providers = if props.get("config.providers").is_some() {
+        &own
+    } else {
+        providers.unwrap_or(&own)
+    };
     let mut out = SettingMap::new();
     for p in props.iter() {
         let o = origin(&file, p.line, &p.key);
-        let value = if p.key.starts_with("config.providers") { Some(p.value.clone()) } else { providers.resolve(&p.value, &o, env, diags) };
+        let value = if p.key.starts_with("config.providers") {
+            Some(p.value.clone())
+        } else {
+            providers.resolve(&p.value, &o, env, diags)
+        };
         if let Some(value) = value {
             out.insert(p.key.clone(), Setting { value, origin: o });
         }

@@ -92,15 +92,31 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    pub fn error(&mut self, origin: Option<&Origin>, value: Option<&str>, message: impl Into<String>) {
+    pub fn error(
+        &mut self,
+        origin: Option<&Origin>,
+        value: Option<&str>,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Error, origin, value, message.into());
     }
 
-    pub fn warning(&mut self, origin: Option<&Origin>, value: Option<&str>, message: impl Into<String>) {
+    pub fn warning(
+        &mut self,
+        origin: Option<&Origin>,
+        value: Option<&str>,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Warning, origin, value, message.into());
     }
 
-    fn push(&mut self, severity: Severity, origin: Option<&Origin>, value: Option<&str>, message: String) {
+    fn push(
+        &mut self,
+        severity: Severity,
+        origin: Option<&Origin>,
+        value: Option<&str>,
+        message: String,
+    ) {
         let value = match (origin, value) {
             (Some(o), Some(v)) => Some(display_value(&o.key, v)),
             (None, Some(v)) => Some(v.to_string()),
@@ -123,7 +139,9 @@ impl Diagnostics {
     }
 
     pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.items.iter().filter(|d| d.severity == Severity::Warning)
+        self.items
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
     }
 
     pub fn has_errors(&self) -> bool {
@@ -170,7 +188,11 @@ mod tests {
     #[test]
     fn messages_name_file_line_key_value() {
         let mut d = Diagnostics::default();
-        d.error(Some(&origin("A->B.enabled")), Some("yes"), "expected true or false");
+        d.error(
+            Some(&origin("A->B.enabled")),
+            Some("yes"),
+            "expected true or false",
+        );
         assert_eq!(
             d.items[0].to_string(),
             "error: mm2.properties:7: A->B.enabled = 'yes': expected true or false"
@@ -180,7 +202,11 @@ mod tests {
     #[test]
     fn sensitive_values_are_masked() {
         let mut d = Diagnostics::default();
-        d.error(Some(&origin("A.sasl.jaas.config")), Some("x password=\"p\""), "malformed");
+        d.error(
+            Some(&origin("A.sasl.jaas.config")),
+            Some("x password=\"p\""),
+            "malformed",
+        );
         d.error(Some(&origin("B.ssl.truststore.password")), Some("p"), "bad");
         for item in &d.items {
             assert_eq!(item.value.as_deref(), Some(MASK));

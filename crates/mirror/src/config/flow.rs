@@ -44,18 +44,33 @@ pub fn role_map(p: &SettingMap, cluster_prefix: &str, layers: &[&str]) -> Settin
 }
 
 /// Builds a flow; `None` when an error was recorded for it.
-pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, diags: &mut Diagnostics) -> Option<FlowConfig> {
+pub fn build(
+    id: FlowId,
+    p: &SettingMap,
+    extra_producer: Option<&SettingMap>,
+    diags: &mut Diagnostics,
+) -> Option<FlowConfig> {
     let errors_before = diags.errors().count();
     let mut r = Reader::new(p, diags);
     let replication = r.bool("enabled", false);
 
     let topics = NameFilter {
         include: r.patterns("topics", ".*"),
-        exclude: deprecated_alias(&mut r, "topics.exclude", "topics.blacklist", DEFAULT_TOPICS_EXCLUDE),
+        exclude: deprecated_alias(
+            &mut r,
+            "topics.exclude",
+            "topics.blacklist",
+            DEFAULT_TOPICS_EXCLUDE,
+        ),
     };
     let groups = NameFilter {
         include: r.patterns("groups", ".*"),
-        exclude: deprecated_alias(&mut r, "groups.exclude", "groups.blacklist", DEFAULT_GROUPS_EXCLUDE),
+        exclude: deprecated_alias(
+            &mut r,
+            "groups.exclude",
+            "groups.blacklist",
+            DEFAULT_GROUPS_EXCLUDE,
+        ),
     };
     let config_properties_exclude = deprecated_alias(
         &mut r,
@@ -67,7 +82,10 @@ pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, di
     for (key, default_simple) in [
         ("topic.filter.class", "DefaultTopicFilter"),
         ("group.filter.class", "DefaultGroupFilter"),
-        ("config.property.filter.class", "DefaultConfigPropertyFilter"),
+        (
+            "config.property.filter.class",
+            "DefaultConfigPropertyFilter",
+        ),
         ("forwarding.admin.class", "ForwardingAdmin"),
     ] {
         if let Some(s) = r.get(key) {
@@ -93,13 +111,29 @@ pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, di
     let replication_factor = r.replication_factor("replication.factor", 2);
     let internal = InternalTopics {
         emit_offset_syncs: r.bool("emit.offset-syncs.enabled", true),
-        offset_syncs_location: side(r.choice("offset-syncs.topic.location", "source", &["source", "target"])),
-        offset_syncs_replication_factor: r.replication_factor("offset-syncs.topic.replication.factor", 3),
-        checkpoints_replication_factor: r.replication_factor("checkpoints.topic.replication.factor", 3),
-        heartbeats_replication_factor: r.replication_factor("heartbeats.topic.replication.factor", 3),
-        positions_topic: r.string("target.cluster.offset.storage.topic", &format!("mm2-offsets.{}.internal", id.source)),
-        positions_partitions: r.int("target.cluster.offset.storage.partitions", 25, 1, i32::MAX as i64) as i32,
-        positions_replication_factor: r.replication_factor("target.cluster.offset.storage.replication.factor", 3),
+        offset_syncs_location: side(r.choice(
+            "offset-syncs.topic.location",
+            "source",
+            &["source", "target"],
+        )),
+        offset_syncs_replication_factor: r
+            .replication_factor("offset-syncs.topic.replication.factor", 3),
+        checkpoints_replication_factor: r
+            .replication_factor("checkpoints.topic.replication.factor", 3),
+        heartbeats_replication_factor: r
+            .replication_factor("heartbeats.topic.replication.factor", 3),
+        positions_topic: r.string(
+            "target.cluster.offset.storage.topic",
+            &format!("mm2-offsets.{}.internal", id.source),
+        ),
+        positions_partitions: r.int(
+            "target.cluster.offset.storage.partitions",
+            25,
+            1,
+            i32::MAX as i64,
+        ) as i32,
+        positions_replication_factor: r
+            .replication_factor("target.cluster.offset.storage.replication.factor", 3),
     };
     let offset_lag_max = r.int("offset.lag.max", 100, 0, i64::MAX);
     let use_defaults_from = side(r.choice("use.defaults.from", "target", &["source", "target"]));
@@ -119,7 +153,11 @@ pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, di
         "disabled",
         &["disabled", "preparing", "enabled"],
     );
-    let requested = r.choice("exactly.once.support", "requested", &["requested", "required"]);
+    let requested = r.choice(
+        "exactly.once.support",
+        "requested",
+        &["requested", "required"],
+    );
     let exactly_once = match (worker_eos, requested) {
         ("enabled", "required") => ExactlyOnce::Required,
         ("enabled", _) => ExactlyOnce::Requested,
@@ -160,8 +198,12 @@ pub fn build(id: FlowId, p: &SettingMap, extra_producer: Option<&SettingMap>, di
     let producer_tuning = client::producer_tuning(&producer_map, diags);
 
     // Contradictions.
-    if exactly_once != ExactlyOnce::Disabled && consumer_tuning.isolation_level == IsolationLevel::ReadUncommitted {
-        let origin = consumer_map.get("isolation.level").map(|s| s.origin.clone());
+    if exactly_once != ExactlyOnce::Disabled
+        && consumer_tuning.isolation_level == IsolationLevel::ReadUncommitted
+    {
+        let origin = consumer_map
+            .get("isolation.level")
+            .map(|s| s.origin.clone());
         diags.error(
             origin.as_ref(),
             Some("read_uncommitted"),
@@ -230,7 +272,12 @@ fn side(s: &str) -> Side {
 /// `<name>.enabled` and `<name>.interval.seconds`; a negative interval disables, as in MM2.
 fn periodic(r: &mut Reader<'_>, name: &str, default_enabled: bool, default_secs: i64) -> Periodic {
     let enabled = r.bool(&format!("{name}.enabled"), default_enabled);
-    let secs = r.int(&format!("{name}.interval.seconds"), default_secs, i64::MIN, i32::MAX as i64);
+    let secs = r.int(
+        &format!("{name}.interval.seconds"),
+        default_secs,
+        i64::MIN,
+        i32::MAX as i64,
+    );
     Periodic {
         enabled: enabled && secs >= 0,
         interval: Duration::from_secs(secs.max(0) as u64),
@@ -239,7 +286,12 @@ fn periodic(r: &mut Reader<'_>, name: &str, default_enabled: bool, default_secs:
 
 /// MM2 4.0 removed the `*.blacklist` names; users migrating off old clusters still have them, so
 /// they are accepted with a warning (the new name wins when both are set, as in 3.x).
-fn deprecated_alias(r: &mut Reader<'_>, key: &str, old: &str, default: &str) -> crate::filter::PatternList {
+fn deprecated_alias(
+    r: &mut Reader<'_>,
+    key: &str,
+    old: &str,
+    default: &str,
+) -> crate::filter::PatternList {
     match (r.get(key), r.get(old)) {
         (None, Some(s)) => {
             r.diags.warning(
@@ -250,7 +302,11 @@ fn deprecated_alias(r: &mut Reader<'_>, key: &str, old: &str, default: &str) -> 
             r.patterns(old, default)
         }
         (Some(_), Some(s)) => {
-            r.diags.warning(Some(&s.origin), None, format!("'{old}' is ignored because '{key}' is also set"));
+            r.diags.warning(
+                Some(&s.origin),
+                None,
+                format!("'{old}' is ignored because '{key}' is also set"),
+            );
             r.patterns(key, default)
         }
         _ => r.patterns(key, default),
@@ -282,7 +338,8 @@ fn policy(r: &mut Reader<'_>, id: &FlowId) -> ReplicationPolicy {
             policy.separator = s.value.clone();
         }
     }
-    policy.internal_separator_enabled = r.bool("replication.policy.internal.topic.separator.enabled", true);
+    policy.internal_separator_enabled =
+        r.bool("replication.policy.internal.topic.separator.enabled", true);
     policy
 }
 

@@ -77,8 +77,13 @@ pub fn ignored_connector_key(key: &str) -> Option<&'static str> {
         "use.incremental.alter.configs" => {
             "removed in Kafka 4.0; kmirror always uses incremental config updates"
         }
-        k if k.starts_with("errors.") => "a Kafka Connect error-handling setting; kmirror reports every error",
-        k if k.starts_with("key.converter.") || k.starts_with("value.converter.") || k.starts_with("header.converter.") => {
+        k if k.starts_with("errors.") => {
+            "a Kafka Connect error-handling setting; kmirror reports every error"
+        }
+        k if k.starts_with("key.converter.")
+            || k.starts_with("value.converter.")
+            || k.starts_with("header.converter.") =>
+        {
             "kmirror always copies record bytes unchanged"
         }
         _ => return None,
@@ -182,7 +187,10 @@ pub fn ignored_client_key(key: &str) -> Option<&'static str> {
 }
 
 /// The closest known key, if `key` looks like a typo of one.
-pub fn did_you_mean<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(
+    key: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         if c == key {
@@ -203,7 +211,12 @@ mod tests {
 
     #[test]
     fn client_keys() {
-        for k in ["bootstrap.servers", "security.protocol", "ssl.truststore.location", "sasl.jaas.config"] {
+        for k in [
+            "bootstrap.servers",
+            "security.protocol",
+            "ssl.truststore.location",
+            "sasl.jaas.config",
+        ] {
             assert!(is_client_key(k), "{k}");
         }
         for k in ["client.id", "fetch.max.bytes", "sslx"] {
@@ -214,21 +227,31 @@ mod tests {
     #[test]
     fn typos_get_hints() {
         let keys = CONNECTOR_KEYS.iter().copied();
-        assert_eq!(did_you_mean("topics.exlude", keys.clone()).as_deref(), Some("topics.exclude"));
+        assert_eq!(
+            did_you_mean("topics.exlude", keys.clone()).as_deref(),
+            Some("topics.exclude")
+        );
         assert_eq!(
             did_you_mean("sync.group.offset.enabled", keys.clone()).as_deref(),
             Some("sync.group.offsets.enabled")
         );
-        assert_eq!(did_you_mean("replication.factr", keys.clone()).as_deref(), Some("replication.factor"));
+        assert_eq!(
+            did_you_mean("replication.factr", keys.clone()).as_deref(),
+            Some("replication.factor")
+        );
         assert_eq!(did_you_mean("completely.different", keys.clone()), None);
         assert_eq!(did_you_mean("topics", keys), None);
     }
 
     #[test]
     fn ignored_keys_say_why() {
-        assert!(ignored_connector_key("tasks.max").unwrap().contains("every source partition"));
+        assert!(ignored_connector_key("tasks.max")
+            .unwrap()
+            .contains("every source partition"));
         assert!(ignored_worker_key("offset.storage.replication.factor").is_some());
-        assert!(ignored_client_key("enable.idempotence").unwrap().contains("idempotent"));
+        assert!(ignored_client_key("enable.idempotence")
+            .unwrap()
+            .contains("idempotent"));
         assert_eq!(ignored_client_key("fetch.max.bytes"), None);
     }
 }

@@ -58,14 +58,27 @@ pub fn mm1_topic_regex(arg: &str) -> String {
         .replace(' ', "")
 }
 
-pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env: &dyn Environment) -> Result<LegacyConfig, ConfigError> {
+pub fn load(
+    consumer: &Properties,
+    producer: &Properties,
+    args: &LegacyArgs,
+    env: &dyn Environment,
+) -> Result<LegacyConfig, ConfigError> {
     let mut diags = Diagnostics::default();
     let cli: Arc<str> = Arc::from("command line");
-    let flag = |k: &str| Origin { file: cli.clone(), line: 0, key: k.to_string() };
+    let flag = |k: &str| Origin {
+        file: cli.clone(),
+        line: 0,
+        key: k.to_string(),
+    };
 
     let raw = match (&args.include, &args.whitelist) {
         (Some(i), Some(_)) => {
-            diags.warning(Some(&flag("--whitelist")), None, "ignored because --include is given (as in MM1)");
+            diags.warning(
+                Some(&flag("--whitelist")),
+                None,
+                "ignored because --include is given (as in MM1)",
+            );
             Some(i.clone())
         }
         (Some(i), None) => Some(i.clone()),
@@ -74,11 +87,19 @@ pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env
     };
     let topics = match raw {
         None => {
-            diags.error(None, None, "one of --include or --whitelist is required: a Java regex of the topics to mirror");
+            diags.error(
+                None,
+                None,
+                "one of --include or --whitelist is required: a Java regex of the topics to mirror",
+            );
             PatternList::parse("").expect("empty list")
         }
         Some(r) => {
-            let key = if args.include.is_some() { "--include" } else { "--whitelist" };
+            let key = if args.include.is_some() {
+                "--include"
+            } else {
+                "--whitelist"
+            };
             match PatternList::from_items(vec![mm1_topic_regex(&r)]) {
                 Ok(p) => p,
                 Err(e) => {
@@ -95,7 +116,13 @@ pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env
         ("abort.on.send.failure", &args.abort_on_send_failure),
     ] {
         if let Some(v) = v {
-            flags.insert(k.into(), Setting { value: v.clone(), origin: flag(&format!("--{k}")) });
+            flags.insert(
+                k.into(),
+                Setting {
+                    value: v.clone(),
+                    origin: flag(&format!("--{k}")),
+                },
+            );
         }
     }
     let mut r = Reader::new(&flags, &mut diags);
@@ -110,21 +137,39 @@ pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env
         );
     }
     if let Some(l) = &args.rebalance_listener {
-        diags.error(Some(&flag("--consumer.rebalance.listener")), Some(l), "Java rebalance listeners cannot be loaded by kmirror");
+        diags.error(
+            Some(&flag("--consumer.rebalance.listener")),
+            Some(l),
+            "Java rebalance listeners cannot be loaded by kmirror",
+        );
     }
 
     let mut ignored = Vec::new();
     let cmap = resolve(consumer, env, &mut diags, keys::CONSUMER_KEYS, &mut ignored);
     let pmap = resolve(producer, env, &mut diags, keys::PRODUCER_KEYS, &mut ignored);
-    let group_id = match cmap.get("group.id").map(|s| s.value.trim().to_string()).filter(|g| !g.is_empty()) {
+    let group_id = match cmap
+        .get("group.id")
+        .map(|s| s.value.trim().to_string())
+        .filter(|g| !g.is_empty())
+    {
         Some(g) => g,
         None => {
             diags.error(None, None, format!("{}: group.id is not set: MM1 mode shares partitions through a consumer group on the source", consumer.source));
             String::new()
         }
     };
-    let consumer_settings = client::connection(&cmap, &format!("the consumer ({})", consumer.source), "bootstrap.servers", &mut diags);
-    let producer_settings = client::connection(&pmap, &format!("the producer ({})", producer.source), "bootstrap.servers", &mut diags);
+    let consumer_settings = client::connection(
+        &cmap,
+        &format!("the consumer ({})", consumer.source),
+        "bootstrap.servers",
+        &mut diags,
+    );
+    let producer_settings = client::connection(
+        &pmap,
+        &format!("the producer ({})", producer.source),
+        "bootstrap.servers",
+        &mut diags,
+    );
     let consumer_tuning = client::consumer_tuning(&cmap, &mut diags);
     let producer_tuning = client::producer_tuning(&pmap, &mut diags);
     // MM1's old `latest` default lost the first records of new topics; kmirror starts at the
@@ -150,10 +195,23 @@ pub fn load(consumer: &Properties, producer: &Properties, args: &LegacyArgs, env
     }
 }
 
-fn resolve(props: &Properties, env: &dyn Environment, diags: &mut Diagnostics, honoured: &[&str], ignored: &mut Vec<IgnoredKey>) -> SettingMap {
+fn resolve(
+    props: &Properties,
+    env: &dyn Environment,
+    diags: &mut Diagnostics,
+    honoured: &[&str],
+    ignored: &mut Vec<IgnoredKey>,
+) -> SettingMap {
     let file: Arc<str> = Arc::from(props.source.as_str());
-    let origin = |p: &super::properties::Property| Origin { file: file.clone(), line: p.line, key: p.key.clone() };
-    let providers = Providers::declare(|k| props.get(k).map(|p| (p.value.clone(), origin(p))), diags);
+    let origin = |p: &super::properties::Property| Origin {
+        file: file.clone(),
+        line: p.line,
+        key: p.key.clone(),
+    };
+    let providers = Providers::declare(
+        |k| props.get(k).map(|p| (p.value.clone(), origin(p))),
+        diags,
+    );
     let mut out = SettingMap::new();
     for p in props.iter() {
         let o = origin(p);
@@ -163,12 +221,25 @@ fn resolve(props: &Properties, env: &dyn Environment, diags: &mut Diagnostics, h
         if !keys::is_client_key(&p.key) && !honoured.contains(&p.key.as_str()) {
             let (reason, hint) = match keys::ignored_client_key(&p.key) {
                 Some(r) => (r.to_string(), None),
-                None => ("unknown key: not used by kmirror".to_string(), keys::did_you_mean(&p.key, honoured.iter().copied())),
+                None => (
+                    "unknown key: not used by kmirror".to_string(),
+                    keys::did_you_mean(&p.key, honoured.iter().copied()),
+                ),
             };
-            ignored.push(IgnoredKey { origin: o.clone(), reason, did_you_mean: hint });
+            ignored.push(IgnoredKey {
+                origin: o.clone(),
+                reason,
+                did_you_mean: hint,
+            });
         }
         if let Some(v) = providers.resolve(&p.value, &o, env, diags) {
-            out.insert(p.key.clone(), Setting { value: v, origin: o });
+            out.insert(
+                p.key.clone(),
+                Setting {
+                    value: v,
+                    origin: o,
+                },
+            );
         }
     }
     out
@@ -180,7 +251,10 @@ mod tests {
 
     #[test]
     fn mm1_whitelist_rewriting() {
-        assert_eq!(mm1_topic_regex("\"projects.*, orders\""), "projects.*|orders");
+        assert_eq!(
+            mm1_topic_regex("\"projects.*, orders\""),
+            "projects.*|orders"
+        );
         assert_eq!(mm1_topic_regex("a,b"), "a|b");
     }
 }

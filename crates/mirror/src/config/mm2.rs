@@ -14,7 +14,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Reads a dedicated-mode file. `served` is `--clusters` (empty: all targets).
-pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Result<MirrorConfig, ConfigError> {
+pub fn load(
+    props: &Properties,
+    served: &[String],
+    env: &dyn Environment,
+) -> Result<MirrorConfig, ConfigError> {
     let mut diags = Diagnostics::default();
     let file: Arc<str> = Arc::from(props.source.as_str());
     for (old, winner_line) in props.duplicates() {
@@ -26,7 +30,11 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
     }
 
     // Providers are declared at top level and resolve every other value.
-    let raw = |k: &str| props.get(k).map(|p| (p.value.clone(), origin(&file, p.line, &p.key)));
+    let raw = |k: &str| {
+        props
+            .get(k)
+            .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
+    };
     let providers = Providers::declare(raw, &mut diags);
     let mut all = SettingMap::new();
     for p in props.iter() {
@@ -44,7 +52,14 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
     // clusters
     let aliases: Vec<ClusterAlias> = match all.get("clusters") {
         None => {
-            diags.error(None, None, format!("{}: 'clusters' is not set: list the cluster aliases, e.g. clusters = A, B", props.source));
+            diags.error(
+                None,
+                None,
+                format!(
+                    "{}: 'clusters' is not set: list the cluster aliases, e.g. clusters = A, B",
+                    props.source
+                ),
+            );
             Vec::new()
         }
         Some(s) => {
@@ -53,15 +68,29 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
             let mut out = Vec::new();
             for a in list {
                 if a.is_empty() || a.contains("->") || a.chars().any(char::is_whitespace) {
-                    diags.error(Some(&s.origin), Some(&s.value), format!("'{a}' is not a valid cluster alias (no spaces, no '->', not empty)"));
+                    diags.error(
+                        Some(&s.origin),
+                        Some(&s.value),
+                        format!(
+                            "'{a}' is not a valid cluster alias (no spaces, no '->', not empty)"
+                        ),
+                    );
                 } else if !seen.insert(a.clone()) {
-                    diags.error(Some(&s.origin), Some(&s.value), format!("cluster alias '{a}' is listed twice"));
+                    diags.error(
+                        Some(&s.origin),
+                        Some(&s.value),
+                        format!("cluster alias '{a}' is listed twice"),
+                    );
                 } else {
                     out.push(ClusterAlias::new(a));
                 }
             }
             if out.is_empty() && !diags.has_errors() {
-                diags.error(Some(&s.origin), Some(&s.value), "no cluster aliases: expected e.g. clusters = A, B");
+                diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    "no cluster aliases: expected e.g. clusters = A, B",
+                );
             }
             out
         }
@@ -72,7 +101,10 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
             diags.error(
                 None,
                 Some(s),
-                format!("--clusters names '{s}', which is not in 'clusters' ({})", join(&aliases)),
+                format!(
+                    "--clusters names '{s}', which is not in 'clusters' ({})",
+                    join(&aliases)
+                ),
             );
         }
     }
@@ -88,7 +120,10 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
             .get("bootstrap.servers")
             .map(|s| super::client::parse_bootstrap(&s.value).0)
             .unwrap_or_default();
-        clusters.push(ClusterInfo { alias: a.clone(), bootstrap });
+        clusters.push(ClusterInfo {
+            alias: a.clone(),
+            bootstrap,
+        });
     }
     let top_heartbeats = all.get("emit.heartbeats.enabled");
     for s in &aliases {
@@ -99,8 +134,12 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
             let id = FlowId::new(s.clone(), t.clone());
             let flow_key = |k: &str| format!("{id}.{k}");
             let enabled = all.get(&flow_key("enabled"));
-            let heartbeats = all.get(&flow_key("emit.heartbeats.enabled")).or(top_heartbeats);
-            let on = |s: Option<&Setting>, default: bool| s.map_or(default, |s| s.value.trim().eq_ignore_ascii_case("true"));
+            let heartbeats = all
+                .get(&flow_key("emit.heartbeats.enabled"))
+                .or(top_heartbeats);
+            let on = |s: Option<&Setting>, default: bool| {
+                s.map_or(default, |s| s.value.trim().eq_ignore_ascii_case("true"))
+            };
             if !on(enabled, false) && !on(heartbeats, true) {
                 continue;
             }
@@ -125,19 +164,47 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
 
     if !aliases.is_empty() && !diags.has_errors() {
         if flows.iter().all(|f| !f.replication) {
-            diags.warning(None, None, format!("{}: no flow has replication enabled: set e.g. {}->{}.enabled = true", props.source, aliases[0], aliases.get(1).unwrap_or(&aliases[0])));
+            diags.warning(
+                None,
+                None,
+                format!(
+                    "{}: no flow has replication enabled: set e.g. {}->{}.enabled = true",
+                    props.source,
+                    aliases[0],
+                    aliases.get(1).unwrap_or(&aliases[0])
+                ),
+            );
         }
         if !served.is_empty() && !flows.iter().any(|f| f.served) {
-            diags.error(None, None, "No source->target replication flows: --clusters selects no flow target");
+            diags.error(
+                None,
+                None,
+                "No source->target replication flows: --clusters selects no flow target",
+            );
         }
     }
 
     // A flow whose source and target share an address is a loop.
     for f in flows.iter().filter(|f| f.replication) {
-        let src: BTreeSet<String> = f.clients.source_consumer.bootstrap.iter().map(|b| b.to_string()).collect();
-        let shared: Vec<String> = f.clients.target_producer.bootstrap.iter().map(|b| b.to_string()).filter(|b| src.contains(b)).collect();
+        let src: BTreeSet<String> = f
+            .clients
+            .source_consumer
+            .bootstrap
+            .iter()
+            .map(|b| b.to_string())
+            .collect();
+        let shared: Vec<String> = f
+            .clients
+            .target_producer
+            .bootstrap
+            .iter()
+            .map(|b| b.to_string())
+            .filter(|b| src.contains(b))
+            .collect();
         if !shared.is_empty() {
-            let o = all.get(&format!("{}.bootstrap.servers", f.id.target)).map(|s| s.origin.clone());
+            let o = all
+                .get(&format!("{}.bootstrap.servers", f.id.target))
+                .map(|s| s.origin.clone());
             diags.error(
                 o.as_ref(),
                 None,
@@ -154,21 +221,32 @@ pub fn load(props: &Properties, served: &[String], env: &dyn Environment) -> Res
         return Err(ConfigError(diags));
     }
     Ok(MirrorConfig {
-        source: Source::Mm2 { file: props.source.clone() },
+        source: Source::Mm2 {
+            file: props.source.clone(),
+        },
         clusters,
         flows,
-        served_targets: (!served.is_empty()).then(|| served.iter().map(ClusterAlias::new).collect()),
+        served_targets: (!served.is_empty())
+            .then(|| served.iter().map(ClusterAlias::new).collect()),
         ignored,
         diagnostics: diags,
     })
 }
 
 fn origin(file: &Arc<str>, line: usize, key: &str) -> Origin {
-    Origin { file: file.clone(), line, key: key.to_string() }
+    Origin {
+        file: file.clone(),
+        line,
+        key: key.to_string(),
+    }
 }
 
 fn join(aliases: &[ClusterAlias]) -> String {
-    aliases.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(", ")
+    aliases
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// MM2's `clusterProps(alias)`: `<alias>.x` stripped; its client keys copied into
@@ -181,51 +259,70 @@ pub fn cluster_props(all: &SettingMap, alias: &ClusterAlias) -> SettingMap {
             props.insert(rest.to_string(), v.clone());
         }
     }
-    let own: Vec<(String, Setting)> = props.iter().filter(|(k, _)| is_client_key(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let own: Vec<(String, Setting)> = props
+        .iter()
+        .filter(|(k, _)| is_client_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (k, v) in own {
         for role in ["producer.", "consumer.", "admin."] {
-            props.entry(format!("{role}{k}")).or_insert_with(|| v.clone());
+            props
+                .entry(format!("{role}{k}"))
+                .or_insert_with(|| v.clone());
         }
     }
     for (k, v) in all.iter().filter(|(k, _)| is_client_key(k)) {
         for role in ["producer.", "consumer.", "admin.", ""] {
-            props.entry(format!("{role}{k}")).or_insert_with(|| v.clone());
+            props
+                .entry(format!("{role}{k}"))
+                .or_insert_with(|| v.clone());
         }
     }
     props
 }
 
 /// The connector settings MM2 builds for flow `id` (mm2-spec §1.1, steps 1–7).
-pub fn connector_props(all: &SettingMap, aliases: &[ClusterAlias], id: &FlowId, file: &Arc<str>) -> SettingMap {
+pub fn connector_props(
+    all: &SettingMap,
+    aliases: &[ClusterAlias],
+    id: &FlowId,
+    file: &Arc<str>,
+) -> SettingMap {
     let mut p = SettingMap::new();
     // 1–2: top-level connector keys, providers and policy keys.
     for (k, v) in all {
-        if CONNECTOR_KEYS.contains(&k.as_str()) || k.starts_with("config.providers") || k.starts_with("replication.policy") {
-            if !is_flow_or_cluster_key(k, aliases) {
-                p.insert(k.clone(), v.clone());
-            }
+        let connector_key = CONNECTOR_KEYS.contains(&k.as_str())
+            || k.starts_with("config.providers")
+            || k.starts_with("replication.policy");
+        if connector_key && !is_flow_or_cluster_key(k, aliases) {
+            p.insert(k.clone(), v.clone());
         }
     }
     // 3–4: source and target cluster properties.
     for (alias, side) in [(&id.source, "source"), (&id.target, "target")] {
         for (k, v) in cluster_props(all, alias) {
-            let key = if k.starts_with("consumer") || k.starts_with("producer") || k.starts_with("admin") {
-                format!("{side}.{k}")
-            } else {
-                format!("{side}.cluster.{k}")
-            };
+            let key =
+                if k.starts_with("consumer") || k.starts_with("producer") || k.starts_with("admin")
+                {
+                    format!("{side}.{k}")
+                } else {
+                    format!("{side}.cluster.{k}")
+                };
             p.insert(key, v);
         }
     }
     // The worker's offset storage (MM2 adds top-level `offset.storage*` keys to the target's worker
     // config): kmirror keeps its source positions there.
     for (k, v) in all.iter().filter(|(k, _)| k.starts_with("offset.storage.")) {
-        p.entry(format!("target.cluster.{k}")).or_insert_with(|| v.clone());
+        p.entry(format!("target.cluster.{k}"))
+            .or_insert_with(|| v.clone());
     }
     // 5: defaults.
     let o = origin(file, 0, &format!("{id} (default)"));
-    p.entry("source.cluster.alias".into()).or_insert_with(|| flow::synthetic(id.source.as_str(), &o));
-    p.entry("target.cluster.alias".into()).or_insert_with(|| flow::synthetic(id.target.as_str(), &o));
+    p.entry("source.cluster.alias".into())
+        .or_insert_with(|| flow::synthetic(id.source.as_str(), &o));
+    p.entry("target.cluster.alias".into())
+        .or_insert_with(|| flow::synthetic(id.target.as_str(), &o));
     // 6: flow keys override everything.
     let prefix = format!("{id}.");
     for (k, v) in all {
@@ -242,10 +339,18 @@ fn is_flow_or_cluster_key(key: &str, aliases: &[ClusterAlias]) -> bool {
 
 /// Sorts every key into used or ignored (with the reason), and reports keys that name unknown
 /// cluster aliases.
-fn classify_keys(all: &SettingMap, aliases: &[ClusterAlias], diags: &mut Diagnostics) -> Vec<IgnoredKey> {
+fn classify_keys(
+    all: &SettingMap,
+    aliases: &[ClusterAlias],
+    diags: &mut Diagnostics,
+) -> Vec<IgnoredKey> {
     let mut ignored = Vec::new();
     let mut ignore = |s: &Setting, reason: &str, hint: Option<String>| {
-        ignored.push(IgnoredKey { origin: s.origin.clone(), reason: reason.to_string(), did_you_mean: hint });
+        ignored.push(IgnoredKey {
+            origin: s.origin.clone(),
+            reason: reason.to_string(),
+            did_you_mean: hint,
+        });
     };
     for (k, s) in all {
         // Longest alias first, so alias "A" does not capture "A2.x".
@@ -256,7 +361,10 @@ fn classify_keys(all: &SettingMap, aliases: &[ClusterAlias], diags: &mut Diagnos
         if let Some((flow, _)) = k.split_once("->").map(|(src, _)| (src, ())) {
             let rest = &k[flow.len() + 2..];
             let src_ok = aliases.iter().any(|a| a.as_str() == flow);
-            let tgt = aliases.iter().filter(|a| rest.starts_with(&format!("{a}."))).max_by_key(|a| a.as_str().len());
+            let tgt = aliases
+                .iter()
+                .filter(|a| rest.starts_with(&format!("{a}.")))
+                .max_by_key(|a| a.as_str().len());
             match (src_ok, tgt) {
                 (true, Some(t)) => {
                     let key = &rest[t.as_str().len() + 1..];
@@ -283,33 +391,61 @@ fn classify_keys(all: &SettingMap, aliases: &[ClusterAlias], diags: &mut Diagnos
 }
 
 /// Worker offset-storage keys that kmirror honours for its position topic.
-const POSITION_KEYS: &[&str] = &["offset.storage.topic", "offset.storage.partitions", "offset.storage.replication.factor"];
+const POSITION_KEYS: &[&str] = &[
+    "offset.storage.topic",
+    "offset.storage.partitions",
+    "offset.storage.replication.factor",
+];
 
 type Classified = Option<(String, Option<String>)>;
 
 fn classify_top_key(k: &str) -> Classified {
-    if k == "clusters" || k.starts_with("config.providers") || is_client_key(k) || CONNECTOR_KEYS.contains(&k) || POSITION_KEYS.contains(&k) {
+    if k == "clusters"
+        || k.starts_with("config.providers")
+        || is_client_key(k)
+        || CONNECTOR_KEYS.contains(&k)
+        || POSITION_KEYS.contains(&k)
+    {
         return None;
     }
     if let Some(r) = keys::ignored_connector_key(k).or_else(|| keys::ignored_worker_key(k)) {
         return Some((r.to_string(), None));
     }
-    if ["consumer.", "producer.", "admin."].iter().any(|p| k.starts_with(p)) {
+    if ["consumer.", "producer.", "admin."]
+        .iter()
+        .any(|p| k.starts_with(p))
+    {
         return Some((
             "MM2 ignores top-level consumer./producer./admin. keys in dedicated mode (mm2-spec §10); write <alias>.consumer.<key> or <source>-><target>.consumer.<key>".into(),
             None,
         ));
     }
-    unknown(k, CONNECTOR_KEYS.iter().copied().chain(["clusters", "bootstrap.servers", "security.protocol"]))
+    unknown(
+        k,
+        CONNECTOR_KEYS.iter().copied().chain([
+            "clusters",
+            "bootstrap.servers",
+            "security.protocol",
+        ]),
+    )
 }
 
 fn classify_cluster_key(k: &str) -> Classified {
-    if is_client_key(k) || k == "client.id" || k == "exactly.once.source.support" || POSITION_KEYS.contains(&k) {
+    if is_client_key(k)
+        || k == "client.id"
+        || k == "exactly.once.source.support"
+        || POSITION_KEYS.contains(&k)
+    {
         return None;
     }
-    for (prefix, honoured) in [("consumer.", keys::CONSUMER_KEYS), ("producer.", keys::PRODUCER_KEYS), ("admin.", keys::ADMIN_KEYS)] {
+    for (prefix, honoured) in [
+        ("consumer.", keys::CONSUMER_KEYS),
+        ("producer.", keys::PRODUCER_KEYS),
+        ("admin.", keys::ADMIN_KEYS),
+    ] {
         if let Some(rest) = k.strip_prefix(prefix) {
-            return classify_client_key(rest, honoured).map(|(r, h)| (r, h.map(|h| format!("{prefix}{h}"))));
+            return classify_client_key(rest, honoured)
+                .map(|(r, h)| (r, h.map(|h| format!("{prefix}{h}"))));
         }
     }
     if let Some(r) = keys::ignored_worker_key(k) {
@@ -322,9 +458,21 @@ fn classify_cluster_key(k: &str) -> Classified {
         ));
     }
     if keys::PRODUCER_KEYS.contains(&k) {
-        return Some(("not a client key, so MM2 does not pass it to the producer".into(), Some(format!("producer.{k}"))));
+        return Some((
+            "not a client key, so MM2 does not pass it to the producer".into(),
+            Some(format!("producer.{k}")),
+        ));
     }
-    unknown(k, ["bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.jaas.config", "client.id"])
+    unknown(
+        k,
+        [
+            "bootstrap.servers",
+            "security.protocol",
+            "sasl.mechanism",
+            "sasl.jaas.config",
+            "client.id",
+        ],
+    )
 }
 
 fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
@@ -334,12 +482,23 @@ fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
     if let Some(r) = keys::ignored_client_key(k) {
         return Some((r.to_string(), None));
     }
-    unknown(k, honoured.iter().copied().chain(["bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.jaas.config"]))
+    unknown(
+        k,
+        honoured.iter().copied().chain([
+            "bootstrap.servers",
+            "security.protocol",
+            "sasl.mechanism",
+            "sasl.jaas.config",
+        ]),
+    )
 }
 
 /// Keys inside a flow (`A->B.<key>`) or a connector file.
 pub fn classify_connector_key(k: &str) -> Classified {
-    if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") || k.starts_with("replication.policy") {
+    if CONNECTOR_KEYS.contains(&k)
+        || k.starts_with("config.providers")
+        || k.starts_with("replication.policy")
+    {
         return None;
     }
     if let Some(r) = keys::ignored_connector_key(k) {
@@ -350,7 +509,10 @@ pub fn classify_connector_key(k: &str) -> Classified {
             if is_client_key(rest) || rest == "exactly.once.source.support" {
                 return None;
             }
-            return Some((format!("MM2 takes only bootstrap/security/SSL/SASL keys from {side}*"), None));
+            return Some((
+                format!("MM2 takes only bootstrap/security/SSL/SASL keys from {side}*"),
+                None,
+            ));
         }
     }
     for (prefix, honoured) in [
@@ -364,10 +526,16 @@ pub fn classify_connector_key(k: &str) -> Classified {
         ("admin.", keys::ADMIN_KEYS),
     ] {
         if let Some(rest) = k.strip_prefix(prefix) {
-            return classify_client_key(rest, honoured).map(|(r, h)| (r, h.map(|h| format!("{prefix}{h}"))));
+            return classify_client_key(rest, honoured)
+                .map(|(r, h)| (r, h.map(|h| format!("{prefix}{h}"))));
         }
     }
-    for prefix in ["source.producer.", "target.consumer.", "consumer.override.", "admin.override."] {
+    for prefix in [
+        "source.producer.",
+        "target.consumer.",
+        "consumer.override.",
+        "admin.override.",
+    ] {
         if k.starts_with(prefix) {
             return Some(("kmirror has no client in this role".into(), None));
         }
@@ -376,5 +544,8 @@ pub fn classify_connector_key(k: &str) -> Classified {
 }
 
 fn unknown<'a>(k: &str, candidates: impl IntoIterator<Item = &'a str>) -> Classified {
-    Some(("unknown key: neither kmirror nor MM2 uses it".into(), keys::did_you_mean(k, candidates)))
+    Some((
+        "unknown key: neither kmirror nor MM2 uses it".into(),
+        keys::did_you_mean(k, candidates),
+    ))
 }

@@ -15,7 +15,10 @@ pub enum Source {
     /// `connect-mirror-maker.properties` (MM2 dedicated mode).
     Mm2 { file: String },
     /// MM2 connector files as run by connect-standalone.
-    Connectors { files: Vec<String>, worker: Option<String> },
+    Connectors {
+        files: Vec<String>,
+        worker: Option<String>,
+    },
 }
 
 /// A task that repeats: `enabled` and its interval (MM2's `*.enabled` / `*.interval.seconds`).

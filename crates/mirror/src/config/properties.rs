@@ -38,10 +38,7 @@ pub enum PropertiesError {
         detail: String,
     },
     #[error("cannot read {path}: {error}")]
-    Read {
-        path: String,
-        error: std::io::Error,
-    },
+    Read { path: String, error: std::io::Error },
 }
 
 impl Properties {
@@ -183,10 +180,10 @@ fn logical_lines(text: &str) -> Vec<(usize, String)> {
     for (n, raw) in natural.iter().enumerate() {
         let trimmed = raw.trim_start_matches(is_ws);
         let continuing = current.is_some();
-        if !continuing {
-            if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
-                continue;
-            }
+        if !continuing
+            && (trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!'))
+        {
+            continue;
         }
         let (body, continues) = strip_continuation(trimmed);
         match current.as_mut() {
@@ -336,7 +333,10 @@ mod tests {
         let text = "# c1\n! c2\n   # indented\n\n  \t\na=1\nb=2 # not a comment\n";
         assert_eq!(
             kv(text),
-            vec![("a".into(), "1".into()), ("b".into(), "2 # not a comment".into())]
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "2 # not a comment".into())
+            ]
         );
     }
 
@@ -401,13 +401,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let utf8 = dir.path().join("u.properties");
         std::fs::write(&utf8, "k=caf\u{e9}\n").unwrap();
-        assert_eq!(Properties::load(&utf8).unwrap().get("k").unwrap().value, "café");
+        assert_eq!(
+            Properties::load(&utf8).unwrap().get("k").unwrap().value,
+            "café"
+        );
         let latin1 = dir.path().join("l.properties");
         std::fs::write(&latin1, b"k=caf\xe9\n").unwrap();
-        assert_eq!(Properties::load(&latin1).unwrap().get("k").unwrap().value, "café");
+        assert_eq!(
+            Properties::load(&latin1).unwrap().get("k").unwrap().value,
+            "café"
+        );
         let missing = dir.path().join("nope.properties");
         let err = Properties::load(&missing).unwrap_err().to_string();
-        assert!(err.starts_with("cannot read ") && err.contains("nope.properties"), "{err}");
+        assert!(
+            err.starts_with("cannot read ") && err.contains("nope.properties"),
+            "{err}"
+        );
     }
 
     mod roundtrip {

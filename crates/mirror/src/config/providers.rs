@@ -159,7 +159,12 @@ impl Providers {
     }
 }
 
-fn lookup(kind: ProviderKind, path: Option<&str>, key: &str, env: &dyn Environment) -> Result<String, String> {
+fn lookup(
+    kind: ProviderKind,
+    path: Option<&str>,
+    key: &str,
+    env: &dyn Environment,
+) -> Result<String, String> {
     match kind {
         ProviderKind::Env => {
             if path.is_some_and(|p| !p.is_empty()) {
@@ -182,9 +187,9 @@ fn lookup(kind: ProviderKind, path: Option<&str>, key: &str, env: &dyn Environme
                 .ok_or_else(|| format!("{path} has no key '{key}'"))
         }
         ProviderKind::Directory => {
-            let dir = path.filter(|p| !p.is_empty()).ok_or(
-                "the directory provider needs a path: write ${dir:/path/to/dir:file}",
-            )?;
+            let dir = path
+                .filter(|p| !p.is_empty())
+                .ok_or("the directory provider needs a path: write ${dir:/path/to/dir:file}")?;
             if key.contains('/') || key == ".." {
                 return Err(format!("'{key}' must be a file name inside {dir}"));
             }
@@ -228,11 +233,23 @@ mod tests {
     }
 
     fn providers(pairs: &[(&str, &str)]) -> (Providers, Diagnostics) {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut d = Diagnostics::default();
         let p = Providers::declare(
-            |k| map.get(k).map(|v| (v.clone(), Origin { key: k.into(), ..origin() })),
+            |k| {
+                map.get(k).map(|v| {
+                    (
+                        v.clone(),
+                        Origin {
+                            key: k.into(),
+                            ..origin()
+                        },
+                    )
+                })
+            },
             &mut d,
         );
         (p, d)
@@ -241,9 +258,18 @@ mod tests {
     fn all() -> Providers {
         providers(&[
             ("config.providers", "env, file,dir"),
-            ("config.providers.env.class", "org.apache.kafka.common.config.provider.EnvVarConfigProvider"),
-            ("config.providers.file.class", "org.apache.kafka.common.config.provider.FileConfigProvider"),
-            ("config.providers.dir.class", "org.apache.kafka.common.config.provider.DirectoryConfigProvider"),
+            (
+                "config.providers.env.class",
+                "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+            ),
+            (
+                "config.providers.file.class",
+                "org.apache.kafka.common.config.provider.FileConfigProvider",
+            ),
+            (
+                "config.providers.dir.class",
+                "org.apache.kafka.common.config.provider.DirectoryConfigProvider",
+            ),
         ])
         .0
     }
@@ -251,8 +277,12 @@ mod tests {
     fn env() -> FakeEnv {
         let mut e = FakeEnv::default();
         e.vars.insert("KPASS".into(), "s3cret".into());
-        e.files.insert("/etc/k/creds.properties".into(), "user=alice\npass=from-file\n".into());
-        e.files.insert("/run/secrets/pw".into(), "dir-secret".into());
+        e.files.insert(
+            "/etc/k/creds.properties".into(),
+            "user=alice\npass=from-file\n".into(),
+        );
+        e.files
+            .insert("/run/secrets/pw".into(), "dir-secret".into());
         e
     }
 
@@ -277,8 +307,14 @@ mod tests {
         let p = all();
         let cases = [
             ("${env:NOPE}", "environment variable NOPE is not set"),
-            ("${file:/etc/k/creds.properties:nokey}", "has no key 'nokey'"),
-            ("${file:/missing.properties:k}", "cannot read /missing.properties"),
+            (
+                "${file:/etc/k/creds.properties:nokey}",
+                "has no key 'nokey'",
+            ),
+            (
+                "${file:/missing.properties:k}",
+                "cannot read /missing.properties",
+            ),
             ("${dir:/run/secrets:../x}", "must be a file name"),
             ("${env:/x:Y}", "takes no path"),
         ];
@@ -287,7 +323,10 @@ mod tests {
             assert_eq!(p.resolve(value, &origin(), &env(), &mut d), None, "{value}");
             let msg = d.items[0].to_string();
             assert!(msg.contains(needle), "{value}: {msg}");
-            assert!(msg.starts_with("error: mm2.properties:3: A.sasl.jaas.config"), "{msg}");
+            assert!(
+                msg.starts_with("error: mm2.properties:3: A.sasl.jaas.config"),
+                "{msg}"
+            );
             assert!(!msg.contains("s3cret"));
         }
     }
@@ -296,19 +335,29 @@ mod tests {
     fn undeclared_providers_are_left_as_written_with_a_warning() {
         let (p, _) = providers(&[]);
         let mut d = Diagnostics::default();
-        assert_eq!(p.resolve("${env:KPASS}", &origin(), &env(), &mut d).as_deref(), Some("${env:KPASS}"));
+        assert_eq!(
+            p.resolve("${env:KPASS}", &origin(), &env(), &mut d)
+                .as_deref(),
+            Some("${env:KPASS}")
+        );
         assert!(!d.has_errors());
-        assert!(d.items[0].message.contains("not declared in config.providers"));
+        assert!(d.items[0]
+            .message
+            .contains("not declared in config.providers"));
     }
 
     #[test]
     fn declaration_errors() {
         let (_, d) = providers(&[("config.providers", "vault")]);
-        assert!(d.items[0].message.contains("'config.providers.vault.class' is not set"));
+        assert!(d.items[0]
+            .message
+            .contains("'config.providers.vault.class' is not set"));
         let (_, d) = providers(&[
             ("config.providers", "vault"),
             ("config.providers.vault.class", "io.confluent.VaultProvider"),
         ]);
-        assert!(d.items[0].message.contains("unsupported config provider class"));
+        assert!(d.items[0]
+            .message
+            .contains("unsupported config provider class"));
     }
 }

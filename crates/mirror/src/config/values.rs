@@ -25,7 +25,9 @@ pub struct Reader<'a> {
 
 impl std::fmt::Debug for Reader<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader").field("keys", &self.map.len()).finish()
+        f.debug_struct("Reader")
+            .field("keys", &self.map.len())
+            .finish()
     }
 }
 
@@ -39,17 +41,21 @@ impl<'a> Reader<'a> {
     }
 
     pub fn string(&self, key: &str, default: &str) -> String {
-        self.get(key).map_or_else(|| default.to_string(), |s| s.value.trim().to_string())
+        self.get(key)
+            .map_or_else(|| default.to_string(), |s| s.value.trim().to_string())
     }
 
     /// Kafka BOOLEAN: `true`/`false`, case-insensitive, surrounding whitespace ignored.
     pub fn bool(&mut self, key: &str, default: bool) -> bool {
-        let Some(s) = self.get(key) else { return default };
+        let Some(s) = self.get(key) else {
+            return default;
+        };
         match s.value.trim().to_ascii_lowercase().as_str() {
             "true" => true,
             "false" => false,
             _ => {
-                self.diags.error(Some(&s.origin), Some(&s.value), "expected true or false");
+                self.diags
+                    .error(Some(&s.origin), Some(&s.value), "expected true or false");
                 default
             }
         }
@@ -57,7 +63,9 @@ impl<'a> Reader<'a> {
 
     /// An integer in `[min, max]`.
     pub fn int(&mut self, key: &str, default: i64, min: i64, max: i64) -> i64 {
-        let Some(s) = self.get(key) else { return default };
+        let Some(s) = self.get(key) else {
+            return default;
+        };
         match s.value.trim().parse::<i64>() {
             Ok(v) if (min..=max).contains(&v) => v,
             Ok(_) => {
@@ -98,8 +106,15 @@ impl<'a> Reader<'a> {
     }
 
     /// One of `choices` (compared case-insensitively); returns the canonical spelling.
-    pub fn choice(&mut self, key: &str, default: &'static str, choices: &[&'static str]) -> &'static str {
-        let Some(s) = self.get(key) else { return default };
+    pub fn choice(
+        &mut self,
+        key: &str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> &'static str {
+        let Some(s) = self.get(key) else {
+            return default;
+        };
         let v = s.value.trim();
         match choices.iter().find(|c| c.eq_ignore_ascii_case(v)) {
             Some(c) => c,
@@ -117,11 +132,17 @@ impl<'a> Reader<'a> {
     /// A pattern list (`topics`, `groups`, ...), with its MM2 default.
     pub fn patterns(&mut self, key: &str, default: &str) -> PatternList {
         let fallback = PatternList::parse(default).expect("built-in default pattern");
-        let Some(s) = self.get(key) else { return fallback };
+        let Some(s) = self.get(key) else {
+            return fallback;
+        };
         match PatternList::parse(&s.value) {
             Ok(p) => p,
             Err(e) => {
-                self.diags.error(Some(&s.origin), Some(&s.value), format!("invalid regex: {e}"));
+                self.diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    format!("invalid regex: {e}"),
+                );
                 fallback
             }
         }

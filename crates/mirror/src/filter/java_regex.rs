@@ -118,7 +118,10 @@ impl Translator {
             }
         }
         if self.dotall.len() > 1 {
-            return err(self.chars.len(), "unclosed group: a '(' has no matching ')'");
+            return err(
+                self.chars.len(),
+                "unclosed group: a '(' has no matching ')'",
+            );
         }
         Ok(())
     }
@@ -164,7 +167,10 @@ impl Translator {
             }
             body.push(c);
         }
-        err(at, "illegal repetition: '{' is not closed (write '\\{' for a literal brace)")
+        err(
+            at,
+            "illegal repetition: '{' is not closed (write '\\{' for a literal brace)",
+        )
     }
 
     fn group(&mut self, at: usize) -> Result<(), JavaRegexError> {
@@ -294,7 +300,9 @@ impl Translator {
                     last_single = false;
                 }
                 '-' if last_single
-                    && self.peek().is_some_and(|n| n != ']' && n != '[' && n != '&') =>
+                    && self
+                        .peek()
+                        .is_some_and(|n| n != ']' && n != '[' && n != '&') =>
                 {
                     let end_at = self.pos;
                     let end = match self.peek() {
@@ -520,11 +528,17 @@ impl Translator {
             let neg = if negated { "^" } else { "" };
             return Ok(Escaped::Class(format!("[[:{neg}{rust}:]]")));
         }
-        if POSIX.iter().any(|(java, _)| java.eq_ignore_ascii_case(&name)) {
+        if POSIX
+            .iter()
+            .any(|(java, _)| java.eq_ignore_ascii_case(&name))
+        {
             return err(at, format!("unknown character property '{name}' (Java's POSIX class names are case-sensitive, e.g. \\p{{Alpha}})"));
         }
         if name.starts_with("java") {
-            return err(at, format!("'\\p{{{name}}}' (java.lang.Character classes) is not supported"));
+            return err(
+                at,
+                format!("'\\p{{{name}}}' (java.lang.Character classes) is not supported"),
+            );
         }
         if name.starts_with("In") || name.starts_with("blk=") || name.starts_with("block=") {
             return err(at, format!("Unicode blocks ('\\p{{{name}}}') are not supported; use a script such as \\p{{IsGreek}}"));
@@ -533,7 +547,10 @@ impl Translator {
         let rust_name = name.strip_prefix("Is").unwrap_or(&name);
         let probe = format!("\\p{{{rust_name}}}");
         if regex::Regex::new(&probe).is_err() {
-            return err(at, format!("unknown or unsupported character property '{name}'"));
+            return err(
+                at,
+                format!("unknown or unsupported character property '{name}'"),
+            );
         }
         let p = if negated { 'P' } else { 'p' };
         Ok(Escaped::Class(format!("\\{p}{{{rust_name}}}")))
@@ -680,7 +697,13 @@ mod tests {
 
     #[test]
     fn mm2_default_lists_translate() {
-        for p in [r".*[\-\.]internal", r".*\.replica", "__.*", "console-consumer-.*", "connect-.*"] {
+        for p in [
+            r".*[\-\.]internal",
+            r".*\.replica",
+            "__.*",
+            "console-consumer-.*",
+            "connect-.*",
+        ] {
             assert!(Regex::new(&translate(p).unwrap()).is_ok(), "{p}");
         }
     }
