@@ -3,13 +3,25 @@
 # from Maven Central jars only: no release tarball, no Docker, no bin/*.sh.
 #
 #   kafka-harness.sh fetch [--force]        resolve jars into the cache (idempotent)
-#   kafka-harness.sh start NAME PORT [--sasl] [--acl] [--scram]
+#   kafka-harness.sh start NAME PORT [--sasl] [--scram] [--acl] [--ssl] [--mtls]
 #                          [--quorum static|dynamic] [--prop key=value]...
 #                                           format + start one node on 127.0.0.1:PORT,
-#                                           controller on PORT+1; prints bootstrap
+#                                           controller on PORT+1 (always PLAINTEXT);
+#                                           waits until ready; prints bootstrap. On failure
+#                                           prints the tail of the broker's logs, stops it,
+#                                           exits 1.
+#       (none)   listener PLAINTEXT
+#       --sasl   SASL/PLAIN, users $KAFKA_ADMIN_USER + $KAFKA_SASL_USERS
+#       --scram  implies --sasl; also SCRAM-SHA-256 and SCRAM-SHA-512 (credentials for every
+#                user created at format time; inter-broker stays PLAIN)
+#       --acl    implies --sasl; StandardAuthorizer, super user admin, no ACL = deny
+#       --ssl    listener SSL (SASL_SSL with --sasl/--scram/--acl); generates a throwaway CA,
+#                a broker certificate (SAN IP:127.0.0.1, DNS:localhost) and a client
+#                certificate under RUN/NAME/ssl/
+#       --mtls   implies --ssl; ssl.client.auth=required (clients present ssl/client.p12)
 #   kafka-harness.sh stop NAME [--keep-data] stop broker/mm2 started under NAME
-#   kafka-harness.sh restart NAME           stop + start again on the same data
-#   kafka-harness.sh stop-all               stop everything under the run root
+#   kafka-harness.sh restart NAME           stop + start again on the same data (and certs)
+#   kafka-harness.sh stop-all               stop everything under the run root (mm2 first)
 #   kafka-harness.sh status                 list NAMEs and whether they run
 #   kafka-harness.sh tool CLASS|ALIAS args  run any Kafka main class; aliases: topics acls
 #                                           configs console-producer console-consumer
@@ -19,15 +31,40 @@
 #   kafka-harness.sh mm2 [-d NAME] CONFIG [--clusters C...]
 #                                           MirrorMaker 2 dedicated mode (fg, or -d bg)
 #   kafka-harness.sh bootstrap NAME         print 127.0.0.1:PORT
-#   kafka-harness.sh client-config NAME [USER]  print path of a client .properties
-#   kafka-harness.sh dir NAME | classpath | print-pom
+#   kafka-harness.sh client-config NAME [USER]  print path of RUN/NAME/client[-USER].properties
+#   kafka-harness.sh dir NAME | classpath [--mm2] | print-pom
 #
-# Environment: KAFKA_VERSION (4.4.0), JAVA_HOME, KAFKA_HARNESS_CACHE, KAFKA_HARNESS_RUN,
-# KAFKA_HEAP (512m), KAFKA_MM2_HEAP (512m), KAFKA_BROKER_OPTS, KAFKA_TOOL_OPTS,
-# KAFKA_START_TIMEOUT (120 s), KAFKA_STOP_TIMEOUT (30 s), KAFKA_ADMIN_USER/PASSWORD
-# (admin/admin-secret), KAFKA_SASL_USERS ("alice:alice-secret bob:bob-secret mm2:mm2-secret"),
-# KAFKA_HARNESS_POM (use this pom instead of the built-in one), MAVEN_OFFLINE=1 (mvn -o),
-# KAFKA_HARNESS_VERBOSE=1 (show maven output).
+# Files of a cluster, in RUN/NAME (RUN = $KAFKA_HARNESS_RUN, default /tmp/kafka-harness-UID):
+#   env                 KEY=VALUE lines, no quoting: NAME KAFKA_VERSION PORT CONTROLLER_PORT
+#                       BOOTSTRAP CLUSTER_ID SECURITY_PROTOCOL RUN_DIR LOG_DIR CLIENT_CONFIG
+#                       SASL SCRAM ACL SSL MTLS (0/1); with SASL: SASL_MECHANISMS (comma list)
+#                       ADMIN_USER ADMIN_PASSWORD SASL_USERS (user:password,...); with SSL:
+#                       SSL_DIR SSL_CA_PEM SSL_CLIENT_CERT_PEM SSL_CLIENT_KEY_PEM (PKCS#8)
+#                       SSL_KEYSTORE_P12 (client key+cert+CA) SSL_TRUSTSTORE_P12 (CA)
+#                       SSL_STORE_PASSWORD SSL_KEY_PASSWORD SSL_CLIENT_AUTH (none|required)
+#                       SSL_CLIENT_PRINCIPAL (User:CN=...) SSL_SERVER_NAME (localhost)
+#   client.properties   Java client config: admin over SASL/PLAIN when SASL is on, else
+#                       anonymous (PLAINTEXT/SSL; with --mtls it presents the client cert)
+#   client-USER.properties          SASL/PLAIN as USER (admin alice bob mm2)
+#   client-USER-scram256.properties SCRAM-SHA-256 as USER (--scram)
+#   client-USER-scram512.properties SCRAM-SHA-512 as USER (--scram; = client-USER-scram)
+#   client-nocert.properties        --mtls only: TLS without client certificate (must fail)
+#   ssl/ ca.pem ca.key broker.pem broker.key broker.p12 client.pem client.key client.p12
+#        truststore.p12 (all PKCS12 files and keys use SSL_STORE_PASSWORD)
+#   server.properties cluster.id logs/{server,authorizer,stdout,format,ready-check}.log data/
+#
+# MirrorMaker 2: connect-mirror is not published for every Kafka release (not for 4.4.0);
+# fetch then resolves MM2 of the first of $KAFKA_MM2_VERSIONS that exists onto its own classpath
+# (mm2-libs/); MM2 is only a client of the brokers, so an older MM2 is fine.
+#
+# Environment: KAFKA_VERSION (4.4.0), KAFKA_MM2_VERSIONS ("4.3.1 4.3.0 4.2.0 4.1.1"), JAVA_HOME,
+# KAFKA_HARNESS_CACHE, KAFKA_HARNESS_RUN, KAFKA_HEAP (512m), KAFKA_MM2_HEAP (512m),
+# KAFKA_BROKER_OPTS, KAFKA_TOOL_OPTS, KAFKA_START_TIMEOUT (120 s), KAFKA_STOP_TIMEOUT (30 s),
+# KAFKA_FAIL_TAIL (40 log lines shown on failure), KAFKA_ADMIN_USER/PASSWORD (admin/admin-secret),
+# KAFKA_SASL_USERS ("alice:alice-secret bob:bob-secret mm2:mm2-secret"), KAFKA_SSL_PASSWORD
+# (harness-secret), KAFKA_SSL_CLIENT_CN (kafka-harness-client), KAFKA_HARNESS_POM (use this pom
+# instead of the built-in one), MAVEN_OFFLINE=1 (mvn -o), KAFKA_HARNESS_VERBOSE=1 (maven output).
+# Needs java 17+, mvn (first fetch only), openssl + keytool (--ssl), python3 or unzip (fetch).
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
@@ -951,7 +988,9 @@ main() {
       check_name "${1:?NAME}"
       if [[ -n "${2:-}" ]]; then echo "$RUN_ROOT/$1/client-$2.properties"; else echo "$RUN_ROOT/$1/client.properties"; fi ;;
     dir) check_name "${1:?NAME}"; echo "$RUN_ROOT/$1" ;;
-    classpath) ensure_libs; echo "$LIB_DIR/*" ;;
+    classpath)
+      ensure_libs
+      if [[ "${1:-}" == --mm2 ]]; then echo "$(mm2_classpath)/*"; else echo "$LIB_DIR/*"; fi ;;
     print-pom) print_pom ;;
     -h|--help|help) usage ;;
     *) die "unknown command '$cmd' (try --help)" ;;

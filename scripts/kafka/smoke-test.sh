@@ -41,6 +41,10 @@ timed() {  # timed WHAT NAME CMD...: run CMD (stdout discarded), print its wall 
   printf 'TIME %s %s: %d.%01ds\n' "$what" "$name" $(((t1 - t0) / 1000000000)) $(((t1 - t0) / 100000000 % 10))
 }
 records() { local i; for i in 1 2 3; do echo "$1-record-$i"; done; }
+rss() {  # rss NAME KIND: resident memory of RUN/NAME/KIND.pid
+  local pf; pf="$("$H" dir "$1")/$2.pid"
+  echo "RSS $1 $2: $(awk '/^VmRSS/ { printf "%d MB", $2 / 1024 }' "/proc/$(cat "$pf")/status" 2>/dev/null)"
+}
 envval() { sed -n "s/^$2=//p" "$("$H" dir "$1")/env"; }
 
 # roundtrip LABEL BOOTSTRAP ADMIN_CFG CLIENT_CFG: create topic rt-LABEL (as admin), produce 3 records
@@ -177,6 +181,7 @@ got="$("$H" tool console-consumer --bootstrap-server "$DST" "$CCFG" "$ALICE_DST"
   --topic src.rt-plaintext --group g1 --from-beginning --max-messages 3 --timeout-ms 60000 2>/dev/null)" || true
 [[ "$got" == "$want" ]] || fail "MM2 copy of rt-plaintext: expected [$want] got [$got]"
 echo "MM2 copied rt-plaintext -> src.rt-plaintext with identical content; alice read it on dst"
+rss src broker; rss dst broker; rss mm2 mm2
 
 if have kcat; then
   step "kcat (librdkafka $RDK) reads src.t1 on dst as alice via $KCAT_MECH"

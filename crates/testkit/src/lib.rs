@@ -343,3 +343,25 @@ impl Drop for Cluster {
         self.stop();
     }
 }
+
+/// One PLAINTEXT source and one SASL/PLAIN target shared by every test of a test binary, for
+/// tests that use their own topic names and do not interfere. Started on first use; stopped by
+/// the exit watchdog when the test binary ends.
+pub fn shared_pair() -> &'static (Cluster, Cluster) {
+    static PAIR: OnceLock<(Cluster, Cluster)> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        std::thread::scope(|s| {
+            let a = s.spawn(|| Cluster::start("shared-a", Security::Plaintext));
+            let b = s.spawn(|| Cluster::start("shared-b", Security::SaslPlain));
+            let a = a
+                .join()
+                .expect("start thread")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let b = b
+                .join()
+                .expect("start thread")
+                .unwrap_or_else(|e| panic!("{e}"));
+            (a, b)
+        })
+    })
+}

@@ -1,0 +1,129 @@
+//! Connector-file and MM1 configuration forms (no brokers needed).
+
+use kmirror_kafka::{AutoOffsetReset, SecurityProtocol};
+use kmirror_mirror::config::connector;
+use kmirror_mirror::config::legacy::{self, LegacyArgs};
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+
+fn props(name: &str, text: &str) -> Properties {
+    Properties::parse(text, name).unwrap()
+}
+
+const SOURCE: &str = "connector.class=org.apache.kafka.connect.mirror.MirrorSourceConnector\nsource.cluster.alias=A\ntarget.cluster.alias=B\nsource.cluster.bootstrap.servers=a:9092\ntarget.cluster.bootstrap.servers=b:9092\n";
+
+#[test]
+fn each_connector_class_switches_on_its_part_of_the_flow() {
+    let hb = props(
+        "hb.properties",
+        &SOURCE.replace("MirrorSourceConnector", "MirrorHeartbeatConnector"),
+    );
+    let c = connector::load(&[hb], None, &SystemEnvironment).unwrap();
+    let f = &c.flows[0];
+    assert!(!f.replication && f.emit_heartbeats.enabled && !f.emit_checkpoints.enabled);
+    let src = props("src.properties", SOURCE);
+    let c = connector::load(&[src], None, &SystemEnvironment).unwrap();
+    let f = &c.flows[0];
+    assert!(f.replication && !f.emit_heartbeats.enabled && !f.emit_checkpoints.enabled);
+    // The data producer writes to target.cluster.* when there is no worker file.
+    assert_eq!(f.clients.target_producer.bootstrap[0].to_string(), "b:9092");
+    assert_eq!(
+        f.clients.target_producer.security_protocol,
+        SecurityProtocol::Plaintext
+    );
+    // A connector with enabled=false replicates nothing.
+    let off = props("off.properties", &format!("{SOURCE}enabled=false\n"));
+    assert!(
+        !connector::load(&[off], None, &SystemEnvironment)
+            .unwrap()
+            .flows[0]
+            .replication
+    );
+}
+
+#[test]
+fn connector_errors() {
+    let cases = [
+        ("source.cluster.alias=A\n", "connector.class is not set"),
+        ("connector.class=org.apache.kafka.connect.file.FileStreamSourceConnector\n", "not a MirrorMaker 2 connector"),
+        ("connector.class=MirrorSourceConnector\n", "source.cluster.alias is not set"),
+        (
+            "connector.class=MirrorSourceConnector\nsource.cluster.alias=A\nsource.cluster.bootstrap.servers=a:1\n",
+            "cluster target has no bootstrap servers",
+        ),
+    ];
+    for (text, needle) in cases {
+        let e = connector::load(&[props("c.properties", text)], None, &SystemEnvironment)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+    assert!(connector::load(&[], None, &SystemEnvironment)
+        .unwrap_err()
+        .to_string()
+        .contains("no connector file"));
+}
+
+#[test]
+fn mm1_defaults_and_flags() {
+    let c = props(
+        "consumer.properties",
+        "bootstrap.servers=old:9092\ngroup.id=mm1\nmax.poll.records=500\n",
+    );
+    let p = props(
+        "producer.properties",
+        "bootstrap.servers=new:9092\nretries=10\nlinger.ms=7\n",
+    );
+    let args = LegacyArgs {
+        whitelist: Some("orders,payments.*".into()),
+        ..LegacyArgs::default()
+    };
+    let cfg = legacy::load(&c, &p, &args, &SystemEnvironment).unwrap();
+    assert!(
+        cfg.topics.matches("orders")
+            && cfg.topics.matches("payments.eu")
+            && !cfg.topics.matches("x")
+    );
+    assert_eq!(cfg.num_streams, 1);
+    assert_eq!(cfg.offset_commit_interval.as_millis(), 60_000);
+    assert!(cfg.abort_on_send_failure);
+    // Decision: a new group starts at the earliest offset (MM1's `latest` lost data on new topics).
+    assert_eq!(
+        cfg.consumer_tuning.auto_offset_reset,
+        AutoOffsetReset::Earliest
+    );
+    assert_eq!(cfg.producer_tuning.linger.as_millis(), 7);
+    let ignored: Vec<&str> = cfg.ignored.iter().map(|i| i.origin.key.as_str()).collect();
+    assert_eq!(ignored, ["max.poll.records", "retries"]);
+
+    let both = LegacyArgs {
+        include: Some("a".into()),
+        whitelist: Some("b".into()),
+        ..LegacyArgs::default()
+    };
+    let cfg = legacy::load(&c, &p, &both, &SystemEnvironment).unwrap();
+    assert!(cfg.topics.matches("a") && !cfg.topics.matches("b"));
+    assert!(cfg.diagnostics.warnings().any(|w| w
+        .to_string()
+        .contains("--whitelist: ignored because --include is given")));
+
+    let no_group = props("consumer.properties", "bootstrap.servers=old:9092\n");
+    let e = legacy::load(&no_group, &p, &args, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("consumer.properties: group.id is not set"),
+        "{e}"
+    );
+    let bad = LegacyArgs {
+        abort_on_send_failure: Some("maybe".into()),
+        ..args
+    };
+    let e = legacy::load(&c, &p, &bad, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("command line: --abort.on.send.failure = 'maybe': expected true or false"),
+        "{e}"
+    );
+}
