@@ -4,8 +4,12 @@
 //! where the brokers are, how to authenticate, and the consumer/producer tuning that replication
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
+pub mod conn;
+pub mod error;
 pub mod secret;
 pub mod settings;
+
+pub use error::{KafkaError, Result};
 
 pub use secret::Secret;
 pub use settings::{

@@ -134,9 +134,15 @@ fn check(what: &str, out: Output) -> Result<Output, HarnessError> {
         Err(HarnessError::Failed {
             what: what.into(),
             status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stderr: tail(&String::from_utf8_lossy(&out.stderr), 40),
         })
     }
+}
+
+/// The last `n` lines of a tool's output (Java tools print their whole usage on a bad option).
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// A port P such that P and P+1 (the controller) are free right now.
@@ -316,7 +322,7 @@ impl Cluster {
             &[
                 "--bootstrap-server",
                 &self.bootstrap,
-                "--consumer.config",
+                "--command-config", // --consumer.config prints a deprecation notice on stdout since Kafka 4.2
                 cfg.to_str().unwrap_or_default(),
                 "--topic",
                 topic,

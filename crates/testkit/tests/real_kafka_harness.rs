@@ -55,9 +55,11 @@ fn plaintext_and_sasl_acl_clusters_create_produce_consume() {
         "alice wrote without an ACL: {all}"
     );
     let admin = acl.client_config(None);
-    acl.tool(
-        "acls",
-        &[
+    for role in [
+        &["--producer", "--topic", "payments"][..],
+        &["--consumer", "--topic", "payments", "--group", "g-payments"][..],
+    ] {
+        let mut args = vec![
             "--bootstrap-server",
             acl.bootstrap(),
             "--command-config",
@@ -65,20 +67,10 @@ fn plaintext_and_sasl_acl_clusters_create_produce_consume() {
             "--add",
             "--allow-principal",
             "User:alice",
-            "--operation",
-            "Write",
-            "--operation",
-            "Read",
-            "--operation",
-            "Describe",
-            "--topic",
-            "payments",
-            "--group",
-            "g-payments",
-        ],
-        None,
-    )
-    .unwrap();
+        ];
+        args.extend_from_slice(role);
+        acl.tool("acls", &args, None).unwrap();
+    }
     let listed = acl
         .tool(
             "acls",

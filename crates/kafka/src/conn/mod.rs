@@ -1,0 +1,554 @@
+//! One connection to one broker: TCP (and TLS), ApiVersions negotiation, SASL, then pipelined
+//! requests matched to responses by correlation id.
+//!
+//! Requests are written in the order `submit` is called and a broker answers them in that order,
+//! so a caller that needs ordering (the idempotent producer) submits in order and awaits the
+//! responses later. Every request has a timeout; a broken connection fails every pending request
+//! with an error naming the broker.
+
+pub mod sasl;
+pub mod tls;
+
+use crate::error::{KafkaError, Result};
+use crate::settings::{ClientSettings, SaslCredentials};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::error::ParseResponseErrorCode;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+/// Largest response frame accepted (a guard against garbage lengths).
+const MAX_FRAME: usize = 512 * 1024 * 1024;
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Stream = Box<dyn Io>;
+
+struct Pending {
+    api: ApiKey,
+    version: i16,
+    reply: oneshot::Sender<Result<Bytes>>,
+}
+
+type PendingMap = Arc<Mutex<HashMap<i32, Pending>>>;
+
+/// An established, authenticated connection.
+pub struct Connection {
+    broker: String,
+    client_id: Option<StrBytes>,
+    request_timeout: Duration,
+    versions: HashMap<i16, (i16, i16)>,
+    next_correlation: AtomicI32,
+    writer: tokio::sync::Mutex<WriteHalf<Stream>>,
+    pending: PendingMap,
+    closed: Arc<AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A response that will arrive; await it with [`ResponseFuture::wait`].
+#[derive(Debug)]
+pub struct ResponseFuture<R: Request> {
+    broker: String,
+    api: ApiKey,
+    version: i16,
+    timeout: Duration,
+    rx: oneshot::Receiver<Result<Bytes>>,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Request> ResponseFuture<R> {
+    pub async fn wait(self) -> Result<R::Response> {
+        let body = match tokio::time::timeout(self.timeout, self.rx).await {
+            Err(_) => {
+                return Err(KafkaError::Timeout {
+                    broker: self.broker,
+                    api: self.api,
+                    after: self.timeout,
+                })
+            }
+            Ok(Err(_)) => {
+                return Err(KafkaError::Disconnected {
+                    broker: self.broker,
+                })
+            }
+            Ok(Ok(r)) => r?,
+        };
+        decode_body::<R::Response>(&self.broker, self.api, self.version, body)
+    }
+}
+
+fn decode_body<T: Decodable>(
+    broker: &str,
+    api: ApiKey,
+    version: i16,
+    mut body: Bytes,
+) -> Result<T> {
+    T::decode(&mut body, version).map_err(|e| KafkaError::Protocol {
+        broker: broker.into(),
+        api,
+        message: e.to_string(),
+    })
+}
+
+fn api_of<R: Request>() -> ApiKey {
+    ApiKey::try_from(R::KEY).unwrap_or(ApiKey::ApiVersions)
+}
+
+fn encode_frame<R: Request>(
+    header: &RequestHeader,
+    req: &R,
+    version: i16,
+    broker: &str,
+) -> Result<Bytes> {
+    let api = api_of::<R>();
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    let protocol = |message: String| KafkaError::Protocol {
+        broker: broker.into(),
+        api,
+        message,
+    };
+    header
+        .encode(&mut buf, R::header_version(version))
+        .map_err(|e| protocol(e.to_string()))?;
+    req.encode(&mut buf, version)
+        .map_err(|e| protocol(e.to_string()))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+async fn read_frame<S: AsyncRead + Unpin + ?Sized>(s: &mut S) -> std::io::Result<Bytes> {
+    let len = s.read_i32().await?;
+    if len < 4 || len as usize > MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad response frame length {len}"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    s.read_exact(&mut buf).await?;
+    Ok(Bytes::from(buf))
+}
+
+impl Connection {
+    /// Connects, negotiates API versions and authenticates. `broker` names the broker in errors
+    /// (e.g. `1@127.0.0.1:9092`).
+    pub async fn connect(
+        host: &str,
+        port: u16,
+        broker: String,
+        settings: &ClientSettings,
+    ) -> Result<Connection> {
+        let timeout = settings.request_timeout;
+        let io_err = |context: &'static str| {
+            let broker = broker.clone();
+            move |source: std::io::Error| KafkaError::Io {
+                broker: broker.clone(),
+                context,
+                source,
+            }
+        };
+        let tcp = tokio::time::timeout(timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| KafkaError::Timeout {
+                broker: broker.clone(),
+                api: ApiKey::ApiVersions,
+                after: timeout,
+            })?
+            .map_err(io_err("connect"))?;
+        tcp.set_nodelay(true).map_err(io_err("set TCP_NODELAY"))?;
+        let mut stream: Stream = match &settings.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let config = tls::client_config(tls).map_err(|message| KafkaError::Tls {
+                    broker: broker.clone(),
+                    message,
+                })?;
+                let name = tls::server_name(host).map_err(|message| KafkaError::Tls {
+                    broker: broker.clone(),
+                    message,
+                })?;
+                let connector = tokio_rustls::TlsConnector::from(config);
+                let s = tokio::time::timeout(timeout, connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| KafkaError::Timeout {
+                        broker: broker.clone(),
+                        api: ApiKey::ApiVersions,
+                        after: timeout,
+                    })?
+                    .map_err(|e| KafkaError::Tls {
+                        broker: broker.clone(),
+                        message: e.to_string(),
+                    })?;
+                Box::new(s)
+            }
+        };
+        let client_id = settings.client_id.clone().map(StrBytes::from_string);
+        let mut hs = Handshake {
+            stream: &mut stream,
+            broker: &broker,
+            client_id: client_id.clone(),
+            correlation: 0,
+            timeout,
+        };
+        let versions = hs.api_versions().await?;
+        if let Some(creds) = &settings.sasl {
+            hs.authenticate(creds, &versions).await?;
+        }
+        let correlation = hs.correlation;
+        let (read, write) = tokio::io::split(stream);
+        let pending: PendingMap = Arc::new(Mutex::new(HashMap::new()));
+        let closed = Arc::new(AtomicBool::new(false));
+        let reader = tokio::spawn(read_loop(
+            read,
+            pending.clone(),
+            closed.clone(),
+            broker.clone(),
+        ));
+        Ok(Connection {
+            broker,
+            client_id,
+            request_timeout: timeout,
+            versions,
+            next_correlation: AtomicI32::new(correlation),
+            writer: tokio::sync::Mutex::new(write),
+            pending,
+            closed,
+            reader,
+        })
+    }
+
+    pub fn broker(&self) -> &str {
+        &self.broker
+    }
+
+    /// Whether the connection has failed or was closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The highest version of `R` both sides support.
+    pub fn version<R: Request>(&self) -> Result<i16> {
+        negotiate(&self.versions, R::KEY, R::VERSIONS.min, R::VERSIONS.max).ok_or_else(|| {
+            KafkaError::UnsupportedVersion {
+                broker: self.broker.clone(),
+                api: api_of::<R>(),
+                ours: format!("{}..{}", R::VERSIONS.min, R::VERSIONS.max),
+            }
+        })
+    }
+
+    /// The broker's supported version range of an API, if any.
+    pub fn broker_versions(&self, api: ApiKey) -> Option<(i16, i16)> {
+        self.versions.get(&(api as i16)).copied()
+    }
+
+    /// Sends a request with the negotiated version and waits for its response.
+    pub async fn send<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let version = self.version::<R>()?;
+        self.submit(req, version).await?.wait().await
+    }
+
+    /// Writes a request now (in call order) and returns the response to await later.
+    pub async fn submit<R: Request>(&self, req: &R, version: i16) -> Result<ResponseFuture<R>> {
+        let api = api_of::<R>();
+        if self.is_closed() {
+            return Err(KafkaError::Disconnected {
+                broker: self.broker.clone(),
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        let mut writer = self.writer.lock().await;
+        let correlation_id = self.next_correlation.fetch_add(1, Ordering::SeqCst);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(self.client_id.clone());
+        let frame = encode_frame(&header, req, version, &self.broker)?;
+        lock(&self.pending).insert(
+            correlation_id,
+            Pending {
+                api,
+                version,
+                reply: tx,
+            },
+        );
+        if let Err(source) = writer.write_all(&frame).await {
+            lock(&self.pending).remove(&correlation_id);
+            self.closed.store(true, Ordering::SeqCst);
+            return Err(KafkaError::Io {
+                broker: self.broker.clone(),
+                context: "write request",
+                source,
+            });
+        }
+        Ok(ResponseFuture {
+            broker: self.broker.clone(),
+            api,
+            version,
+            timeout: self.request_timeout,
+            rx,
+            _r: std::marker::PhantomData,
+        })
+    }
+
+    /// Closes the connection; pending requests fail with `Disconnected`.
+    pub async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let _ = self.writer.lock().await.shutdown().await;
+        self.reader.abort();
+        fail_all(&self.pending, &self.broker);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock cannot leave the map inconsistent (single inserts/removes).
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fail_all(pending: &PendingMap, broker: &str) {
+    for (_, p) in lock(pending).drain() {
+        let _ = p.reply.send(Err(KafkaError::Disconnected {
+            broker: broker.to_string(),
+        }));
+    }
+}
+
+async fn read_loop(
+    mut read: ReadHalf<Stream>,
+    pending: PendingMap,
+    closed: Arc<AtomicBool>,
+    broker: String,
+) {
+    loop {
+        let mut frame = match read_frame(&mut read).await {
+            Ok(f) => f,
+            Err(e) => {
+                if !closed.swap(true, Ordering::SeqCst) {
+                    tracing::debug!(broker = %broker, error = %e, "connection closed");
+                }
+                fail_all(&pending, &broker);
+                return;
+            }
+        };
+        let correlation_id = (&frame[..4]).get_i32();
+        let Some(p) = lock(&pending).remove(&correlation_id) else {
+            tracing::warn!(broker = %broker, correlation_id, "response for an unknown request; closing the connection");
+            closed.store(true, Ordering::SeqCst);
+            fail_all(&pending, &broker);
+            return;
+        };
+        let header_version = p.api.response_header_version(p.version);
+        let result = match ResponseHeader::decode(&mut frame, header_version) {
+            Ok(_) => Ok(frame),
+            Err(e) => Err(KafkaError::Protocol {
+                broker: broker.clone(),
+                api: p.api,
+                message: e.to_string(),
+            }),
+        };
+        let _ = p.reply.send(result);
+    }
+}
+
+/// The highest common version, or `None`.
+pub fn negotiate(
+    broker: &HashMap<i16, (i16, i16)>,
+    key: i16,
+    our_min: i16,
+    our_max: i16,
+) -> Option<i16> {
+    let &(min, max) = broker.get(&key)?;
+    let v = max.min(our_max);
+    (v >= min.max(our_min)).then_some(v)
+}
+
+/// The unpipelined exchanges before the connection is split: ApiVersions and SASL.
+struct Handshake<'a> {
+    stream: &'a mut Stream,
+    broker: &'a str,
+    client_id: Option<StrBytes>,
+    correlation: i32,
+    timeout: Duration,
+}
+
+impl Handshake<'_> {
+    async fn round_trip<R: Request>(&mut self, req: &R, version: i16) -> Result<Bytes> {
+        let api = api_of::<R>();
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(self.client_id.clone());
+        self.correlation += 1;
+        let frame = encode_frame(&header, req, version, self.broker)?;
+        let broker = self.broker.to_string();
+        let io = |context: &'static str| {
+            let broker = broker.clone();
+            move |source| KafkaError::Io {
+                broker: broker.clone(),
+                context,
+                source,
+            }
+        };
+        let exchange = async {
+            self.stream
+                .write_all(&frame)
+                .await
+                .map_err(io("write request"))?;
+            read_frame(self.stream).await.map_err(io("read response"))
+        };
+        let mut body = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| KafkaError::Timeout {
+                broker: broker.clone(),
+                api,
+                after: self.timeout,
+            })??;
+        ResponseHeader::decode(&mut body, api.response_header_version(version)).map_err(|e| {
+            KafkaError::Protocol {
+                broker,
+                api,
+                message: e.to_string(),
+            }
+        })?;
+        Ok(body)
+    }
+
+    async fn api_versions(&mut self) -> Result<HashMap<i16, (i16, i16)>> {
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("kmirror"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let mut version = ApiVersionsRequest::VERSIONS.max.min(3);
+        loop {
+            let body = self.round_trip(&req, version).await?;
+            let resp: ApiVersionsResponse =
+                match decode_body(self.broker, ApiKey::ApiVersions, version, body.clone()) {
+                    Ok(r) => r,
+                    // A broker that does not know our version answers in v0 (KIP-511).
+                    Err(_) => decode_body(self.broker, ApiKey::ApiVersions, 0, body)?,
+                };
+            let map: HashMap<i16, (i16, i16)> = resp
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect();
+            if let Some(e) = resp.error_code.err() {
+                let fallback = map.get(&(ApiKey::ApiVersions as i16)).map(|r| r.1.min(3));
+                match fallback {
+                    Some(v) if v < version => {
+                        version = v;
+                        continue;
+                    }
+                    _ => {
+                        return Err(KafkaError::Broker {
+                            broker: self.broker.into(),
+                            api: ApiKey::ApiVersions,
+                            error: e,
+                            message: None,
+                        })
+                    }
+                }
+            }
+            return Ok(map);
+        }
+    }
+
+    async fn authenticate(
+        &mut self,
+        creds: &SaslCredentials,
+        versions: &HashMap<i16, (i16, i16)>,
+    ) -> Result<()> {
+        let mechanism = creds.mechanism.as_str();
+        let auth_err = |message: String| KafkaError::Authentication {
+            broker: self.broker.to_string(),
+            mechanism,
+            message,
+        };
+        let hs_version = negotiate(versions, SaslHandshakeRequest::KEY, 1, 1)
+            .ok_or_else(|| auth_err("the broker does not support SaslHandshake v1".into()))?;
+        let body = self
+            .round_trip(
+                &SaslHandshakeRequest::default()
+                    .with_mechanism(StrBytes::from_static_str(mechanism)),
+                hs_version,
+            )
+            .await?;
+        let hs: SaslHandshakeResponse =
+            decode_body(self.broker, ApiKey::SaslHandshake, hs_version, body)?;
+        if hs.error_code.err().is_some() {
+            let enabled: Vec<&str> = hs.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(auth_err(format!(
+                "the broker does not enable this mechanism (it enables: {})",
+                enabled.join(", ")
+            )));
+        }
+        let auth_version = negotiate(
+            versions,
+            SaslAuthenticateRequest::KEY,
+            0,
+            SaslAuthenticateRequest::VERSIONS.max,
+        )
+        .ok_or_else(|| auth_err("the broker does not support SaslAuthenticate".into()))?;
+        let mut exchange = sasl::Exchange::new(creds);
+        let mut token = exchange.start();
+        loop {
+            let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+            let body = self.round_trip(&req, auth_version).await?;
+            let resp: SaslAuthenticateResponse =
+                decode_body(self.broker, ApiKey::SaslAuthenticate, auth_version, body)?;
+            if resp.error_code.err().is_some() {
+                let msg = resp
+                    .error_message
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "rejected".into());
+                return Err(auth_err(msg));
+            }
+            match exchange.next(&resp.auth_bytes).map_err(|e| auth_err(e.0))? {
+                sasl::Step::Send(next) => token = next,
+                sasl::Step::Done => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_negotiation_picks_the_highest_common_version() {
+        let broker: HashMap<i16, (i16, i16)> = [(0, (3, 11)), (1, (4, 17)), (18, (0, 4))].into();
+        assert_eq!(negotiate(&broker, 0, 0, 9), Some(9));
+        assert_eq!(negotiate(&broker, 0, 0, 13), Some(11));
+        assert_eq!(negotiate(&broker, 1, 0, 3), None);
+        assert_eq!(negotiate(&broker, 2, 0, 3), None);
+        assert_eq!(negotiate(&broker, 18, 3, 4), Some(4));
+    }
+}

@@ -1,0 +1,304 @@
+//! SASL client exchanges, as pure state machines: PLAIN (RFC 4616) and SCRAM-SHA-256/512
+//! (RFC 5802, RFC 7677). The connection sends the tokens through SaslAuthenticate.
+
+use crate::settings::{SaslCredentials, SaslMechanism};
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256, Sha512};
+
+/// Why an exchange failed on the client side. Never contains the password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SaslError(pub String);
+
+/// The next step of an exchange.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Send this token and feed the server's answer to `next`.
+    Send(Vec<u8>),
+    /// Authentication is complete.
+    Done,
+}
+
+/// A client exchange for one mechanism.
+#[derive(Debug)]
+pub enum Exchange {
+    Plain { token: Option<Vec<u8>> },
+    Scram(Scram),
+}
+
+impl Exchange {
+    pub fn new(creds: &SaslCredentials) -> Self {
+        match creds.mechanism {
+            SaslMechanism::Plain => {
+                let mut t = Vec::new();
+                t.push(0);
+                t.extend_from_slice(creds.username.as_bytes());
+                t.push(0);
+                t.extend_from_slice(creds.password.expose().as_bytes());
+                Exchange::Plain { token: Some(t) }
+            }
+            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
+                Exchange::Scram(Scram::new(creds, &random_nonce()))
+            }
+        }
+    }
+
+    /// The first token to send.
+    pub fn start(&mut self) -> Vec<u8> {
+        match self {
+            Exchange::Plain { token } => token.take().unwrap_or_default(),
+            Exchange::Scram(s) => s.client_first(),
+        }
+    }
+
+    /// Feeds the server's answer; returns what to do next.
+    pub fn next(&mut self, server: &[u8]) -> Result<Step, SaslError> {
+        match self {
+            Exchange::Plain { .. } => Ok(Step::Done),
+            Exchange::Scram(s) => s.next(server),
+        }
+    }
+}
+
+fn random_nonce() -> String {
+    use rand::Rng;
+    let bytes: [u8; 24] = rand::thread_rng().gen();
+    B64.encode(bytes)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Hash {
+    Sha256,
+    Sha512,
+}
+
+impl Hash {
+    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+        match self {
+            Hash::Sha256 => {
+                let mut m =
+                    <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+                m.update(data);
+                m.finalize().into_bytes().to_vec()
+            }
+            Hash::Sha512 => {
+                let mut m =
+                    <Hmac<Sha512> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+                m.update(data);
+                m.finalize().into_bytes().to_vec()
+            }
+        }
+    }
+
+    fn digest(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            Hash::Sha256 => Sha256::digest(data).to_vec(),
+            Hash::Sha512 => Sha512::digest(data).to_vec(),
+        }
+    }
+
+    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+        match self {
+            Hash::Sha256 => {
+                let mut out = [0u8; 32];
+                pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+            Hash::Sha512 => {
+                let mut out = [0u8; 64];
+                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+        }
+    }
+}
+
+/// SCRAM client state.
+pub struct Scram {
+    hash: Hash,
+    username: String,
+    password: crate::Secret,
+    client_nonce: String,
+    client_first_bare: String,
+    server_signature: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Scram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scram")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// SCRAM's `saslname`: `=` and `,` escaped.
+fn sasl_name(s: &str) -> String {
+    s.replace('=', "=3D").replace(',', "=2C")
+}
+
+impl Scram {
+    pub fn new(creds: &SaslCredentials, nonce: &str) -> Self {
+        let hash = if creds.mechanism == SaslMechanism::ScramSha512 {
+            Hash::Sha512
+        } else {
+            Hash::Sha256
+        };
+        Scram {
+            hash,
+            username: creds.username.clone(),
+            password: creds.password.clone(),
+            client_nonce: nonce.to_string(),
+            client_first_bare: String::new(),
+            server_signature: None,
+        }
+    }
+
+    fn client_first(&mut self) -> Vec<u8> {
+        self.client_first_bare = format!("n={},r={}", sasl_name(&self.username), self.client_nonce);
+        format!("n,,{}", self.client_first_bare).into_bytes()
+    }
+
+    fn next(&mut self, server: &[u8]) -> Result<Step, SaslError> {
+        let msg = std::str::from_utf8(server)
+            .map_err(|_| SaslError("the server's SCRAM message is not UTF-8".into()))?;
+        if let Some(expected) = &self.server_signature {
+            // server-final-message
+            let attr = |k: &str| msg.split(',').find_map(|p| p.strip_prefix(k));
+            if let Some(e) = attr("e=") {
+                return Err(SaslError(format!(
+                    "the server rejected the SCRAM proof: {e}"
+                )));
+            }
+            let v = attr("v=").ok_or_else(|| {
+                SaslError("the server's final SCRAM message has no signature".into())
+            })?;
+            let got = B64
+                .decode(v)
+                .map_err(|_| SaslError("the server's SCRAM signature is not base64".into()))?;
+            if &got != expected {
+                return Err(SaslError("the server's SCRAM signature does not match: the server does not know the password (possible impersonation)".into()));
+            }
+            return Ok(Step::Done);
+        }
+        // server-first-message: r=<nonce>,s=<salt>,i=<iterations>
+        let mut nonce = None;
+        let mut salt = None;
+        let mut iterations = None;
+        for part in msg.split(',') {
+            if let Some(v) = part.strip_prefix("r=") {
+                nonce = Some(v.to_string());
+            } else if let Some(v) = part.strip_prefix("s=") {
+                salt = Some(
+                    B64.decode(v)
+                        .map_err(|_| SaslError("the server's SCRAM salt is not base64".into()))?,
+                );
+            } else if let Some(v) = part.strip_prefix("i=") {
+                iterations = v.parse::<u32>().ok();
+            } else if let Some(v) = part.strip_prefix("e=") {
+                return Err(SaslError(format!(
+                    "the server refused SCRAM authentication: {v}"
+                )));
+            }
+        }
+        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
+            return Err(SaslError(
+                "the server's first SCRAM message lacks the nonce, salt or iteration count".into(),
+            ));
+        };
+        if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
+            return Err(SaslError(
+                "the server's SCRAM nonce does not extend the client's".into(),
+            ));
+        }
+        if iterations == 0 {
+            return Err(SaslError("the server asked for 0 SCRAM iterations".into()));
+        }
+        let h = self.hash;
+        let salted = h.salted_password(self.password.expose().as_bytes(), &salt, iterations);
+        let client_key = h.hmac(&salted, b"Client Key");
+        let stored_key = h.digest(&client_key);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{},{},{}", self.client_first_bare, msg, without_proof);
+        let client_signature = h.hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&client_signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = h.hmac(&salted, b"Server Key");
+        self.server_signature = Some(h.hmac(&server_key, auth_message.as_bytes()));
+        Ok(Step::Send(
+            format!("{without_proof},p={}", B64.encode(proof)).into_bytes(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Secret;
+
+    fn creds(mechanism: SaslMechanism, user: &str, pw: &str) -> SaslCredentials {
+        SaslCredentials {
+            mechanism,
+            username: user.into(),
+            password: Secret::new(pw),
+        }
+    }
+
+    #[test]
+    fn plain_token() {
+        let mut e = Exchange::new(&creds(SaslMechanism::Plain, "alice", "pw"));
+        assert_eq!(e.start(), b"\0alice\0pw");
+        assert_eq!(e.next(b""), Ok(Step::Done));
+    }
+
+    #[test]
+    fn scram_sha256_rfc7677_vector() {
+        let mut s = Scram::new(
+            &creds(SaslMechanism::ScramSha256, "user", "pencil"),
+            "rOprNGfwEbeRWgbNEkqO",
+        );
+        assert_eq!(s.client_first(), b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+        let server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        let Step::Send(final_msg) = s.next(server_first).unwrap() else {
+            panic!("expected a client-final message")
+        };
+        assert_eq!(
+            String::from_utf8(final_msg).unwrap(),
+            "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+        );
+        assert_eq!(
+            s.next(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="),
+            Ok(Step::Done)
+        );
+    }
+
+    #[test]
+    fn scram_rejects_a_wrong_server_signature_and_bad_nonces() {
+        let mut s = Scram::new(&creds(SaslMechanism::ScramSha512, "u", "p"), "abc");
+        s.client_first();
+        assert!(s
+            .next(b"r=xyz123,s=QUJD,i=4096")
+            .unwrap_err()
+            .0
+            .contains("nonce"));
+        let mut s = Scram::new(&creds(SaslMechanism::ScramSha512, "u", "p"), "abc");
+        s.client_first();
+        assert!(matches!(
+            s.next(b"r=abcdef,s=QUJD,i=4096").unwrap(),
+            Step::Send(_)
+        ));
+        let e = s.next(b"v=AAAA").unwrap_err();
+        assert!(e.0.contains("does not match"));
+        assert!(!format!("{s:?}").contains('p') || !format!("{s:?}").contains("password"));
+    }
+
+    #[test]
+    fn scram_usernames_are_escaped() {
+        let mut s = Scram::new(&creds(SaslMechanism::ScramSha256, "a=b,c", "p"), "n");
+        assert_eq!(s.client_first(), b"n,,n=a=3Db=2Cc,r=n");
+    }
+}

@@ -1,0 +1,79 @@
+//! The client's error type: every error names the broker and the API it concerns, and says
+//! whether retrying can help. Credentials never appear in it.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::ApiKey;
+use std::time::Duration;
+
+/// Result alias for the client.
+pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// Could not connect, or the connection broke.
+    #[error("broker {broker}: {context}: {source}")]
+    Io {
+        broker: String,
+        context: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS configuration or handshake failed.
+    #[error("broker {broker}: TLS: {message}")]
+    Tls { broker: String, message: String },
+    /// The broker rejected the credentials (or the exchange failed).
+    #[error("broker {broker}: SASL/{mechanism} authentication failed: {message}")]
+    Authentication {
+        broker: String,
+        mechanism: &'static str,
+        message: String,
+    },
+    /// No answer in time.
+    #[error("broker {broker}: {api:?} timed out after {after:?}")]
+    Timeout {
+        broker: String,
+        api: ApiKey,
+        after: Duration,
+    },
+    /// The broker supports no version of an API this client speaks.
+    #[error("broker {broker}: does not support {api:?} in any version kmirror speaks ({ours})")]
+    UnsupportedVersion {
+        broker: String,
+        api: ApiKey,
+        ours: String,
+    },
+    /// A response could not be decoded, or broke the protocol.
+    #[error("broker {broker}: {api:?}: protocol error: {message}")]
+    Protocol {
+        broker: String,
+        api: ApiKey,
+        message: String,
+    },
+    /// The broker answered with a Kafka error code.
+    #[error("broker {broker}: {api:?} failed: {error:?}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Broker {
+        broker: String,
+        api: ApiKey,
+        error: ResponseError,
+        message: Option<String>,
+    },
+    /// The connection was closed (by us or by the broker) while requests were pending.
+    #[error("broker {broker}: connection closed")]
+    Disconnected { broker: String },
+    /// The client was configured in a way it cannot work with.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl KafkaError {
+    /// Whether retrying the same operation (after a reconnect or a metadata refresh) can succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            KafkaError::Io { .. }
+            | KafkaError::Timeout { .. }
+            | KafkaError::Disconnected { .. } => true,
+            KafkaError::Broker { error, .. } => error.is_retriable(),
+            _ => false,
+        }
+    }
+}
