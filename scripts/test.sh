@@ -10,5 +10,16 @@ echo "test.sh: Kafka jars ready in $((SECONDS - t0))s ($(du -sh "${KAFKA_HARNESS
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
-echo "test.sh: all checks passed in $((SECONDS - t0))s"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole suite (cargo prints one per test binary).
+sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\\1/" | awk '{ s += $1 } END { print s + 0 }'; }
+passed=$(sum passed)
+failed=$(sum failed)
+echo "test.sh: finished in $((SECONDS - t0))s"
+echo "tests: ${passed:-0} passed, ${failed:-0} failed"
+exit "$status"

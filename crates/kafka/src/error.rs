@@ -66,6 +66,24 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// Whether the error means our idea of partition leadership is stale, so a metadata refresh
+    /// and a retry will help. Such errors are returned before anything was written.
+    pub fn is_stale_metadata(&self) -> bool {
+        matches!(
+            self,
+            KafkaError::Broker {
+                error: ResponseError::NotLeaderOrFollower
+                    | ResponseError::UnknownTopicOrPartition
+                    | ResponseError::LeaderNotAvailable
+                    | ResponseError::FencedLeaderEpoch
+                    | ResponseError::UnknownLeaderEpoch
+                    | ResponseError::UnknownTopicId
+                    | ResponseError::InconsistentTopicId,
+                ..
+            }
+        )
+    }
+
     /// Whether retrying the same operation (after a reconnect or a metadata refresh) can succeed.
     pub fn is_retriable(&self) -> bool {
         match self {

@@ -4,8 +4,11 @@
 //! where the brokers are, how to authenticate, and the consumer/producer tuning that replication
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
+pub mod batch;
+pub mod cluster;
 pub mod conn;
 pub mod error;
+pub mod records;
 pub mod secret;
 pub mod settings;
 

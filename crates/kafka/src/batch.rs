@@ -1,0 +1,369 @@
+//! Record batches (format v2) as raw bytes: header fields read in place, fetch responses split
+//! into whole batches, and the header rewrite that lets a fetched batch be produced again without
+//! touching its (compressed) records.
+//!
+//! Layout (Kafka's DefaultRecordBatch): baseOffset i64 | batchLength i32 | partitionLeaderEpoch
+//! i32 | magic i8 | crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 |
+//! maxTimestamp i64 | producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32 |
+//! records. The CRC-32C covers everything from `attributes` to the end.
+
+use bytes::{Bytes, BytesMut};
+
+/// Size of the v2 batch header.
+pub const HEADER_LEN: usize = 61;
+/// Offset of the fields that `batchLength` does not count (baseOffset + batchLength).
+pub const LOG_OVERHEAD: usize = 12;
+
+const MAGIC: usize = 16;
+const CRC: usize = 17;
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const BASE_TIMESTAMP: usize = 27;
+const MAX_TIMESTAMP: usize = 35;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
+const RECORD_COUNT: usize = 57;
+
+const COMPRESSION_MASK: i16 = 0x07;
+const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+const TRANSACTIONAL_BIT: i16 = 0x10;
+const CONTROL_BIT: i16 = 0x20;
+
+/// The codec of a batch's records (attributes bits 0–2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    pub fn from_attributes(attributes: i16) -> Option<Self> {
+        match attributes & COMPRESSION_MASK {
+            0 => Some(Codec::None),
+            1 => Some(Codec::Gzip),
+            2 => Some(Codec::Snappy),
+            3 => Some(Codec::Lz4),
+            4 => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+
+    pub fn bits(self) -> i16 {
+        match self {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        }
+    }
+}
+
+impl From<crate::settings::Compression> for Codec {
+    fn from(c: crate::settings::Compression) -> Self {
+        use crate::settings::Compression as C;
+        match c {
+            C::None => Codec::None,
+            C::Gzip => Codec::Gzip,
+            C::Snappy => Codec::Snappy,
+            C::Lz4 => Codec::Lz4,
+            C::Zstd => Codec::Zstd,
+        }
+    }
+}
+
+/// A malformed batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad record batch at byte {position}: {message}")]
+pub struct BatchError {
+    pub position: usize,
+    pub message: String,
+}
+
+/// One whole record batch, as bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawBatch {
+    bytes: Bytes,
+}
+
+impl std::fmt::Debug for RawBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawBatch")
+            .field("base_offset", &self.base_offset())
+            .field("last_offset", &self.last_offset())
+            .field("records", &self.record_count())
+            .field("codec", &self.codec())
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+impl RawBatch {
+    /// Wraps one batch, checking its framing (not its CRC; see [`RawBatch::crc_valid`]).
+    pub fn new(bytes: Bytes) -> Result<Self, BatchError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(BatchError {
+                position: 0,
+                message: format!("{} bytes is shorter than a batch header", bytes.len()),
+            });
+        }
+        let len = i32_at(&bytes, 8);
+        if len < 0 || LOG_OVERHEAD + len as usize != bytes.len() {
+            return Err(BatchError {
+                position: 8,
+                message: format!("batch length {len} does not match {} bytes", bytes.len()),
+            });
+        }
+        if bytes[MAGIC] != 2 {
+            return Err(BatchError {
+                position: MAGIC,
+                message: format!(
+                    "record format v{} (only v2 batches are supported here)",
+                    bytes[MAGIC]
+                ),
+            });
+        }
+        Ok(RawBatch { bytes })
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        i64_at(&self.bytes, 0)
+    }
+    pub fn partition_leader_epoch(&self) -> i32 {
+        i32_at(&self.bytes, 12)
+    }
+    pub fn crc(&self) -> u32 {
+        i32_at(&self.bytes, CRC) as u32
+    }
+    pub fn attributes(&self) -> i16 {
+        i16_at(&self.bytes, ATTRIBUTES)
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        i32_at(&self.bytes, LAST_OFFSET_DELTA)
+    }
+    /// Offset of the batch's last record (compaction may have removed it, but not this number).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset() + self.last_offset_delta() as i64
+    }
+    pub fn base_timestamp(&self) -> i64 {
+        i64_at(&self.bytes, BASE_TIMESTAMP)
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        i64_at(&self.bytes, MAX_TIMESTAMP)
+    }
+    pub fn producer_id(&self) -> i64 {
+        i64_at(&self.bytes, PRODUCER_ID)
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        i16_at(&self.bytes, PRODUCER_EPOCH)
+    }
+    pub fn base_sequence(&self) -> i32 {
+        i32_at(&self.bytes, BASE_SEQUENCE)
+    }
+    pub fn record_count(&self) -> i32 {
+        i32_at(&self.bytes, RECORD_COUNT)
+    }
+    pub fn codec(&self) -> Option<Codec> {
+        Codec::from_attributes(self.attributes())
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & TRANSACTIONAL_BIT != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & CONTROL_BIT != 0
+    }
+    /// Whether timestamps are the broker's append time (`message.timestamp.type=LogAppendTime`).
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & TIMESTAMP_TYPE_BIT != 0
+    }
+    /// Whether the records' offsets run from 0 to `record_count - 1` without gaps, which is what
+    /// a broker requires to keep a produced batch as is. Compacted batches have gaps.
+    pub fn offsets_contiguous(&self) -> bool {
+        self.last_offset_delta() as i64 + 1 == self.record_count() as i64
+    }
+
+    /// Whether the stored CRC-32C matches the content.
+    pub fn crc_valid(&self) -> bool {
+        crc32c::crc32c(&self.bytes[ATTRIBUTES..]) == self.crc()
+    }
+
+    /// The same records with a new producer identity, ready to be produced: producer id, epoch
+    /// and base sequence replaced, the transactional bit cleared, `LogAppendTime` turned into
+    /// `CreateTime` (brokers refuse produced LogAppendTime batches; the max timestamp keeps the
+    /// source's append time), the base offset and leader epoch reset, and the CRC recomputed.
+    /// The (compressed) records are not touched.
+    pub fn rewrite_for_produce(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> RawBatch {
+        let mut b = BytesMut::from(&self.bytes[..]);
+        b[0..8].copy_from_slice(&0i64.to_be_bytes());
+        b[12..16].copy_from_slice(&(-1i32).to_be_bytes());
+        let attributes = self.attributes() & !TRANSACTIONAL_BIT & !TIMESTAMP_TYPE_BIT;
+        b[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        b[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
+        b[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+        b[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES..]);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        RawBatch { bytes: b.freeze() }
+    }
+}
+
+/// Splits a fetched record set into whole v2 batches. A partial batch at the end (the broker cuts
+/// responses at the byte limit) is dropped and reported with `truncated = true`.
+pub fn split_batches(mut data: Bytes) -> Result<(Vec<RawBatch>, bool), BatchError> {
+    let mut out = Vec::new();
+    let mut position = 0;
+    while !data.is_empty() {
+        if data.len() < LOG_OVERHEAD + 5 {
+            return Ok((out, true));
+        }
+        let len = i32_at(&data, 8);
+        if len < 0 {
+            return Err(BatchError {
+                position: position + 8,
+                message: format!("negative batch length {len}"),
+            });
+        }
+        let total = LOG_OVERHEAD + len as usize;
+        if data.len() < total {
+            return Ok((out, true));
+        }
+        let one = data.split_to(total);
+        out.push(RawBatch::new(one).map_err(|e| BatchError {
+            position: position + e.position,
+            message: e.message,
+        })?);
+        position += total;
+    }
+    Ok((out, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{encode_batch, BatchOptions, Record};
+
+    fn sample(codec: Codec, n: usize) -> RawBatch {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                offset: i as i64,
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(vec![b'x'; 100])),
+                headers: vec![],
+            })
+            .collect();
+        encode_batch(
+            &records,
+            &BatchOptions {
+                codec,
+                ..BatchOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn header_fields_are_read_in_place() {
+        let b = sample(Codec::Lz4, 5);
+        assert_eq!(b.base_offset(), 0);
+        assert_eq!(b.last_offset_delta(), 4);
+        assert_eq!(b.record_count(), 5);
+        assert_eq!(b.codec(), Some(Codec::Lz4));
+        assert_eq!(b.base_timestamp(), 1_700_000_000_000);
+        assert_eq!(b.max_timestamp(), 1_700_000_000_004);
+        assert_eq!(b.producer_id(), -1);
+        assert!(b.offsets_contiguous());
+        assert!(b.crc_valid());
+        assert!(!b.is_transactional() && !b.is_control() && !b.is_log_append_time());
+    }
+
+    #[test]
+    fn rewrite_changes_only_the_header_and_keeps_a_valid_crc() {
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
+            let b = sample(codec, 3);
+            // Make it look like a transactional LogAppendTime batch from another producer.
+            let mut m = BytesMut::from(&b.bytes()[..]);
+            let attrs = b.attributes() | TRANSACTIONAL_BIT | TIMESTAMP_TYPE_BIT;
+            m[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
+            m[0..8].copy_from_slice(&500i64.to_be_bytes());
+            let src = RawBatch::new(m.freeze()).unwrap();
+            let out = src.rewrite_for_produce(7, 2, 40);
+            assert!(out.crc_valid(), "{codec:?}");
+            assert_eq!(
+                (out.producer_id(), out.producer_epoch(), out.base_sequence()),
+                (7, 2, 40)
+            );
+            assert!(!out.is_transactional() && !out.is_log_append_time());
+            assert_eq!(out.codec(), Some(codec));
+            assert_eq!(out.base_offset(), 0);
+            assert_eq!(out.max_timestamp(), src.max_timestamp());
+            // The records section is byte-identical.
+            assert_eq!(&out.bytes()[HEADER_LEN..], &src.bytes()[HEADER_LEN..]);
+            let decoded = crate::records::decode_batch(&out).unwrap();
+            assert_eq!(decoded.len(), 3);
+            assert_eq!(decoded[2].key.as_deref(), Some(&b"k2"[..]));
+        }
+    }
+
+    #[test]
+    fn split_drops_a_partial_trailing_batch() {
+        let a = sample(Codec::None, 2);
+        let b = sample(Codec::Gzip, 3);
+        let mut all = BytesMut::new();
+        all.extend_from_slice(a.bytes());
+        all.extend_from_slice(b.bytes());
+        let full = all.clone().freeze();
+        let (batches, truncated) = split_batches(full.clone()).unwrap();
+        assert_eq!((batches.len(), truncated), (2, false));
+        for cut in [1, 12, 20, b.bytes().len() - 1] {
+            let (batches, truncated) = split_batches(full.slice(..full.len() - cut)).unwrap();
+            assert_eq!((batches.len(), truncated), (1, true), "cut {cut}");
+        }
+        let (none, _) = split_batches(Bytes::new()).unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn malformed_batches_are_errors() {
+        assert!(RawBatch::new(Bytes::from_static(&[0; 10])).is_err());
+        let mut m = BytesMut::from(&sample(Codec::None, 1).bytes()[..]);
+        m[MAGIC] = 1;
+        let e = RawBatch::new(m.freeze()).unwrap_err();
+        assert!(e.message.contains("v1"), "{e}");
+    }
+}

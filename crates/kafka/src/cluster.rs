@@ -1,0 +1,624 @@
+//! A client for one cluster: bootstrap, metadata (brokers, topics, partition leaders and epochs),
+//! one shared connection per broker opened on demand, and request routing to partition leaders.
+//!
+//! Retry policy belongs to callers (they know their deadlines); every error says whether it is
+//! retriable, and [`KafkaCluster::refresh_metadata`] re-learns leaders after NOT_LEADER_OR_FOLLOWER,
+//! UNKNOWN_TOPIC_OR_PARTITION or FENCED_LEADER_EPOCH.
+
+use crate::batch::{split_batches, RawBatch};
+use crate::conn::Connection;
+use crate::error::{KafkaError, Result};
+use crate::settings::{BrokerAddress, ClientSettings, IsolationLevel};
+use bytes::Bytes;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// A Kafka topic id (KIP-516).
+pub type TopicId = uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub error: Option<ResponseError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub id: TopicId,
+    pub is_internal: bool,
+    pub error: Option<ResponseError>,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// What the cluster told us last.
+#[derive(Debug, Clone, Default)]
+pub struct Metadata {
+    pub cluster_id: Option<String>,
+    pub controller_id: i32,
+    pub brokers: BTreeMap<i32, BrokerAddress>,
+    pub topics: BTreeMap<String, TopicMetadata>,
+}
+
+/// The earliest offset, for ListOffsets.
+pub const EARLIEST: i64 = -2;
+/// The next offset to be written (the high watermark, or the LSO for read_committed).
+pub const LATEST: i64 = -1;
+
+/// Result of fetching one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionFetch {
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// Whole batches, in offset order; batches ending before the fetch offset are dropped.
+    pub batches: Vec<RawBatch>,
+    /// (producer id, first offset) of transactions aborted in the fetched range.
+    pub aborted: Vec<(i64, i64)>,
+}
+
+/// The shared connection to one broker, opened on first use.
+type BrokerSlot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    /// -1: the broker's `default.replication.factor`.
+    pub replication_factor: i16,
+    pub configs: Vec<(String, String)>,
+}
+
+/// One cluster.
+#[derive(Debug)]
+pub struct KafkaCluster {
+    settings: ClientSettings,
+    metadata: RwLock<Arc<Metadata>>,
+    slots: Mutex<HashMap<i32, BrokerSlot>>,
+}
+
+fn broker_error(
+    broker: &str,
+    api: ApiKey,
+    code: i16,
+    message: Option<&StrBytes>,
+) -> Option<KafkaError> {
+    code.err().map(|error| KafkaError::Broker {
+        broker: broker.into(),
+        api,
+        error,
+        message: message.map(|m| m.to_string()),
+    })
+}
+
+impl KafkaCluster {
+    /// Connects to the first reachable bootstrap server and loads the metadata of all topics.
+    pub async fn connect(settings: ClientSettings) -> Result<KafkaCluster> {
+        if settings.bootstrap.is_empty() {
+            return Err(KafkaError::Config("no bootstrap servers".into()));
+        }
+        let cluster = KafkaCluster {
+            settings,
+            metadata: RwLock::new(Arc::new(Metadata::default())),
+            slots: Mutex::new(HashMap::new()),
+        };
+        let mut last = None;
+        for b in cluster.settings.bootstrap.clone() {
+            match Connection::connect(&b.host, b.port, b.to_string(), &cluster.settings).await {
+                Ok(conn) => match cluster.load_metadata(&conn, None).await {
+                    Ok(()) => {
+                        conn.close().await;
+                        return Ok(cluster);
+                    }
+                    Err(e) => last = Some(e),
+                },
+                // Credentials and TLS problems do not get better on another broker.
+                Err(e @ (KafkaError::Authentication { .. } | KafkaError::Tls { .. })) => {
+                    return Err(e)
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| KafkaError::Config("no bootstrap servers".into())))
+    }
+
+    pub fn settings(&self) -> &ClientSettings {
+        &self.settings
+    }
+
+    /// The metadata as last loaded.
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.metadata
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn load_metadata(&self, conn: &Connection, topics: Option<&[&str]>) -> Result<()> {
+        let req = MetadataRequest::default()
+            .with_allow_auto_topic_creation(false)
+            .with_topics(topics.map(|t| {
+                t.iter()
+                    .map(|name| {
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+                    })
+                    .collect()
+            }));
+        let resp = conn.send(&req).await?;
+        let mut md = if topics.is_some() {
+            (*self.metadata()).clone()
+        } else {
+            Metadata::default()
+        };
+        md.cluster_id = resp.cluster_id.map(|c| c.to_string());
+        md.controller_id = resp.controller_id.0;
+        md.brokers = resp
+            .brokers
+            .iter()
+            .map(|b| {
+                (
+                    b.node_id.0,
+                    BrokerAddress {
+                        host: b.host.to_string(),
+                        port: b.port as u16,
+                    },
+                )
+            })
+            .collect();
+        if topics.is_none() {
+            md.topics.clear();
+        }
+        for t in resp.topics {
+            let Some(name) = t.name.map(|n| n.0.to_string()) else {
+                continue;
+            };
+            let error = t.error_code.err();
+            if error == Some(ResponseError::UnknownTopicOrPartition) {
+                md.topics.remove(&name);
+                continue;
+            }
+            let mut partitions: Vec<PartitionMetadata> = t
+                .partitions
+                .iter()
+                .map(|p| PartitionMetadata {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+                    error: p.error_code.err(),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            md.topics.insert(
+                name.clone(),
+                TopicMetadata {
+                    name,
+                    id: t.topic_id,
+                    is_internal: t.is_internal,
+                    error,
+                    partitions,
+                },
+            );
+        }
+        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(md);
+        Ok(())
+    }
+
+    /// Reloads metadata (all topics, or only the named ones).
+    pub async fn refresh_metadata(&self, topics: Option<&[&str]>) -> Result<Arc<Metadata>> {
+        let conn = self.any_broker().await?;
+        self.load_metadata(&conn, topics).await?;
+        Ok(self.metadata())
+    }
+
+    /// The connection to broker `id`, opened (or reopened) on demand.
+    pub async fn broker(&self, id: i32) -> Result<Arc<Connection>> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.entry(id).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
+            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
+        })?;
+        let conn = Arc::new(
+            Connection::connect(
+                &addr.host,
+                addr.port,
+                format!("{id}@{addr}"),
+                &self.settings,
+            )
+            .await?,
+        );
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Some live broker (for metadata and cluster-wide requests).
+    pub async fn any_broker(&self) -> Result<Arc<Connection>> {
+        let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
+        let mut last = None;
+        for id in ids {
+            match self.broker(id).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| KafkaError::Config("no broker known".into())))
+    }
+
+    /// The broker that leads a partition, per the current metadata.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Result<(i32, i32)> {
+        let md = self.metadata();
+        let p = md
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+            .ok_or_else(|| KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::Metadata,
+                error: ResponseError::UnknownTopicOrPartition,
+                message: Some(format!("{topic}-{partition}")),
+            })?;
+        if p.leader < 0 {
+            return Err(KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::Metadata,
+                error: ResponseError::LeaderNotAvailable,
+                message: Some(format!("{topic}-{partition}")),
+            });
+        }
+        Ok((p.leader, p.leader_epoch))
+    }
+
+    fn topic_id(&self, topic: &str) -> TopicId {
+        self.metadata()
+            .topics
+            .get(topic)
+            .map(|t| t.id)
+            .unwrap_or_default()
+    }
+
+    /// Creates topics (`replication_factor` -1 = the broker's default); existing topics are
+    /// reported as TOPIC_ALREADY_EXISTS errors in the result, per topic.
+    pub async fn create_topics(
+        &self,
+        topics: &[NewTopic],
+        validate_only: bool,
+    ) -> Result<Vec<(String, Option<KafkaError>)>> {
+        let conn = self.controller_or_any().await?;
+        let req = CreateTopicsRequest::default()
+            .with_timeout_ms(self.settings.request_timeout.as_millis() as i32)
+            .with_validate_only(validate_only)
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        CreatableTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                            .with_num_partitions(t.partitions)
+                            .with_replication_factor(t.replication_factor)
+                            .with_configs(
+                                t.configs
+                                    .iter()
+                                    .map(|(k, v)| {
+                                        CreatableTopicConfig::default()
+                                            .with_name(StrBytes::from_string(k.clone()))
+                                            .with_value(Some(StrBytes::from_string(v.clone())))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+        let resp = conn.send(&req).await?;
+        let out = resp
+            .topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.0.to_string(),
+                    broker_error(
+                        conn.broker(),
+                        ApiKey::CreateTopics,
+                        t.error_code,
+                        t.error_message.as_ref(),
+                    ),
+                )
+            })
+            .collect();
+        let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+        self.refresh_metadata(Some(&names)).await?;
+        Ok(out)
+    }
+
+    /// Deletes topics by name (for tests and tooling).
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        let conn = self.controller_or_any().await?;
+        let version = conn.version::<DeleteTopicsRequest>()?;
+        let mut req = DeleteTopicsRequest::default()
+            .with_timeout_ms(self.settings.request_timeout.as_millis() as i32);
+        if version >= 6 {
+            req = req.with_topics(
+                names
+                    .iter()
+                    .map(|n| {
+                        DeleteTopicState::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(n.to_string()))))
+                    })
+                    .collect(),
+            );
+        } else {
+            req = req.with_topic_names(
+                names
+                    .iter()
+                    .map(|n| TopicName(StrBytes::from_string(n.to_string())))
+                    .collect(),
+            );
+        }
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        for r in resp.responses {
+            if let Some(e) = broker_error(
+                conn.broker(),
+                ApiKey::DeleteTopics,
+                r.error_code,
+                r.error_message.as_ref(),
+            ) {
+                return Err(e);
+            }
+        }
+        self.refresh_metadata(None).await?;
+        Ok(())
+    }
+
+    async fn controller_or_any(&self) -> Result<Arc<Connection>> {
+        // KRaft brokers forward admin requests to the controller; any broker will do.
+        let controller = self.metadata().controller_id;
+        match self.broker(controller).await {
+            Ok(c) => Ok(c),
+            Err(_) => self.any_broker().await,
+        }
+    }
+
+    /// Runs `f` again after a metadata refresh while it fails with stale leadership (and, when
+    /// `idempotent_read`, with a lost connection), with exponential backoff and jitter, within
+    /// the request timeout.
+    async fn retrying<T, F, Fut>(&self, topic: &str, idempotent_read: bool, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.settings.request_timeout;
+        let mut delay = Duration::from_millis(25);
+        loop {
+            match f().await {
+                Err(e)
+                    if (e.is_stale_metadata() || (idempotent_read && e.is_retriable()))
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(topic, error = %e, "retrying after a metadata refresh");
+                    let jitter = Duration::from_millis(
+                        rand::random::<u64>() % (delay.as_millis() as u64 / 2 + 1),
+                    );
+                    tokio::time::sleep(delay + jitter).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                    let _ = self.refresh_metadata(Some(&[topic])).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// ListOffsets for one partition: [`EARLIEST`], [`LATEST`] or a timestamp.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        self.retrying(topic, true, || {
+            self.list_offset_once(topic, partition, at, isolation)
+        })
+        .await
+    }
+
+    async fn list_offset_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        let (leader, epoch) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation_byte(isolation))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(epoch)
+                    .with_timestamp(at)])]);
+        let resp = conn.send(&req).await?;
+        let p = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: conn.broker().into(),
+                api: ApiKey::ListOffsets,
+                message: "empty response".into(),
+            })?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
+            return Err(e);
+        }
+        Ok(p.offset)
+    }
+
+    /// Produces one batch to one partition with acks=all and returns its base offset on the
+    /// target. (The pipelined idempotent producer builds on this request shape.)
+    /// Retried only on stale leadership (nothing was written then); a timeout is returned, since
+    /// without idempotence a retry could duplicate the batch.
+    pub async fn produce(&self, topic: &str, partition: i32, batch: &RawBatch) -> Result<i64> {
+        self.retrying(topic, false, || self.produce_once(topic, partition, batch))
+            .await
+    }
+
+    async fn produce_once(&self, topic: &str, partition: i32, batch: &RawBatch) -> Result<i64> {
+        let (leader, _) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        let version = conn.version::<ProduceRequest>()?;
+        let mut data =
+            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.bytes().clone()))]);
+        // Produce v13 names topics by id (KIP-516).
+        if version >= 13 {
+            data = data.with_topic_id(self.topic_id(topic));
+        } else {
+            data = data.with_name(TopicName(StrBytes::from_string(topic.to_string())));
+        }
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(self.settings.request_timeout.as_millis() as i32)
+            .with_topic_data(vec![data]);
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        let p = resp
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: conn.broker().into(),
+                api: ApiKey::Produce,
+                message: "empty response".into(),
+            })?;
+        if let Some(e) = broker_error(
+            conn.broker(),
+            ApiKey::Produce,
+            p.error_code,
+            p.error_message.as_ref(),
+        ) {
+            return Err(e);
+        }
+        Ok(p.base_offset)
+    }
+
+    /// Fetches raw batches of one partition from `offset`.
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<PartitionFetch> {
+        self.retrying(topic, true, || {
+            self.fetch_once(topic, partition, offset, max_bytes, max_wait, isolation)
+        })
+        .await
+    }
+
+    async fn fetch_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<PartitionFetch> {
+        let (leader, epoch) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        let version = conn.version::<FetchRequest>()?;
+        let mut ft = FetchTopic::default().with_partitions(vec![FetchPartition::default()
+            .with_partition(partition)
+            .with_current_leader_epoch(epoch)
+            .with_fetch_offset(offset)
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(max_bytes)]);
+        // Fetch v13+ names topics by id (KIP-516).
+        if version >= 13 {
+            ft = ft.with_topic_id(self.topic_id(topic));
+        } else {
+            ft = ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())));
+        }
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait.as_millis() as i32)
+            .with_min_bytes(1)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(isolation_byte(isolation))
+            .with_session_epoch(-1)
+            .with_topics(vec![ft]);
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
+            return Err(e);
+        }
+        let p = resp
+            .responses
+            .into_iter()
+            .next()
+            .and_then(|t| t.partitions.into_iter().next())
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: conn.broker().into(),
+                api: ApiKey::Fetch,
+                message: "empty response".into(),
+            })?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
+            return Err(e);
+        }
+        let (batches, _truncated) =
+            split_batches(p.records.unwrap_or_else(Bytes::new)).map_err(|e| {
+                KafkaError::Protocol {
+                    broker: conn.broker().into(),
+                    api: ApiKey::Fetch,
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(PartitionFetch {
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            batches: batches
+                .into_iter()
+                .filter(|b| b.last_offset() >= offset)
+                .collect(),
+            aborted: p
+                .aborted_transactions
+                .unwrap_or_default()
+                .iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect(),
+        })
+    }
+}
+
+fn isolation_byte(i: IsolationLevel) -> i8 {
+    match i {
+        IsolationLevel::ReadUncommitted => 0,
+        IsolationLevel::ReadCommitted => 1,
+    }
+}
