@@ -403,7 +403,12 @@ impl KafkaCluster {
     /// Runs `f` again after a metadata refresh while it fails with stale leadership (and, when
     /// `idempotent_read`, with a lost connection), with exponential backoff and jitter, within
     /// the request timeout.
-    async fn retrying<T, F, Fut>(&self, topic: &str, idempotent_read: bool, mut f: F) -> Result<T>
+    pub(crate) async fn retrying<T, F, Fut>(
+        &self,
+        topic: &str,
+        idempotent_read: bool,
+        mut f: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
@@ -422,7 +427,9 @@ impl KafkaCluster {
                     );
                     tokio::time::sleep(delay + jitter).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
-                    let _ = self.refresh_metadata(Some(&[topic])).await;
+                    if !topic.is_empty() {
+                        let _ = self.refresh_metadata(Some(&[topic])).await;
+                    }
                 }
                 other => return other,
             }

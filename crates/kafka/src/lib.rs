@@ -4,6 +4,7 @@
 //! where the brokers are, how to authenticate, and the consumer/producer tuning that replication
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
+pub mod admin;
 pub mod batch;
 pub mod cluster;
 pub mod conn;
