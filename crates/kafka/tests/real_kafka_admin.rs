@@ -56,7 +56,10 @@ async fn admin_operations_do_what_they_say() {
         replication_factor: 1,
         configs: vec![("segment.bytes".into(), "10485760".into())],
     };
-    let res = k.create_topics(&[topic.clone()], false).await.unwrap();
+    let res = k
+        .create_topics(std::slice::from_ref(&topic), false)
+        .await
+        .unwrap();
     assert!(res[0].1.is_none(), "{res:?}");
     let again = k.create_topics(&[topic], false).await.unwrap();
     assert!(
