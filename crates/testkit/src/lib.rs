@@ -338,6 +338,20 @@ impl Cluster {
         )
     }
 
+    /// Stops the broker (SIGTERM, then SIGKILL after the harness's timeout) and starts it again
+    /// on the same data and port, waiting until it answers admin requests.
+    pub fn restart(&self) -> Result<(), HarnessError> {
+        check(
+            &format!("kafka-harness restart {}", self.name),
+            run(
+                "kafka-harness restart",
+                harness(&["restart", &self.name]),
+                None,
+            )?,
+        )?;
+        Ok(())
+    }
+
     /// Stops the broker now (also done on drop).
     pub fn stop(&self) {
         let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);

@@ -1,0 +1,353 @@
+//! The idempotent producer: one producer id for the process, per-partition sequence numbers, and
+//! up to five produce requests in flight per partition with order kept.
+//!
+//! Recovery relies on idempotence: after any retriable failure (leader change, broker restart,
+//! lost connection, timeout) every unacknowledged batch of the partition is sent again, in order,
+//! with the same sequence numbers. A batch the broker already wrote is recognised as a duplicate
+//! (the broker remembers the last five batches of each producer and partition, hence the limit)
+//! and answered with its original offset, so nothing is lost, duplicated or reordered.
+
+use crate::batch::RawBatch;
+use crate::cluster::KafkaCluster;
+use crate::conn::ResponseFuture;
+use crate::error::{KafkaError, Result};
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Kafka brokers deduplicate only the last five batches per producer and partition.
+pub const MAX_IN_FLIGHT: usize = 5;
+
+/// The process-wide producer identity.
+#[derive(Debug)]
+pub struct IdempotentProducer {
+    cluster: Arc<KafkaCluster>,
+    identity: tokio::sync::Mutex<(i64, i16)>,
+    /// How long a batch may take to be acknowledged, retries included.
+    pub delivery_timeout: Duration,
+}
+
+impl IdempotentProducer {
+    pub async fn new(cluster: Arc<KafkaCluster>) -> Result<Arc<IdempotentProducer>> {
+        let p = IdempotentProducer {
+            cluster,
+            identity: tokio::sync::Mutex::new((-1, -1)),
+            delivery_timeout: Duration::from_secs(120),
+        };
+        p.init_id().await?;
+        Ok(Arc::new(p))
+    }
+
+    /// InitProducerId, retried while the transaction coordinator loads.
+    async fn init_id(&self) -> Result<(i64, i16)> {
+        let id = self
+            .cluster
+            .retrying("", true, || self.init_id_once())
+            .await?;
+        *self.identity.lock().await = id;
+        tracing::debug!(
+            producer_id = id.0,
+            epoch = id.1,
+            "idempotent producer initialised"
+        );
+        Ok(id)
+    }
+
+    async fn init_id_once(&self) -> Result<(i64, i16)> {
+        let conn = self.cluster.any_broker().await?;
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(i32::MAX)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let resp = conn.send(&req).await?;
+        if let Some(error) = resp.error_code.err() {
+            return Err(KafkaError::Broker {
+                broker: conn.broker().into(),
+                api: ApiKey::InitProducerId,
+                error,
+                message: None,
+            });
+        }
+        Ok((resp.producer_id.0, resp.producer_epoch))
+    }
+
+    pub async fn identity(&self) -> (i64, i16) {
+        *self.identity.lock().await
+    }
+
+    /// A lane for one partition. Use one lane per partition, from one task.
+    pub fn lane(self: &Arc<Self>, topic: &str, partition: i32) -> PartitionLane {
+        PartitionLane {
+            producer: self.clone(),
+            topic: topic.into(),
+            partition,
+            next_sequence: 0,
+            identity: None,
+            in_flight: VecDeque::new(),
+        }
+    }
+}
+
+/// A batch the target acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    /// The caller's tag (e.g. the source offset of the batch).
+    pub tag: i64,
+    /// Where the batch's first record landed on the target.
+    pub base_offset: i64,
+    pub records: i32,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    tag: i64,
+    batch: RawBatch,
+    sequence: i32,
+    response: Option<ResponseFuture<ProduceRequest>>,
+    first_sent: Instant,
+}
+
+/// Ordered, pipelined produce to one partition.
+#[derive(Debug)]
+pub struct PartitionLane {
+    producer: Arc<IdempotentProducer>,
+    topic: String,
+    partition: i32,
+    next_sequence: i32,
+    identity: Option<(i64, i16)>,
+    in_flight: VecDeque<InFlight>,
+}
+
+enum Outcome {
+    Acked(i64),
+    /// Resend every unacknowledged batch with the same sequence numbers.
+    Retry(KafkaError),
+    /// The broker lost or fenced our producer id.
+    NewIdentity(KafkaError),
+    Fatal(KafkaError),
+}
+
+impl PartitionLane {
+    /// Sends a batch (its producer fields are rewritten; the records are untouched). Waits for
+    /// the oldest request first when five are in flight. Returns the batches acknowledged so far,
+    /// in order.
+    pub async fn send(&mut self, tag: i64, batch: RawBatch) -> Result<Vec<Acked>> {
+        let mut acked = Vec::new();
+        while self.in_flight.len() >= MAX_IN_FLIGHT {
+            acked.push(self.complete_oldest().await?);
+        }
+        let sequence = self.next_sequence;
+        self.next_sequence = next_seq(sequence, batch.record_count());
+        let mut entry = InFlight {
+            tag,
+            batch,
+            sequence,
+            response: None,
+            first_sent: Instant::now(),
+        };
+        match self.submit(&mut entry).await {
+            Ok(()) => {}
+            // A request that could not be written is resent by the recovery of the oldest one.
+            Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                tracing::debug!(error = %e, "produce not written; will retry")
+            }
+            Err(e) => return Err(e),
+        }
+        self.in_flight.push_back(entry);
+        Ok(acked)
+    }
+
+    /// Waits until every batch sent is acknowledged.
+    pub async fn flush(&mut self) -> Result<Vec<Acked>> {
+        let mut acked = Vec::new();
+        while !self.in_flight.is_empty() {
+            acked.push(self.complete_oldest().await?);
+        }
+        Ok(acked)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    async fn submit(&mut self, entry: &mut InFlight) -> Result<()> {
+        let (pid, epoch) = match self.identity {
+            Some(id) => id,
+            None => {
+                let id = self.producer.identity().await;
+                self.identity = Some(id);
+                id
+            }
+        };
+        let batch = entry.batch.rewrite_for_produce(pid, epoch, entry.sequence);
+        let cluster = &self.producer.cluster;
+        let (leader, _) = cluster.leader_of(&self.topic, self.partition)?;
+        let conn = cluster.broker(leader).await?;
+        let version = conn.version::<ProduceRequest>()?;
+        let mut data =
+            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+                .with_index(self.partition)
+                .with_records(Some(batch.into_bytes()))]);
+        // Produce v13 names topics by id (KIP-516).
+        data = if version >= 13 {
+            data.with_topic_id(
+                cluster
+                    .metadata()
+                    .topics
+                    .get(&self.topic)
+                    .map(|t| t.id)
+                    .unwrap_or_default(),
+            )
+        } else {
+            data.with_name(TopicName(StrBytes::from_string(self.topic.clone())))
+        };
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(cluster.settings().request_timeout.as_millis() as i32)
+            .with_topic_data(vec![data]);
+        entry.response = Some(conn.submit(&req, version).await?);
+        Ok(())
+    }
+
+    async fn outcome(&mut self) -> Outcome {
+        let Some(entry) = self.in_flight.front_mut() else {
+            return Outcome::Retry(KafkaError::Config("nothing in flight".into()));
+        };
+        let Some(fut) = entry.response.take() else {
+            return Outcome::Retry(KafkaError::Disconnected {
+                broker: "(not sent)".into(),
+            });
+        };
+        let resp = match fut.wait().await {
+            Ok(r) => r,
+            Err(e) => return Outcome::Retry(e),
+        };
+        let Some(p) = resp
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+        else {
+            return Outcome::Retry(KafkaError::Protocol {
+                broker: "produce".into(),
+                api: ApiKey::Produce,
+                message: "empty response".into(),
+            });
+        };
+        match p.error_code.err() {
+            None => Outcome::Acked(p.base_offset),
+            Some(error) => {
+                let e = KafkaError::Broker {
+                    broker: "produce".into(),
+                    api: ApiKey::Produce,
+                    error,
+                    message: p.error_message.as_ref().map(|m| m.to_string()),
+                };
+                match error {
+                    ResponseError::UnknownProducerId
+                    | ResponseError::InvalidProducerEpoch
+                    | ResponseError::ProducerFenced => Outcome::NewIdentity(e),
+                    // After a failed earlier batch, later ones arrive out of order: resend all.
+                    ResponseError::OutOfOrderSequenceNumber => Outcome::Retry(e),
+                    _ if e.is_retriable() || e.is_stale_metadata() => Outcome::Retry(e),
+                    _ => Outcome::Fatal(e),
+                }
+            }
+        }
+    }
+
+    async fn complete_oldest(&mut self) -> Result<Acked> {
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.outcome().await {
+                Outcome::Acked(base_offset) => {
+                    let e = self.in_flight.pop_front().expect("an entry was in flight");
+                    return Ok(Acked {
+                        tag: e.tag,
+                        base_offset,
+                        records: e.batch.record_count(),
+                    });
+                }
+                Outcome::NewIdentity(e) => {
+                    // The broker lost our producer state: start this partition's sequence again
+                    // under a fresh identity. Batches it had written may be written twice.
+                    tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "producer state lost on the broker; re-initialising (possible duplicates)");
+                    let id = self.producer.init_id().await?;
+                    self.identity = Some(id);
+                    let mut seq = 0;
+                    for e in self.in_flight.iter_mut() {
+                        e.sequence = seq;
+                        seq = next_seq(seq, e.batch.record_count());
+                    }
+                    self.next_sequence = seq;
+                    self.resend_all().await;
+                }
+                Outcome::Fatal(e) => return Err(e),
+                Outcome::Retry(e) => {
+                    let first_sent = self
+                        .in_flight
+                        .front()
+                        .map(|e| e.first_sent)
+                        .unwrap_or_else(Instant::now);
+                    if first_sent.elapsed() > self.producer.delivery_timeout {
+                        return Err(e);
+                    }
+                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "produce failed; resending unacknowledged batches");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                    let _ = self
+                        .producer
+                        .cluster
+                        .refresh_metadata(Some(&[self.topic.as_str()]))
+                        .await;
+                    self.resend_all().await;
+                }
+            }
+        }
+    }
+
+    /// Drops pending responses and sends every unacknowledged batch again, in order, with the
+    /// same sequence numbers.
+    async fn resend_all(&mut self) {
+        let mut entries: Vec<InFlight> = self.in_flight.drain(..).collect();
+        for e in entries.iter_mut() {
+            e.response = None;
+        }
+        for mut e in entries {
+            if let Err(err) = self.submit(&mut e).await {
+                tracing::debug!(error = %err, "resend not written; will retry");
+            }
+            self.in_flight.push_back(e);
+        }
+    }
+}
+
+/// Sequence numbers wrap at i32::MAX, as in Kafka.
+fn next_seq(seq: i32, records: i32) -> i32 {
+    let n = seq as i64 + records.max(1) as i64;
+    if n > i32::MAX as i64 {
+        (n - i32::MAX as i64 - 1) as i32
+    } else {
+        n as i32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_seq;
+
+    #[test]
+    fn sequences_wrap_like_kafka() {
+        assert_eq!(next_seq(0, 5), 5);
+        assert_eq!(next_seq(i32::MAX - 1, 1), i32::MAX);
+        assert_eq!(next_seq(i32::MAX, 1), 0);
+        assert_eq!(next_seq(i32::MAX - 1, 3), 1);
+    }
+}

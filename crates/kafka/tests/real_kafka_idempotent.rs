@@ -1,0 +1,135 @@
+//! The idempotent producer keeps order without loss or duplicates while the broker process is
+//! restarted mid-stream.
+
+use bytes::Bytes;
+use kmirror_kafka::batch::Codec;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, EARLIEST, LATEST};
+use kmirror_kafka::producer::IdempotentProducer;
+use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
+use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, SecurityProtocol};
+use kmirror_testkit::{Cluster, Security};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BATCHES: i64 = 300;
+const PER_BATCH: i64 = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_kept_without_loss_or_duplicates_across_a_broker_restart() {
+    let c = Arc::new(Cluster::start("idem", Security::Plaintext).unwrap());
+    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
+    let settings = ClientSettings {
+        bootstrap: vec![BrokerAddress {
+            host: host.into(),
+            port: port.parse().unwrap(),
+        }],
+        security_protocol: SecurityProtocol::Plaintext,
+        sasl: None,
+        tls: None,
+        client_id: Some("kmirror-idempotence-test".into()),
+        request_timeout: Duration::from_secs(5),
+    };
+    let k = Arc::new(KafkaCluster::connect(settings).await.unwrap());
+    k.create_topics(
+        &[NewTopic {
+            name: "seq".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let producer = IdempotentProducer::new(k.clone()).await.unwrap();
+    let mut lane = producer.lane("seq", 0);
+
+    // Batches sent so far, to prove the restart happened in the middle of the stream.
+    let progress = Arc::new(AtomicI64::new(0));
+    let restarter = {
+        let (c, progress) = (c.clone(), progress.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let before = progress.load(Ordering::SeqCst);
+            c.restart().expect("restart the broker");
+            (before, progress.load(Ordering::SeqCst))
+        })
+    };
+    let mut acked = Vec::new();
+    for b in 0..BATCHES {
+        let records: Vec<Record> = (0..PER_BATCH)
+            .map(|i| Record {
+                offset: i,
+                timestamp: 1_700_000_000_000 + b,
+                key: None,
+                value: Some(Bytes::from(format!("{}", b * PER_BATCH + i))),
+                headers: vec![],
+            })
+            .collect();
+        let batch = encode_batch(
+            &records,
+            &BatchOptions {
+                codec: Codec::Lz4,
+                ..BatchOptions::default()
+            },
+        )
+        .unwrap();
+        acked.extend(lane.send(b, batch).await.unwrap());
+        progress.store(b + 1, Ordering::SeqCst);
+        // Spread the stream over the restart.
+        if b % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    acked.extend(lane.flush().await.unwrap());
+    let (before, after) = restarter.join().unwrap();
+    assert!(
+        before > 0 && after < BATCHES,
+        "the restart must fall inside the stream (sent {before} before, {after} after)"
+    );
+
+    // Every batch acknowledged once, in order, at the offset it really has.
+    assert_eq!(acked.len() as i64, BATCHES);
+    for (i, a) in acked.iter().enumerate() {
+        assert_eq!(a.tag, i as i64);
+        assert_eq!(a.base_offset, i as i64 * PER_BATCH, "batch {i}");
+    }
+    // The log holds each value exactly once, in order.
+    let start = k
+        .list_offset("seq", 0, EARLIEST, IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap();
+    let end = k
+        .list_offset("seq", 0, LATEST, IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap();
+    assert_eq!((start, end), (0, BATCHES * PER_BATCH));
+    let mut values = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        let f = k
+            .fetch(
+                "seq",
+                0,
+                offset,
+                1 << 20,
+                Duration::from_millis(200),
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap();
+        for b in f.batches {
+            offset = b.last_offset() + 1;
+            assert_eq!(b.producer_id(), producer.identity().await.0);
+            values.extend(
+                decode_batch(&b)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap()),
+            );
+        }
+    }
+    let expected: Vec<String> = (0..BATCHES * PER_BATCH).map(|v| v.to_string()).collect();
+    assert_eq!(values, expected);
+}
