@@ -18,9 +18,9 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ApiKey, CreateAclsRequest, CreatePartitionsRequest, DeleteAclsRequest, DescribeAclsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FindCoordinatorRequest,
-    GroupId, IncrementalAlterConfigsRequest, ListGroupsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, TopicName,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, GroupId,
+    IncrementalAlterConfigsRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
@@ -368,41 +368,7 @@ impl KafkaCluster {
     }
 
     async fn coordinator_once(&self, group: &str) -> Result<Arc<Connection>> {
-        let conn = self.any_broker().await?;
-        let version = conn.version::<FindCoordinatorRequest>()?;
-        let mut req = FindCoordinatorRequest::default().with_key_type(0);
-        req = if version >= 4 {
-            req.with_coordinator_keys(vec![s(group)])
-        } else {
-            req.with_key(s(group))
-        };
-        let resp = conn.submit(&req, version).await?.wait().await?;
-        let node = if version >= 4 {
-            let c = resp
-                .coordinators
-                .first()
-                .ok_or_else(|| KafkaError::Protocol {
-                    broker: conn.broker().into(),
-                    api: ApiKey::FindCoordinator,
-                    message: "no coordinator".into(),
-                })?;
-            check(
-                &conn,
-                ApiKey::FindCoordinator,
-                c.error_code,
-                c.error_message.as_ref(),
-            )?;
-            c.node_id.0
-        } else {
-            check(
-                &conn,
-                ApiKey::FindCoordinator,
-                resp.error_code,
-                resp.error_message.as_ref(),
-            )?;
-            resp.node_id.0
-        };
-        self.broker(node).await
+        crate::txn::find_coordinator(self, group, 0).await
     }
 
     /// Every group the cluster knows (all brokers asked).

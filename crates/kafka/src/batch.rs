@@ -212,7 +212,8 @@ impl RawBatch {
     }
 
     /// The same records with a new producer identity, ready to be produced: producer id, epoch
-    /// and base sequence replaced, the transactional bit cleared, `LogAppendTime` turned into
+    /// and base sequence replaced, the transactional bit set as asked (a copy is transactional only
+    /// when the replicator writes it in its own transaction), `LogAppendTime` turned into
     /// `CreateTime` (brokers refuse produced LogAppendTime batches; the max timestamp keeps the
     /// source's append time), the base offset and leader epoch reset, and the CRC recomputed.
     /// The (compressed) records are not touched.
@@ -221,11 +222,15 @@ impl RawBatch {
         producer_id: i64,
         producer_epoch: i16,
         base_sequence: i32,
+        transactional: bool,
     ) -> RawBatch {
         let mut b = BytesMut::from(&self.bytes[..]);
         b[0..8].copy_from_slice(&0i64.to_be_bytes());
         b[12..16].copy_from_slice(&(-1i32).to_be_bytes());
-        let attributes = self.attributes() & !TRANSACTIONAL_BIT & !TIMESTAMP_TYPE_BIT;
+        let mut attributes = self.attributes() & !TRANSACTIONAL_BIT & !TIMESTAMP_TYPE_BIT;
+        if transactional {
+            attributes |= TRANSACTIONAL_BIT;
+        }
         b[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
         b[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
         b[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&producer_epoch.to_be_bytes());
@@ -322,7 +327,7 @@ mod tests {
             m[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
             m[0..8].copy_from_slice(&500i64.to_be_bytes());
             let src = RawBatch::new(m.freeze()).unwrap();
-            let out = src.rewrite_for_produce(7, 2, 40);
+            let out = src.rewrite_for_produce(7, 2, 40, false);
             assert!(out.crc_valid(), "{codec:?}");
             assert_eq!(
                 (out.producer_id(), out.producer_epoch(), out.base_sequence()),

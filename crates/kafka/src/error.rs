@@ -60,6 +60,9 @@ pub enum KafkaError {
     /// The connection was closed (by us or by the broker) while requests were pending.
     #[error("broker {broker}: connection closed")]
     Disconnected { broker: String },
+    /// Another producer with the same transactional id took over; this one must stop.
+    #[error("transactional producer '{transactional_id}' was fenced by a newer instance with the same transactional.id")]
+    Fenced { transactional_id: String },
     /// The client was configured in a way it cannot work with.
     #[error("configuration: {0}")]
     Config(String),
@@ -90,7 +93,11 @@ impl KafkaError {
             KafkaError::Io { .. }
             | KafkaError::Timeout { .. }
             | KafkaError::Disconnected { .. } => true,
-            KafkaError::Broker { error, .. } => error.is_retriable(),
+            // CONCURRENT_TRANSACTIONS: the previous transaction is still completing; the Java
+            // producer retries it too.
+            KafkaError::Broker { error, .. } => {
+                error.is_retriable() || *error == ResponseError::ConcurrentTransactions
+            }
             _ => false,
         }
     }

@@ -13,6 +13,7 @@ pub mod producer;
 pub mod records;
 pub mod secret;
 pub mod settings;
+pub mod txn;
 
 pub use error::{KafkaError, Result};
 

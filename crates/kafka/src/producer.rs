@@ -187,7 +187,9 @@ impl PartitionLane {
                 id
             }
         };
-        let batch = entry.batch.rewrite_for_produce(pid, epoch, entry.sequence);
+        let batch = entry
+            .batch
+            .rewrite_for_produce(pid, epoch, entry.sequence, false);
         let cluster = &self.producer.cluster;
         let (leader, _) = cluster.leader_of(&self.topic, self.partition)?;
         let conn = cluster.broker(leader).await?;

@@ -151,7 +151,7 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
         for b in f.batches {
             offset = b.last_offset() + 1;
             let base = k
-                .produce("dst", 0, &b.rewrite_for_produce(-1, -1, -1))
+                .produce("dst", 0, &b.rewrite_for_produce(-1, -1, -1, false))
                 .await
                 .unwrap();
             assert_eq!(base, b.base_offset(), "offsets line up one to one");
@@ -209,7 +209,7 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
         "Java's producer is idempotent"
     );
     for b in &f.batches {
-        k.produce("java-copy", 0, &b.rewrite_for_produce(-1, -1, -1))
+        k.produce("java-copy", 0, &b.rewrite_for_produce(-1, -1, -1, false))
             .await
             .unwrap();
     }
