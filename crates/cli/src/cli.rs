@@ -106,6 +106,9 @@ pub(crate) struct LegacyCmd {
     /// Print what the command line means and exit.
     #[arg(long)]
     pub(crate) plan: bool,
+    /// Exit with code 4 if there is any warning or ignored key (with or without --plan).
+    #[arg(long)]
+    pub(crate) check: bool,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub(crate) format: Format,
 }

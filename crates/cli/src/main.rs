@@ -11,8 +11,9 @@ use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, ConfigArgs, Format, LegacyCmd};
 use kmirror_mirror::config::diagnostics::ConfigError;
+use kmirror_mirror::config::diagnostics::Diagnostics;
 use kmirror_mirror::config::model::MirrorConfig;
-use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::properties::{Properties, PropertiesError};
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::config::{connector, legacy, mm2};
 use kmirror_mirror::plan::{describe_security, Plan};
@@ -31,6 +32,11 @@ fn main() -> ExitCode {
         Err(e) => {
             if let Some(c) = e.downcast_ref::<ConfigError>() {
                 eprintln!("{c}");
+                ExitCode::from(EXIT_CONFIG)
+            } else if let Some(p @ PropertiesError::BadEscape { .. }) =
+                e.downcast_ref::<PropertiesError>()
+            {
+                eprintln!("1 configuration error:\n  error: {p}");
                 ExitCode::from(EXIT_CONFIG)
             } else {
                 eprintln!("error: {e:#}");
@@ -98,6 +104,9 @@ fn load(args: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
         connector::load(&files, worker.as_ref(), &env)?
     } else {
         let Some(path) = &args.config else {
+            if let Some(f) = args.clusters.iter().find(|c| c.ends_with(".properties")) {
+                anyhow::bail!("no configuration file: '{f}' was read as a --clusters alias; put the file first, as with connect-mirror-maker.sh: kmirror run {f} --clusters ...");
+            }
             anyhow::bail!("no configuration: give an mm2.properties file, or --connector FILE");
         };
         let props = Properties::load(path)?;
@@ -146,10 +155,13 @@ fn preflight(cfg: &MirrorConfig) -> anyhow::Result<()> {
         }
     }
     if missing.is_empty() {
-        Ok(())
-    } else {
-        anyhow::bail!("{}", missing.join("\n"))
+        return Ok(());
     }
+    let mut d = Diagnostics::default();
+    for m in missing {
+        d.error(None, None, m);
+    }
+    Err(ConfigError(d).into())
 }
 
 /// Logs what the process would serve, and every warning and ignored key once.
@@ -189,6 +201,20 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         rebalance_listener: cmd.consumer_rebalance_listener,
     };
     let cfg = legacy::load(&consumer, &producer, &args, &SystemEnvironment)?;
+    if cmd.check && (cfg.diagnostics.warnings().next().is_some() || !cfg.ignored.is_empty()) {
+        eprintln!(
+            "legacy --check: {} warning(s), {} ignored key(s)",
+            cfg.diagnostics.warnings().count(),
+            cfg.ignored.len()
+        );
+        for i in &cfg.ignored {
+            eprintln!("  ignored {}: {}", i.origin, i.reason);
+        }
+        return Ok(ExitCode::from(EXIT_CHECK));
+    }
+    if cmd.check && !cmd.plan {
+        return Ok(ExitCode::SUCCESS);
+    }
     if cmd.plan {
         match cmd.format {
             Format::Json => println!("{}", serde_json::to_string_pretty(&cfg)?),

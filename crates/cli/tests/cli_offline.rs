@@ -73,14 +73,31 @@ fn invalid_configuration_exits_3_with_every_error() {
 }
 
 #[test]
-fn missing_tls_files_are_found_before_connecting() {
+fn missing_tls_files_and_bad_escapes_are_configuration_errors() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("tls.properties");
     std::fs::write(&f, "clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nB.security.protocol = SSL\nB.ssl.truststore.location = /nope/ca.pem\nA->B.enabled = true\n").unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3), "{:?}", text(&o));
     assert!(
         text(&o).1.contains("TLS file /nope/ca.pem does not exist"),
+        "{:?}",
+        text(&o)
+    );
+    std::fs::write(&f, "clusters = A, B\nA.bootstrap.servers = a:1\\u12\n").unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3), "{:?}", text(&o));
+    assert!(
+        text(&o)
+            .1
+            .contains("tls.properties:2: malformed \\uXXXX escape"),
+        "{:?}",
+        text(&o)
+    );
+    // The file must come before --clusters, as with connect-mirror-maker.sh.
+    let o = kmirror(&["plan", "--clusters", "A", f.to_str().unwrap()]);
+    assert!(
+        text(&o).1.contains("was read as a --clusters alias"),
         "{:?}",
         text(&o)
     );
@@ -211,6 +228,14 @@ fn mm1_command_line() {
             "--message.handler = 'com.acme.Handler': Java message handlers cannot be loaded"
         ),
         "{err}"
+    );
+    let mut check = base.to_vec();
+    check.extend(["--whitelist", "x", "--check"]);
+    assert_eq!(
+        kmirror(&check).status.code(),
+        Some(0),
+        "no warnings, no ignored keys: {:?}",
+        text(&kmirror(&check))
     );
     let mut none = base.to_vec();
     none.push("--plan");

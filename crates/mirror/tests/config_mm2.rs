@@ -409,3 +409,142 @@ fn config_providers_resolve_secrets_from_files() {
     ));
     assert!(errs[0].contains("A.ssl.truststore.password: cannot resolve '${env:KMIRROR_TEST_SURELY_UNSET_VAR}': environment variable KMIRROR_TEST_SURELY_UNSET_VAR is not set"), "{errs:?}");
 }
+
+#[test]
+fn review_fixes_loops_flags_and_producers() {
+    // Identity naming both ways loops forever (mm2-spec §4).
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nB->A.enabled = true\nreplication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n"
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("both replicate with IdentityReplicationPolicy")),
+        "{errs:?}"
+    );
+    // The default policy is fine both ways.
+    assert_eq!(
+        ok(&format!("{AB}A->B.enabled = true\nB->A.enabled = true\n"))
+            .flows
+            .len(),
+        2
+    );
+    // Aliases with dots: a self flow is still found.
+    let errs = errors("clusters = x.y, z\nx.y.bootstrap.servers = a:1\nz.bootstrap.servers = b:1\nx.y->x.y.enabled = true\nx.y->z.enabled = true\n");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("x.y->x.y.enabled = 'true': a flow from a cluster to itself")),
+        "{errs:?}"
+    );
+    // A bad flag is reported even when the flow would be skipped.
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = yes\nemit.heartbeats.enabled = false\n"
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("A->B.enabled = 'yes': expected true or false")),
+        "{errs:?}"
+    );
+    // No flow at all is an error, as in MM2.
+    let errs = errors(&format!("{AB}emit.heartbeats.enabled = false\n"));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("No source->target replication flows")),
+        "{errs:?}"
+    );
+    // A zero interval is refused (MM2's scheduler would throw); negative disables.
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nemit.checkpoints.interval.seconds = 0\n"
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("expected at least 1 second")),
+        "{errs:?}"
+    );
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nsync.topic.acls.interval.seconds = -1\n"
+    ));
+    assert!(!c.flows[0].sync_topic_acls.enabled);
+    // A flow's producer.* configures the offset-syncs producer, not the data producer (as MM2).
+    let c = ok(&format!("{AB}A->B.enabled = true\nA->B.producer.linger.ms = 99\nA.producer.client.id = syncs\nB.producer.linger.ms = 7\n"));
+    let f = c.flows.iter().find(|f| f.replication).unwrap();
+    assert_eq!(f.clients.producer_tuning.linger.as_millis(), 7);
+    assert_eq!(
+        f.clients.offset_syncs_producer.bootstrap[0].to_string(),
+        "a:9092",
+        "offset syncs go to the source by default"
+    );
+    assert_eq!(
+        f.clients.offset_syncs_producer.client_id.as_deref(),
+        Some("syncs")
+    );
+    // TLS/SASL typos get hints; unused TLS tuning is reported, not dropped.
+    let c = ok(&format!("{AB}A->B.enabled = true\nB.ssl.truststore.locaton = /x.pem\nB.ssl.enabled.protocols = TLSv1.3\nA->B.replication.policy.seperator = _\n"));
+    let find = |k: &str| {
+        c.ignored
+            .iter()
+            .find(|i| i.origin.key == k)
+            .unwrap_or_else(|| panic!("{k}: {:?}", c.ignored))
+    };
+    assert_eq!(
+        find("B.ssl.truststore.locaton").did_you_mean.as_deref(),
+        Some("B.ssl.truststore.location")
+    );
+    assert!(find("B.ssl.enabled.protocols").reason.contains("rustls"));
+    assert_eq!(
+        find("A->B.replication.policy.seperator")
+            .did_you_mean
+            .as_deref(),
+        Some("A->B.replication.policy.separator")
+    );
+    // An empty groups list matches no group, not even "".
+    let c = ok(&format!("{AB}A->B.enabled = true\nA->B.groups =\n"));
+    assert!(!c.flows[0].groups.accepts(""));
+    // (?i) is flagged: Java folds only ASCII letters.
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nA->B.groups = (?i)billing.*\n"
+    ));
+    assert!(c
+        .diagnostics
+        .warnings()
+        .any(|w| w.message.contains("folds non-ASCII letters")));
+}
+
+#[test]
+fn connector_and_mm1_forms_refuse_loops_too() {
+    use kmirror_mirror::config::{connector, legacy};
+    let src = Properties::parse(
+        "connector.class=MirrorSourceConnector\nsource.cluster.alias=A\ntarget.cluster.alias=B\nsource.cluster.bootstrap.servers=h:1\ntarget.cluster.bootstrap.servers=h:1\nenabled=maybe\n",
+        "c.properties",
+    )
+    .unwrap();
+    let e = connector::load(&[src], None, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("c.properties:6: enabled = 'maybe': expected true or false"),
+        "{e}"
+    );
+    let src = Properties::parse(
+        "connector.class=MirrorSourceConnector\nsource.cluster.alias=A\ntarget.cluster.alias=B\nsource.cluster.bootstrap.servers=h:1\ntarget.cluster.bootstrap.servers=h:1\n",
+        "c.properties",
+    )
+    .unwrap();
+    let e = connector::load(&[src], None, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("share the address h:1"), "{e}");
+    let c =
+        Properties::parse("bootstrap.servers=h:1\ngroup.id=g\n", "consumer.properties").unwrap();
+    let p = Properties::parse("bootstrap.servers=h:1\n", "producer.properties").unwrap();
+    let args = legacy::LegacyArgs {
+        include: Some("x".into()),
+        ..Default::default()
+    };
+    let e = legacy::load(&c, &p, &args, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the consumer and the producer share the address h:1"),
+        "{e}"
+    );
+}

@@ -207,14 +207,13 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
             .ok_or_else(|| malformed("expected option=value"))?;
         tokens.skip_ws();
         if tokens.peek() != Some('=') {
-            return Err(malformed(&format!("option '{name}' has no '=value'")));
+            // Never echo the token: after a broken quote it may be part of the password.
+            return Err(malformed("an option has no '=value'"));
         }
         tokens.pos += 1;
-        let value = tokens.value().ok_or_else(|| {
-            malformed(&format!(
-                "option '{name}' has an unterminated or missing value"
-            ))
-        })?;
+        let value = tokens
+            .value()
+            .ok_or_else(|| malformed(&format!("an option has an unterminated or missing value")))?;
         match name.as_str() {
             "username" => username = Some(value),
             "password" => password = Some(value),
@@ -401,8 +400,9 @@ fn store_type(r: &mut Reader<'_>, store: &str) -> Option<StoreType> {
     }
 }
 
+/// Kafka trims PASSWORD values like every other typed value.
 fn secret(r: &Reader<'_>, key: &str) -> Option<Secret> {
-    r.get(key).map(|s| Secret::new(s.value.clone()))
+    r.get(key).map(|s| Secret::new(s.value.trim()))
 }
 
 fn trust_material(r: &mut Reader<'_>) -> Option<TrustMaterial> {

@@ -125,6 +125,13 @@ pub fn load(
             if is_client_key(k) {
                 worker_producer.insert(k.clone(), v.clone());
             } else if let Some(rest) = k.strip_prefix("producer.") {
+                if let Some((reason, hint)) = super::mm2::classify_producer_key(rest) {
+                    ignored.push(IgnoredKey {
+                        origin: v.origin.clone(),
+                        reason,
+                        did_you_mean: hint.map(|h| format!("producer.{h}")),
+                    });
+                }
                 worker_producer.insert(rest.to_string(), v.clone());
             } else if k == "exactly.once.source.support" || k.starts_with("config.providers") {
             } else if let Some(reason) = keys::ignored_worker_key(k) {
@@ -163,9 +170,17 @@ pub fn load(
         };
         // A connector's `enabled` defaults to true in connector mode (mm2-spec §1.2).
         let has = |k: ConnectorKind| kinds.contains(&k);
-        let enabled = map
-            .get("enabled")
-            .is_none_or(|s| s.value.trim().eq_ignore_ascii_case("true"));
+        let enabled = match map.get("enabled") {
+            None => true,
+            Some(s) => match s.value.trim().to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    diags.error(Some(&s.origin), Some(&s.value), "expected true or false");
+                    false
+                }
+            },
+        };
         set(
             &mut map,
             "enabled",
@@ -228,6 +243,7 @@ pub fn load(
     if connectors.is_empty() {
         diags.error(None, None, "no connector file given");
     }
+    flow::refuse_loops(&out, &mut diags);
     if diags.has_errors() {
         return Err(ConfigError(diags));
     }

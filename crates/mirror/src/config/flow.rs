@@ -24,7 +24,7 @@ pub fn role_map(p: &SettingMap, cluster_prefix: &str, layers: &[&str]) -> Settin
     let mut out = SettingMap::new();
     for (k, v) in p {
         if let Some(rest) = k.strip_prefix(cluster_prefix) {
-            if is_client_key(rest) {
+            if is_client_key(rest) || rest == "client.id" {
                 out.insert(rest.to_string(), v.clone());
             }
         }
@@ -179,7 +179,10 @@ pub fn build(
     let consumer_map = role_map(p, "source.cluster.", &["consumer.", "source.consumer."]);
     let admin_src_map = role_map(p, "source.cluster.", &["admin.", "source.admin."]);
     let admin_tgt_map = role_map(p, "target.cluster.", &["admin.", "target.admin."]);
-    let mut producer_map = role_map(p, "target.cluster.", &["producer.", "target.producer."]);
+    // The data producer is Connect's: the target's producer settings (`B.producer.*`) and
+    // `A->B.producer.override.*`. A flow's `producer.*` configures only MM2's offset-syncs
+    // producer, as in MM2.
+    let mut producer_map = role_map(p, "target.cluster.", &["target.producer."]);
     if let Some(extra) = extra_producer {
         producer_map.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
@@ -190,6 +193,25 @@ pub fn build(
     }
     let what_src = format!("cluster {}", id.source);
     let what_tgt = format!("cluster {}", id.target);
+    // MM2's offset-syncs producer writes to the source by default (offset-syncs.topic.location).
+    let syncs_producer_map = match internal.offset_syncs_location {
+        Side::Source => role_map(p, "source.cluster.", &["producer.", "source.producer."]),
+        Side::Target => role_map(p, "target.cluster.", &["producer.", "target.producer."]),
+    };
+    let offset_syncs_producer = client::connection(
+        &syncs_producer_map,
+        if internal.offset_syncs_location == Side::Source {
+            &what_src
+        } else {
+            &what_tgt
+        },
+        if internal.offset_syncs_location == Side::Source {
+            &src_hint
+        } else {
+            &tgt_hint
+        },
+        diags,
+    );
     let source_consumer = client::connection(&consumer_map, &what_src, &src_hint, diags);
     let source_admin = client::connection(&admin_src_map, &what_src, &src_hint, diags);
     let target_producer = client::connection(&producer_map, &what_tgt, &tgt_hint, diags);
@@ -257,6 +279,7 @@ pub fn build(
             target_producer: target_producer?,
             producer_tuning,
             target_admin: target_admin?,
+            offset_syncs_producer: offset_syncs_producer?,
         },
     })
 }
@@ -272,12 +295,18 @@ fn side(s: &str) -> Side {
 /// `<name>.enabled` and `<name>.interval.seconds`; a negative interval disables, as in MM2.
 fn periodic(r: &mut Reader<'_>, name: &str, default_enabled: bool, default_secs: i64) -> Periodic {
     let enabled = r.bool(&format!("{name}.enabled"), default_enabled);
-    let secs = r.int(
-        &format!("{name}.interval.seconds"),
-        default_secs,
-        i64::MIN,
-        i32::MAX as i64,
-    );
+    let key = format!("{name}.interval.seconds");
+    let secs = r.int(&key, default_secs, i64::MIN, i32::MAX as i64);
+    if secs == 0 {
+        // MM2's scheduler refuses a zero period.
+        if let Some(s) = r.get(&key) {
+            r.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                "expected at least 1 second (or a negative value to disable)",
+            );
+        }
+    }
     Periodic {
         enabled: enabled && secs >= 0,
         interval: Duration::from_secs(secs.max(0) as u64),
@@ -349,4 +378,38 @@ pub fn synthetic(value: &str, origin: &super::diagnostics::Origin) -> Setting {
         value: value.to_string(),
         origin: origin.clone(),
     }
+}
+
+/// Refuses flows that would copy a cluster into itself: the same alias on both ends, or a
+/// bootstrap address shared by source and target (data would loop forever).
+pub fn refuse_loops(flows: &[FlowConfig], diags: &mut Diagnostics) {
+    for f in flows.iter().filter(|f| f.replication) {
+        if f.id.source == f.id.target {
+            diags.error(None, None, format!("flow {}: source and target are the same cluster: its data would be copied forever", f.id));
+            continue;
+        }
+        let shared = shared_addresses(
+            &f.clients.source_consumer.bootstrap,
+            &f.clients.target_producer.bootstrap,
+        );
+        if !shared.is_empty() {
+            diags.error(
+                None,
+                None,
+                format!("flow {}: source and target share the address {}: replicating a cluster into itself would copy its data forever", f.id, shared.join(", ")),
+            );
+        }
+    }
+}
+
+/// Addresses present in both lists.
+pub fn shared_addresses(
+    a: &[kmirror_kafka::BrokerAddress],
+    b: &[kmirror_kafka::BrokerAddress],
+) -> Vec<String> {
+    let a: std::collections::BTreeSet<String> = a.iter().map(|x| x.to_string()).collect();
+    b.iter()
+        .map(|x| x.to_string())
+        .filter(|x| a.contains(x))
+        .collect()
 }

@@ -10,6 +10,44 @@ pub fn is_client_key(key: &str) -> bool {
         || key.starts_with("sasl.")
 }
 
+/// The security keys kmirror's client reads (the rest of `ssl.*`/`sasl.*` is reported as ignored).
+pub const SECURITY_KEYS: &[&str] = &[
+    "bootstrap.servers",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.jaas.config",
+    "ssl.truststore.location",
+    "ssl.truststore.type",
+    "ssl.truststore.password",
+    "ssl.truststore.certificates",
+    "ssl.keystore.location",
+    "ssl.keystore.type",
+    "ssl.keystore.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// For a client key: `None` if it is not one; `Some(None)` if kmirror reads it; otherwise why it
+/// is ignored and the honoured key it looks like.
+#[allow(clippy::type_complexity)]
+pub fn classify_security_key(key: &str) -> Option<Option<(String, Option<String>)>> {
+    if !is_client_key(key) {
+        return None;
+    }
+    if SECURITY_KEYS.contains(&key) {
+        return Some(None);
+    }
+    let hint = did_you_mean(key, SECURITY_KEYS.iter().copied());
+    let reason = if hint.is_some() {
+        "unknown TLS/SASL key".to_string()
+    } else {
+        "a TLS/SASL setting kmirror's client does not use (rustls picks protocols and ciphers; logins are PLAIN or SCRAM)".to_string()
+    };
+    Some(Some((reason, hint)))
+}
+
 /// Connector keys kmirror honours, with MM2's meaning (mm2-spec §1.2–§1.5).
 pub const CONNECTOR_KEYS: &[&str] = &[
     "enabled",

@@ -37,6 +37,8 @@ pub struct LegacyConfig {
     #[serde(serialize_with = "ms")]
     pub offset_commit_interval: Duration,
     pub abort_on_send_failure: bool,
+    /// MM1's consumer excludes internal topics (`__consumer_offsets`, ...) unless told otherwise.
+    pub exclude_internal_topics: bool,
     pub consumer: ClientSettings,
     pub consumer_tuning: ConsumerTuning,
     pub producer: ClientSettings,
@@ -145,7 +147,13 @@ pub fn load(
     }
 
     let mut ignored = Vec::new();
-    let cmap = resolve(consumer, env, &mut diags, keys::CONSUMER_KEYS, &mut ignored);
+    let cmap = resolve(
+        consumer,
+        env,
+        &mut diags,
+        &[keys::CONSUMER_KEYS, &["exclude.internal.topics"]].concat(),
+        &mut ignored,
+    );
     let pmap = resolve(producer, env, &mut diags, keys::PRODUCER_KEYS, &mut ignored);
     let group_id = match cmap
         .get("group.id")
@@ -175,6 +183,18 @@ pub fn load(
     // MM1's old `latest` default lost the first records of new topics; kmirror starts at the
     // beginning unless the consumer file says otherwise (client::consumer_tuning's default).
 
+    let exclude_internal_topics =
+        Reader::new(&cmap, &mut diags).bool("exclude.internal.topics", true);
+    if let (Some(c), Some(p)) = (&consumer_settings, &producer_settings) {
+        let shared = super::flow::shared_addresses(&c.bootstrap, &p.bootstrap);
+        if !shared.is_empty() {
+            diags.error(
+                None,
+                None,
+                format!("the consumer and the producer share the address {}: mirroring a cluster into itself would copy its data forever", shared.join(", ")),
+            );
+        }
+    }
     match (consumer_settings, producer_settings) {
         (Some(c), Some(p)) if !diags.has_errors() => Ok(LegacyConfig {
             consumer_file: consumer.source.clone(),
@@ -184,6 +204,7 @@ pub fn load(
             num_streams,
             offset_commit_interval,
             abort_on_send_failure,
+            exclude_internal_topics,
             consumer: c,
             consumer_tuning,
             producer: p,

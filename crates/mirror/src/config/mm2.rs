@@ -125,6 +125,20 @@ pub fn load(
             bootstrap,
         });
     }
+    // The keys that decide which flows exist are checked here, before any flow is skipped.
+    for (k, v) in &all {
+        let decides = k == "emit.heartbeats.enabled"
+            || (k.contains("->")
+                && (k.ends_with(".enabled") && !k.ends_with("offset-syncs.enabled")));
+        if decides
+            && !matches!(
+                v.value.trim().to_ascii_lowercase().as_str(),
+                "true" | "false"
+            )
+        {
+            diags.error(Some(&v.origin), Some(&v.value), "expected true or false");
+        }
+    }
     let top_heartbeats = all.get("emit.heartbeats.enabled");
     for s in &aliases {
         for t in &aliases {
@@ -150,20 +164,10 @@ pub fn load(
             }
         }
     }
-    for (k, s) in &all {
-        if let Some(id) = k.split_once('.').and_then(|(f, _)| FlowId::parse(f)) {
-            if id.source == id.target {
-                diags.error(
-                    Some(&s.origin),
-                    Some(&s.value),
-                    "a flow from a cluster to itself would copy its data forever: source and target must differ",
-                );
-            }
-        }
-    }
-
     if !aliases.is_empty() && !diags.has_errors() {
-        if flows.iter().all(|f| !f.replication) {
+        if flows.is_empty() {
+            diags.error(None, None, format!("{}: No source->target replication flows: enable one, e.g. {}->{}.enabled = true", props.source, aliases[0], aliases.get(1).unwrap_or(&aliases[0])));
+        } else if flows.iter().all(|f| !f.replication) {
             diags.warning(
                 None,
                 None,
@@ -184,39 +188,27 @@ pub fn load(
         }
     }
 
-    // A flow whose source and target share an address is a loop.
-    for f in flows.iter().filter(|f| f.replication) {
-        let src: BTreeSet<String> = f
-            .clients
-            .source_consumer
-            .bootstrap
-            .iter()
-            .map(|b| b.to_string())
-            .collect();
-        let shared: Vec<String> = f
-            .clients
-            .target_producer
-            .bootstrap
-            .iter()
-            .map(|b| b.to_string())
-            .filter(|b| src.contains(b))
-            .collect();
-        if !shared.is_empty() {
-            let o = all
-                .get(&format!("{}.bootstrap.servers", f.id.target))
-                .map(|s| s.origin.clone());
+    // Identity naming in both directions copies every record back and forth forever
+    // (mm2-spec §4: the identity policy has no cycle detection).
+    for f in flows
+        .iter()
+        .filter(|f| f.replication && f.policy.kind == crate::policy::PolicyKind::Identity)
+    {
+        if flows.iter().any(|g| {
+            g.replication
+                && g.id.source == f.id.target
+                && g.id.target == f.id.source
+                && g.policy.kind == crate::policy::PolicyKind::Identity
+        }) && f.id.source < f.id.target
+        {
             diags.error(
-                o.as_ref(),
+                all.get("replication.policy.class").map(|s| &s.origin),
                 None,
-                format!(
-                    "flow {}: source and target share the address {}: replicating a cluster into itself would copy its data forever",
-                    f.id,
-                    shared.join(", ")
-                ),
+                format!("flows {} and {}->{} both replicate with IdentityReplicationPolicy: topics would be copied back and forth forever; use DefaultReplicationPolicy for active-active", f.id, f.id.target, f.id.source),
             );
         }
     }
-
+    flow::refuse_loops(&flows, &mut diags);
     if diags.has_errors() {
         return Err(ConfigError(diags));
     }
@@ -366,6 +358,11 @@ fn classify_keys(
                 .filter(|a| rest.starts_with(&format!("{a}.")))
                 .max_by_key(|a| a.as_str().len());
             match (src_ok, tgt) {
+                (true, Some(t)) if t.as_str() == flow => diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    "a flow from a cluster to itself would copy its data forever: source and target must differ",
+                ),
                 (true, Some(t)) => {
                     let key = &rest[t.as_str().len() + 1..];
                     if let Some((reason, hint)) = classify_connector_key(key) {
@@ -400,9 +397,11 @@ const POSITION_KEYS: &[&str] = &[
 type Classified = Option<(String, Option<String>)>;
 
 fn classify_top_key(k: &str) -> Classified {
+    if let Some(c) = keys::classify_security_key(k) {
+        return c;
+    }
     if k == "clusters"
         || k.starts_with("config.providers")
-        || is_client_key(k)
         || CONNECTOR_KEYS.contains(&k)
         || POSITION_KEYS.contains(&k)
     {
@@ -431,11 +430,10 @@ fn classify_top_key(k: &str) -> Classified {
 }
 
 fn classify_cluster_key(k: &str) -> Classified {
-    if is_client_key(k)
-        || k == "client.id"
-        || k == "exactly.once.source.support"
-        || POSITION_KEYS.contains(&k)
-    {
+    if let Some(c) = keys::classify_security_key(k) {
+        return c;
+    }
+    if k == "client.id" || k == "exactly.once.source.support" || POSITION_KEYS.contains(&k) {
         return None;
     }
     for (prefix, honoured) in [
@@ -475,8 +473,16 @@ fn classify_cluster_key(k: &str) -> Classified {
     )
 }
 
+/// A key of the data producer's settings (a Connect worker's `producer.*`).
+pub fn classify_producer_key(k: &str) -> Classified {
+    classify_client_key(k, keys::PRODUCER_KEYS)
+}
+
 fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
-    if is_client_key(k) || honoured.contains(&k) {
+    if let Some(c) = keys::classify_security_key(k) {
+        return c;
+    }
+    if honoured.contains(&k) {
         return None;
     }
     if let Some(r) = keys::ignored_client_key(k) {
@@ -495,10 +501,7 @@ fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
 
 /// Keys inside a flow (`A->B.<key>`) or a connector file.
 pub fn classify_connector_key(k: &str) -> Classified {
-    if CONNECTOR_KEYS.contains(&k)
-        || k.starts_with("config.providers")
-        || k.starts_with("replication.policy")
-    {
+    if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") {
         return None;
     }
     if let Some(r) = keys::ignored_connector_key(k) {
@@ -506,8 +509,11 @@ pub fn classify_connector_key(k: &str) -> Classified {
     }
     for side in ["source.cluster.", "target.cluster."] {
         if let Some(rest) = k.strip_prefix(side) {
-            if is_client_key(rest) || rest == "exactly.once.source.support" {
+            if rest == "exactly.once.source.support" || rest == "client.id" {
                 return None;
+            }
+            if let Some(c) = keys::classify_security_key(rest) {
+                return c.map(|(r, h)| (r, h.map(|h| format!("{side}{h}"))));
             }
             return Some((
                 format!("MM2 takes only bootstrap/security/SSL/SASL keys from {side}*"),
@@ -521,6 +527,7 @@ pub fn classify_connector_key(k: &str) -> Classified {
         ("target.producer.", keys::PRODUCER_KEYS),
         ("producer.override.", keys::PRODUCER_KEYS),
         ("producer.", keys::PRODUCER_KEYS),
+        ("source.producer.", keys::PRODUCER_KEYS),
         ("source.admin.", keys::ADMIN_KEYS),
         ("target.admin.", keys::ADMIN_KEYS),
         ("admin.", keys::ADMIN_KEYS),
@@ -530,12 +537,7 @@ pub fn classify_connector_key(k: &str) -> Classified {
                 .map(|(r, h)| (r, h.map(|h| format!("{prefix}{h}"))));
         }
     }
-    for prefix in [
-        "source.producer.",
-        "target.consumer.",
-        "consumer.override.",
-        "admin.override.",
-    ] {
+    for prefix in ["target.consumer.", "consumer.override.", "admin.override."] {
         if k.starts_with(prefix) {
             return Some(("kmirror has no client in this role".into(), None));
         }

@@ -75,6 +75,8 @@ pub struct FlowClients {
     pub target_producer: ClientSettings,
     pub producer_tuning: ProducerTuning,
     pub target_admin: ClientSettings,
+    /// Writes offset syncs where `offset-syncs.topic.location` says (the source by default).
+    pub offset_syncs_producer: ClientSettings,
 }
 
 /// One replication flow `source->target`.

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
-/// One `key = value` with the (1-based) line it starts on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One `key = value` with the (1-based) line it starts on. Its `Debug` masks sensitive values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Property {
     pub key: String,
     pub value: String,
@@ -134,9 +134,16 @@ impl Properties {
     }
 }
 
-impl fmt::Display for Property {
+impl fmt::Debug for Property {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}", self.key, self.value)
+        f.debug_struct("Property")
+            .field("key", &self.key)
+            .field(
+                "value",
+                &super::diagnostics::display_value(&self.key, &self.value),
+            )
+            .field("line", &self.line)
+            .finish()
     }
 }
 
@@ -245,6 +252,14 @@ fn split_key_value(line: &str) -> (&str, &str) {
     (&line[..key_end], &rest[skip..])
 }
 
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, String> {
+    let hex: String = chars.by_ref().take(4).collect();
+    if hex.len() != 4 || !hex.chars().all(|h| h.is_ascii_hexdigit()) {
+        return Err(format!("'\\u{hex}' needs four hex digits"));
+    }
+    u32::from_str_radix(&hex, 16).map_err(|e| e.to_string())
+}
+
 /// Java's `loadConvert`: `\t \n \r \f`, `\uXXXX`, and `\x` → `x` for any other character.
 fn unescape(s: &str) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
@@ -260,16 +275,29 @@ fn unescape(s: &str) -> Result<String, String> {
             Some('r') => out.push('\r'),
             Some('f') => out.push('\x0c'),
             Some('u') => {
-                let hex: String = chars.by_ref().take(4).collect();
-                if hex.len() != 4 || !hex.chars().all(|h| h.is_ascii_hexdigit()) {
-                    return Err(format!("'\\u{hex}' needs four hex digits"));
-                }
-                let unit = u32::from_str_radix(&hex, 16).map_err(|e| e.to_string())?;
+                let unit = hex4(&mut chars)?;
+                // Properties.store writes characters outside the BMP as a surrogate pair.
+                let ch = if (0xD800..0xDC00).contains(&unit) {
+                    let mut ahead = chars.clone();
+                    if ahead.next() == Some('\\') && ahead.next() == Some('u') {
+                        let low = hex4(&mut ahead)?;
+                        if (0xDC00..0xE000).contains(&low) {
+                            chars = ahead;
+                            char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))
+                        } else {
+                            None
+                        }
+                    } else {
+                        None
+                    }
+                } else {
+                    char::from_u32(unit)
+                };
                 // A lone surrogate half cannot be a Rust char; Java would keep it as a broken
                 // UTF-16 unit, which no valid config needs.
-                match char::from_u32(unit) {
+                match ch {
                     Some(ch) => out.push(ch),
-                    None => return Err(format!("'\\u{hex}' is a lone UTF-16 surrogate")),
+                    None => return Err(format!("'\\u{unit:04X}' is a lone UTF-16 surrogate")),
                 }
             }
             Some(other) => out.push(other),
@@ -375,12 +403,22 @@ mod tests {
         // Unknown escapes drop the backslash (so \b is 'b', not backspace).
         assert_eq!(one("k=\\b\\q\\\\").1, "bq\\");
         assert_eq!(one("\\u0041=v").0, "A");
+        assert_eq!(one("k=\\uD83D\\uDE00!").1, "\u{1F600}!");
+        assert!(Properties::parse("k=\\uD83Dx", "f").is_err());
         let err = Properties::parse("x=1\nk=\\u00g1", "f.properties").unwrap_err();
         assert_eq!(
             err.to_string(),
             "f.properties:2: malformed \\uXXXX escape: '\\u00g1' needs four hex digits"
         );
         assert!(Properties::parse("k=\\u12", "f").is_err());
+    }
+
+    #[test]
+    fn debug_output_masks_secrets() {
+        let p =
+            Properties::parse("a.sasl.jaas.config=x password=\"p4ss\";\nb=visible\n", "f").unwrap();
+        let dbg = format!("{p:?}");
+        assert!(!dbg.contains("p4ss") && dbg.contains("visible"), "{dbg}");
     }
 
     #[test]

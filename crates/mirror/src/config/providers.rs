@@ -180,7 +180,10 @@ fn lookup(
             let text = env
                 .read_file(Path::new(path))
                 .map_err(|e| format!("cannot read {path}: {e}"))?;
-            let props = Properties::parse(&text, path).map_err(|e| e.to_string())?;
+            // The parse error's detail could quote part of a secret: name only the file.
+            let props = Properties::parse(&text, path).map_err(|_| {
+                format!("{path} is not a valid properties file (malformed \\u escape)")
+            })?;
             props
                 .get(key)
                 .map(|p| p.value.clone())

@@ -7,11 +7,24 @@ use crate::filter::PatternList;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// One value after config-provider resolution, with where it was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One value after config-provider resolution, with where it was written. Its `Debug` masks
+/// sensitive values (provider-resolved secrets included).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Setting {
     pub value: String,
     pub origin: Origin,
+}
+
+impl std::fmt::Debug for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setting")
+            .field(
+                "value",
+                &super::diagnostics::display_value(&self.origin.key, &self.value),
+            )
+            .field("origin", &self.origin)
+            .finish()
+    }
 }
 
 /// Effective settings of one scope (a flow's connector settings, or one client's settings).
@@ -136,7 +149,16 @@ impl<'a> Reader<'a> {
             return fallback;
         };
         match PatternList::parse(&s.value) {
-            Ok(p) => p,
+            Ok(p) => {
+                if p.notes().ascii_case_insensitive {
+                    self.diags.warning(
+                        Some(&s.origin),
+                        Some(&s.value),
+                        "(?i) folds non-ASCII letters too in kmirror (Java folds only ASCII unless (?iu)): names with non-ASCII letters may match differently than in MM2",
+                    );
+                }
+                p
+            }
             Err(e) => {
                 self.diags.error(
                     Some(&s.origin),

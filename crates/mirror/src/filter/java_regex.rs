@@ -31,14 +31,28 @@ const JAVA_DOT: &str = r"[^\n\r\x{85}\x{2028}\x{2029}]";
 
 /// Translates a Java regex into an equivalent `regex`-crate pattern (not anchored).
 pub fn translate(pattern: &str) -> Result<String, JavaRegexError> {
+    translate_with_notes(pattern).map(|(s, _)| s)
+}
+
+/// What a caller should tell the user about a translated pattern.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Notes {
+    /// `(?i)` without `u`: Java folds only ASCII letters; kmirror's engine also folds non-ASCII
+    /// ones (`é`/`É`, the Kelvin sign and `k`). Identical for ASCII names (all topic names).
+    pub ascii_case_insensitive: bool,
+}
+
+/// [`translate`], plus notes on differences that cannot be expressed.
+pub fn translate_with_notes(pattern: &str) -> Result<(String, Notes), JavaRegexError> {
     let mut t = Translator {
         chars: pattern.chars().collect(),
         pos: 0,
         out: String::with_capacity(pattern.len() + 16),
         dotall: vec![false],
+        notes: Notes::default(),
     };
     t.run()?;
-    Ok(t.out)
+    Ok((t.out, t.notes))
 }
 
 struct Translator {
@@ -47,6 +61,7 @@ struct Translator {
     out: String,
     /// DOTALL flag per open group (Java scopes inline flags to the enclosing group).
     dotall: Vec<bool>,
+    notes: Notes,
 }
 
 fn err<T>(position: usize, message: impl Into<String>) -> Result<T, JavaRegexError> {
@@ -220,6 +235,7 @@ impl Translator {
         let mut on = true;
         let mut rust_flags = String::new();
         let mut dotall = inherited;
+        let (mut case_on, mut unicode_case) = (false, false);
         loop {
             let Some(c) = self.peek() else {
                 return err(at, "unclosed inline flag group '(?'");
@@ -230,14 +246,20 @@ impl Translator {
                     on = false;
                     rust_flags.push('-');
                 }
-                'i' => rust_flags.push('i'),
+                'i' => {
+                    case_on |= on;
+                    rust_flags.push('i');
+                }
                 's' => {
                     dotall = on;
                     rust_flags.push('s');
                 }
                 // UNICODE_CASE: with `i`, Java folds case by Unicode rules, as Rust always does.
-                'u' => {}
+                'u' => unicode_case = true,
                 ')' | ':' => {
+                    if case_on && !unicode_case {
+                        self.notes.ascii_case_insensitive = true;
+                    }
                     let flags = rust_flags.trim_end_matches('-');
                     if c == ')' {
                         // Applies to the rest of the enclosing group.

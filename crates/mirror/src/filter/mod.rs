@@ -14,7 +14,10 @@ use std::fmt;
 #[derive(Clone)]
 pub struct PatternList {
     items: Vec<String>,
-    regex: Regex,
+    /// `None` for an empty list, which matches nothing (MM2 compiles it to a never-matching
+    /// pattern, not to one that matches the empty name).
+    regex: Option<Regex>,
+    notes: java_regex::Notes,
 }
 
 /// A pattern list that cannot be compiled.
@@ -34,8 +37,15 @@ impl PatternList {
     }
 
     pub fn from_items(items: Vec<String>) -> Result<Self, PatternError> {
+        if items.is_empty() {
+            return Ok(PatternList {
+                items,
+                regex: None,
+                notes: java_regex::Notes::default(),
+            });
+        }
         let joined = items.join("|");
-        let rust = java_regex::translate(&joined).map_err(|e| {
+        let (rust, notes) = java_regex::translate_with_notes(&joined).map_err(|e| {
             let (item, offset) = item_at(&items, e.position);
             PatternError {
                 item,
@@ -50,12 +60,21 @@ impl PatternList {
             item: joined.clone(),
             detail: format!("is not a valid regex: {}", first_line(&e.to_string())),
         })?;
-        Ok(PatternList { items, regex })
+        Ok(PatternList {
+            items,
+            regex: Some(regex),
+            notes,
+        })
     }
 
     /// Java `Matcher.matches()`: the whole name.
     pub fn matches(&self, name: &str) -> bool {
-        self.regex.is_match(name)
+        self.regex.as_ref().is_some_and(|r| r.is_match(name))
+    }
+
+    /// Differences from Java that a user should be told about.
+    pub fn notes(&self) -> java_regex::Notes {
+        self.notes
     }
 
     pub fn items(&self) -> &[String] {
@@ -157,9 +176,32 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_include_list_matches_no_topic() {
+    fn an_empty_list_matches_nothing_not_even_the_empty_name() {
         let p = PatternList::parse("").unwrap();
         assert!(!p.matches("orders"));
+        assert!(!p.matches(""));
+    }
+
+    #[test]
+    fn ascii_case_folding_is_noted() {
+        assert!(
+            PatternList::parse("(?i)orders")
+                .unwrap()
+                .notes()
+                .ascii_case_insensitive
+        );
+        assert!(
+            !PatternList::parse("(?iu)orders")
+                .unwrap()
+                .notes()
+                .ascii_case_insensitive
+        );
+        assert!(
+            !PatternList::parse("orders")
+                .unwrap()
+                .notes()
+                .ascii_case_insensitive
+        );
     }
 
     #[test]
