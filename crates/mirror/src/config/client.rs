@@ -213,7 +213,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         tokens.pos += 1;
         let value = tokens
             .value()
-            .ok_or_else(|| malformed(&format!("an option has an unterminated or missing value")))?;
+            .ok_or_else(|| malformed("an option has an unterminated or missing value"))?;
         match name.as_str() {
             "username" => username = Some(value),
             "password" => password = Some(value),
