@@ -29,7 +29,10 @@ async fn main() {
     let c = Cluster::start("bench", Security::Plaintext).expect("start a broker");
     let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
     let settings = ClientSettings {
-        bootstrap: vec![BrokerAddress { host: host.into(), port: port.parse().unwrap() }],
+        bootstrap: vec![BrokerAddress {
+            host: host.into(),
+            port: port.parse().unwrap(),
+        }],
         security_protocol: SecurityProtocol::Plaintext,
         sasl: None,
         tls: None,
@@ -39,7 +42,12 @@ async fn main() {
     let k = Arc::new(KafkaCluster::connect(settings).await.unwrap());
     let topics: Vec<NewTopic> = ["bench-rust", "bench-java"]
         .iter()
-        .map(|t| NewTopic { name: t.to_string(), partitions: PARTITIONS, replication_factor: 1, configs: vec![] })
+        .map(|t| NewTopic {
+            name: t.to_string(),
+            partitions: PARTITIONS,
+            replication_factor: 1,
+            configs: vec![],
+        })
         .collect();
     k.create_topics(&topics, false).await.unwrap();
     println!("kmirror client micro-benchmark: {total} records of {size} bytes, {PARTITIONS} partitions, acks=all, no compression, one local broker");
@@ -60,9 +68,22 @@ async fn main() {
             while sent < per_partition {
                 let n = RECORDS_PER_BATCH.min(per_partition - sent);
                 let records: Vec<Record> = (0..n)
-                    .map(|i| Record { offset: i as i64, timestamp: 1_700_000_000_000, key: None, value: Some(value.clone()), headers: vec![] })
+                    .map(|i| Record {
+                        offset: i as i64,
+                        timestamp: 1_700_000_000_000,
+                        key: None,
+                        value: Some(value.clone()),
+                        headers: vec![],
+                    })
                     .collect();
-                let batch = encode_batch(&records, &BatchOptions { codec: Codec::None, ..BatchOptions::default() }).unwrap();
+                let batch = encode_batch(
+                    &records,
+                    &BatchOptions {
+                        codec: Codec::None,
+                        ..BatchOptions::default()
+                    },
+                )
+                .unwrap();
                 lane.send(tag, batch).await.unwrap();
                 tag += 1;
                 sent += n;
@@ -77,7 +98,11 @@ async fn main() {
     }
     let secs = t0.elapsed().as_secs_f64();
     let produce_rate = produced as f64 / secs;
-    println!("kmirror produce : {:>10.0} records/s {:>8.1} MB/s ({produced} records in {secs:.2} s)", produce_rate, mb(produced as f64 * size as f64) / secs);
+    println!(
+        "kmirror produce : {:>10.0} records/s {:>8.1} MB/s ({produced} records in {secs:.2} s)",
+        produce_rate,
+        mb(produced as f64 * size as f64) / secs
+    );
 
     // --- kmirror fetch: raw batches decoded into records, partitions in parallel.
     let t0 = Instant::now();
@@ -89,11 +114,24 @@ async fn main() {
             let mut records = 0usize;
             let mut bytes = 0usize;
             loop {
-                let f = k.fetch("bench-rust", p, offset, 4 << 20, Duration::from_millis(100), IsolationLevel::ReadCommitted).await.unwrap();
+                let f = k
+                    .fetch(
+                        "bench-rust",
+                        p,
+                        offset,
+                        4 << 20,
+                        Duration::from_millis(100),
+                        IsolationLevel::ReadCommitted,
+                    )
+                    .await
+                    .unwrap();
                 for b in &f.batches {
                     let rs = decode_batch(b).unwrap();
                     records += rs.len();
-                    bytes += rs.iter().map(|r| r.value.as_ref().map_or(0, |v| v.len())).sum::<usize>();
+                    bytes += rs
+                        .iter()
+                        .map(|r| r.value.as_ref().map_or(0, |v| v.len()))
+                        .sum::<usize>();
                     offset = b.last_offset() + 1;
                 }
                 if offset >= f.high_watermark {
@@ -109,7 +147,11 @@ async fn main() {
         bytes += b;
     }
     let secs = t0.elapsed().as_secs_f64();
-    println!("kmirror fetch   : {:>10.0} records/s {:>8.1} MB/s ({fetched} records in {secs:.2} s)", fetched as f64 / secs, mb(bytes as f64) / secs);
+    println!(
+        "kmirror fetch   : {:>10.0} records/s {:>8.1} MB/s ({fetched} records in {secs:.2} s)",
+        fetched as f64 / secs,
+        mb(bytes as f64) / secs
+    );
     assert_eq!(fetched, produced);
 
     // --- Java, same broker, same sizes.
@@ -117,30 +159,63 @@ async fn main() {
         .tool(
             "producer-perf-test",
             &[
-                "--topic", "bench-java", "--num-records", &total.to_string(), "--record-size", &size.to_string(), "--throughput", "-1",
-                "--producer-props", &format!("bootstrap.servers={}", c.bootstrap()), "acks=all", "enable.idempotence=true", "linger.ms=5",
+                "--topic",
+                "bench-java",
+                "--num-records",
+                &total.to_string(),
+                "--record-size",
+                &size.to_string(),
+                "--throughput",
+                "-1",
+                "--producer-props",
+                &format!("bootstrap.servers={}", c.bootstrap()),
+                "acks=all",
+                "enable.idempotence=true",
+                "linger.ms=5",
                 &format!("batch.size={}", RECORDS_PER_BATCH * (size + 20)),
             ],
             None,
         )
         .expect("producer-perf-test");
-    let summary = out.lines().filter(|l| l.contains("records sent")).last().unwrap_or_default();
+    let summary = out
+        .lines()
+        .rfind(|l| l.contains("records sent"))
+        .unwrap_or_default();
     println!("java produce    : {summary}");
     let out = c
         .tool(
             "consumer-perf-test",
-            &["--bootstrap-server", c.bootstrap(), "--topic", "bench-java", "--messages", &total.to_string(), "--timeout", "60000"],
+            &[
+                "--bootstrap-server",
+                c.bootstrap(),
+                "--topic",
+                "bench-java",
+                "--messages",
+                &total.to_string(),
+                "--timeout",
+                "60000",
+            ],
             None,
         )
         .expect("consumer-perf-test");
     let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
-    let at = lines.iter().position(|l| l.trim_start().starts_with("start.time")).unwrap_or_else(|| panic!("unexpected consumer-perf-test output:\n{out}"));
+    let at = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("start.time"))
+        .unwrap_or_else(|| panic!("unexpected consumer-perf-test output:\n{out}"));
     let header = lines[at];
     let row = lines.get(at + 1).copied().unwrap_or_default();
     // Columns: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
     let cols: Vec<&str> = row.split(',').map(str::trim).collect();
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
-    let get = |name: &str| names.iter().position(|n| *n == name).and_then(|i| cols.get(i)).copied().unwrap_or("?");
+    let get = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| cols.get(i))
+            .copied()
+            .unwrap_or("?")
+    };
     println!(
         "java fetch      : {:>10} records/s {:>8} MB/s (kafka-consumer-perf-test; fetch-only: {} records/s, {} MB/s)",
         get("nMsg.sec"),

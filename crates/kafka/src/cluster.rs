@@ -254,6 +254,24 @@ impl KafkaCluster {
         Ok(conn)
     }
 
+    /// A new connection to broker `id` that nobody else uses: for requests the broker holds (a
+    /// JoinGroup waits for the whole rebalance, and a broker answers one request per connection
+    /// at a time, so it would stall everything else sharing the connection).
+    pub async fn dedicated_connection(&self, id: i32) -> Result<Arc<Connection>> {
+        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
+            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
+        })?;
+        Ok(Arc::new(
+            Connection::connect(
+                &addr.host,
+                addr.port,
+                format!("{id}@{addr}"),
+                &self.settings,
+            )
+            .await?,
+        ))
+    }
+
     /// Some live broker (for metadata and cluster-wide requests).
     pub async fn any_broker(&self) -> Result<Arc<Connection>> {
         let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod cluster;
 pub mod conn;
 pub mod error;
+pub mod group;
 pub mod producer;
 pub mod records;
 pub mod secret;

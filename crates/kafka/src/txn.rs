@@ -274,6 +274,16 @@ pub(crate) async fn find_coordinator(
     key: &str,
     key_type: i8,
 ) -> Result<Arc<Connection>> {
+    let node = find_coordinator_node(cluster, key, key_type).await?;
+    cluster.broker(node).await
+}
+
+/// The broker id of the coordinator.
+pub(crate) async fn find_coordinator_node(
+    cluster: &KafkaCluster,
+    key: &str,
+    key_type: i8,
+) -> Result<i32> {
     let conn = cluster.any_broker().await?;
     let version = conn.version::<FindCoordinatorRequest>()?;
     let mut req = FindCoordinatorRequest::default().with_key_type(key_type);
@@ -304,7 +314,7 @@ pub(crate) async fn find_coordinator(
             message: None,
         });
     }
-    cluster.broker(node).await
+    Ok(node)
 }
 
 impl PartitionFetch {

@@ -246,6 +246,25 @@ impl Cluster {
         run(&format!("kafka tool {tool}"), harness(&all), stdin)
     }
 
+    /// Starts a Kafka tool in the background (e.g. a console consumer); the caller kills it.
+    pub fn spawn_tool(
+        &self,
+        tool: &str,
+        args: &[&str],
+    ) -> Result<std::process::Child, HarnessError> {
+        let mut all = vec!["tool", tool];
+        all.extend(args);
+        harness(&all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| HarnessError::Spawn {
+                what: format!("kafka tool {tool}"),
+                error,
+            })
+    }
+
     /// Runs a Kafka tool and fails on a non-zero exit.
     pub fn tool(
         &self,

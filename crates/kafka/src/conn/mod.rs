@@ -75,6 +75,13 @@ pub struct ResponseFuture<R: Request> {
 }
 
 impl<R: Request> ResponseFuture<R> {
+    /// Waits longer than the request timeout (for requests the broker holds on purpose, such as
+    /// JoinGroup during a rebalance).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     pub async fn wait(self) -> Result<R::Response> {
         let body = match tokio::time::timeout(self.timeout, self.rx).await {
             Err(_) => {
