@@ -49,6 +49,8 @@ pub struct TopicMetadata {
 /// What the cluster told us last.
 #[derive(Debug, Clone, Default)]
 pub struct Metadata {
+    /// When it was loaded (for periodic refresh).
+    pub loaded_at: Option<std::time::Instant>,
     pub cluster_id: Option<String>,
     pub controller_id: i32,
     pub brokers: BTreeMap<i32, BrokerAddress>,
@@ -167,6 +169,7 @@ impl KafkaCluster {
         } else {
             Metadata::default()
         };
+        md.loaded_at = Some(std::time::Instant::now());
         md.cluster_id = resp.cluster_id.map(|c| c.to_string());
         md.controller_id = resp.controller_id.0;
         md.brokers = resp
@@ -226,6 +229,16 @@ impl KafkaCluster {
         let conn = self.any_broker().await?;
         self.load_metadata(&conn, topics).await?;
         Ok(self.metadata())
+    }
+
+    /// Reloads all metadata when it is older than `max_age` (Kafka's `metadata.max.age.ms`), so
+    /// new brokers, topics and leaders are learned even without an error.
+    pub async fn refresh_if_older(&self, max_age: Duration) -> Result<Arc<Metadata>> {
+        let md = self.metadata();
+        if md.loaded_at.is_some_and(|t| t.elapsed() < max_age) {
+            return Ok(md);
+        }
+        self.refresh_metadata(None).await
     }
 
     /// The connection to broker `id`, opened (or reopened) on demand.
@@ -612,6 +625,22 @@ impl KafkaCluster {
                 api: ApiKey::Fetch,
                 message: "empty response".into(),
             })?;
+        if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
+            // The caller decides (stop, or resume at the log start): tell it where the log is.
+            let log_start = self
+                .list_offset_once(topic, partition, EARLIEST, isolation)
+                .await?;
+            let log_end = self
+                .list_offset_once(topic, partition, LATEST, isolation)
+                .await?;
+            return Err(KafkaError::OffsetOutOfRange {
+                topic: topic.into(),
+                partition,
+                requested: offset,
+                log_start,
+                log_end,
+            });
+        }
         if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
             return Err(e);
         }

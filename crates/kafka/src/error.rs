@@ -60,6 +60,24 @@ pub enum KafkaError {
     /// The connection was closed (by us or by the broker) while requests were pending.
     #[error("broker {broker}: connection closed")]
     Disconnected { broker: String },
+    /// A fetch position outside the partition's log (retention removed it, or the topic was
+    /// re-created).
+    #[error("{topic}-{partition}: offset {requested} is out of range (the log holds {log_start}..{log_end})")]
+    OffsetOutOfRange {
+        topic: String,
+        partition: i32,
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// A batch larger than the producer may ever send.
+    #[error("{topic}-{partition}: a batch of {size} bytes exceeds max.request.size ({limit} bytes) and can never be sent")]
+    BatchTooLarge {
+        topic: String,
+        partition: i32,
+        size: usize,
+        limit: usize,
+    },
     /// Another producer with the same transactional id took over; this one must stop.
     #[error("transactional producer '{transactional_id}' was fenced by a newer instance with the same transactional.id")]
     Fenced { transactional_id: String },

@@ -92,6 +92,8 @@ impl IdempotentProducer {
             next_sequence: 0,
             identity: None,
             in_flight: VecDeque::new(),
+            max_request_size: 1_048_576,
+            max_in_flight_bytes: 16 << 20,
         }
     }
 }
@@ -124,6 +126,10 @@ pub struct PartitionLane {
     next_sequence: i32,
     identity: Option<(i64, i16)>,
     in_flight: VecDeque<InFlight>,
+    /// `max.request.size`: a larger batch is refused at once.
+    max_request_size: usize,
+    /// Backpressure: `send` waits while this many bytes are unacknowledged.
+    max_in_flight_bytes: usize,
 }
 
 enum Outcome {
@@ -140,8 +146,20 @@ impl PartitionLane {
     /// the oldest request first when five are in flight. Returns the batches acknowledged so far,
     /// in order.
     pub async fn send(&mut self, tag: i64, batch: RawBatch) -> Result<Vec<Acked>> {
+        let size = batch.bytes().len();
+        if size > self.max_request_size {
+            return Err(KafkaError::BatchTooLarge {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                size,
+                limit: self.max_request_size,
+            });
+        }
         let mut acked = Vec::new();
-        while self.in_flight.len() >= MAX_IN_FLIGHT {
+        while self.in_flight.len() >= MAX_IN_FLIGHT
+            || (!self.in_flight.is_empty()
+                && self.in_flight_bytes() + size > self.max_in_flight_bytes)
+        {
             acked.push(self.complete_oldest().await?);
         }
         let sequence = self.next_sequence;
@@ -176,6 +194,17 @@ impl PartitionLane {
 
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    fn in_flight_bytes(&self) -> usize {
+        self.in_flight.iter().map(|e| e.batch.bytes().len()).sum()
+    }
+
+    /// Sets `max.request.size` and the unacknowledged-bytes bound.
+    pub fn with_limits(mut self, max_request_size: usize, max_in_flight_bytes: usize) -> Self {
+        self.max_request_size = max_request_size;
+        self.max_in_flight_bytes = max_in_flight_bytes.max(max_request_size);
+        self
     }
 
     async fn submit(&mut self, entry: &mut InFlight) -> Result<()> {

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use kmirror_kafka::batch::Codec;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
-use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, SecurityProtocol};
+use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, KafkaError, SecurityProtocol};
 use kmirror_testkit::{Cluster, Security};
 use std::time::Duration;
 
@@ -233,7 +233,130 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
         copy.iter().all(|(codec, _)| *codec == Codec::Lz4),
         "the broker kept the source codec"
     );
-    k.delete_topics(&["src", "dst", "java", "java-copy"])
+    // Out-of-range positions say where the log is.
+    let err = k
+        .fetch(
+            "src",
+            0,
+            1_000_000,
+            1 << 20,
+            Duration::from_millis(100),
+            IsolationLevel::ReadCommitted,
+        )
+        .await
+        .unwrap_err();
+    match err {
+        KafkaError::OffsetOutOfRange {
+            requested,
+            log_start,
+            log_end,
+            ..
+        } => assert_eq!((requested, log_start, log_end), (1_000_000, 0, 250)),
+        other => panic!("{other}"),
+    }
+    let md = k.refresh_if_older(Duration::from_secs(0)).await.unwrap();
+    assert!(md.topics.contains_key("dst"));
+
+    // 4. Batches written by Java's transactional producer (gzip): read committed, forwarded
+    //    without the transactional bit, records and codec unchanged.
+    let more: Vec<NewTopic> = ["java-tx", "java-tx-copy"]
+        .iter()
+        .map(|t| NewTopic {
+            name: t.to_string(),
+            partitions: 1,
+            replication_factor: -1,
+            configs: vec![],
+        })
+        .collect();
+    k.create_topics(&more, false).await.unwrap();
+    let perf = c
+        .tool(
+            "producer-perf-test",
+            &[
+                "--topic",
+                "java-tx",
+                "--num-records",
+                "2000",
+                "--record-size",
+                "200",
+                "--throughput",
+                "-1",
+                "--transactional-id",
+                "perf-tx",
+                "--transaction-duration-ms",
+                "50",
+                "--producer-props",
+                &format!("bootstrap.servers={}", c.bootstrap()),
+                "compression.type=gzip",
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(perf.contains("2000 records sent"), "{perf}");
+    let mut offset = 0;
+    let mut src_records = Vec::new();
+    let mut forwarded = 0;
+    for _ in 0..1000 {
+        let f = k
+            .fetch(
+                "java-tx",
+                0,
+                offset,
+                1 << 20,
+                Duration::from_millis(200),
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+            .unwrap();
+        for b in f.committed_batches() {
+            assert!(b.is_transactional() && b.producer_id() >= 0);
+            assert_eq!(b.codec(), Some(Codec::Gzip));
+            src_records.extend(decode_batch(b).unwrap());
+            k.produce("java-tx-copy", 0, &b.rewrite_for_produce(-1, -1, -1, false))
+                .await
+                .unwrap();
+            forwarded += 1;
+        }
+        if let Some(last) = f.batches.last() {
+            offset = last.last_offset() + 1;
+        }
+        if offset >= f.last_stable_offset && f.last_stable_offset == f.high_watermark {
+            break;
+        }
+    }
+    assert_eq!(src_records.len(), 2000);
+    let copy = fetch_all(&k, "java-tx-copy").await;
+    assert_eq!(copy.len(), forwarded);
+    assert!(
+        copy.iter().all(|(codec, _)| *codec == Codec::Gzip),
+        "the broker kept gzip"
+    );
+    let copied: Vec<(Option<Bytes>, i64)> = copy
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(|r| (r.value.clone(), r.timestamp)))
+        .collect();
+    let original: Vec<(Option<Bytes>, i64)> = src_records
+        .iter()
+        .map(|r| (r.value.clone(), r.timestamp))
+        .collect();
+    assert_eq!(copied, original, "same values and timestamps, in order");
+    let f = k
+        .fetch(
+            "java-tx-copy",
+            0,
+            0,
+            1 << 20,
+            Duration::from_millis(200),
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    assert!(f
+        .batches
+        .iter()
+        .all(|b| !b.is_transactional() && !b.is_control()));
+
+    k.delete_topics(&["src", "dst", "java", "java-copy", "java-tx", "java-tx-copy"])
         .await
         .unwrap();
     assert!(!k.metadata().topics.contains_key("src"));

@@ -132,4 +132,24 @@ async fn order_kept_without_loss_or_duplicates_across_a_broker_restart() {
     }
     let expected: Vec<String> = (0..BATCHES * PER_BATCH).map(|v| v.to_string()).collect();
     assert_eq!(values, expected);
+
+    // A batch over max.request.size is refused at once, naming the partition.
+    let mut small = producer.lane("seq", 0).with_limits(1000, 1000);
+    let big = encode_batch(
+        &[Record {
+            offset: 0,
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(vec![0u8; 5000])),
+            headers: vec![],
+        }],
+        &BatchOptions::default(),
+    )
+    .unwrap();
+    let err = small.send(0, big).await.unwrap_err();
+    assert!(
+        err.to_string().contains("seq-0: a batch of")
+            && err.to_string().contains("max.request.size (1000 bytes)"),
+        "{err}"
+    );
 }
