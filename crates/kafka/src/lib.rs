@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod group;
+pub mod partitioner;
 pub mod producer;
 pub mod records;
 pub mod secret;

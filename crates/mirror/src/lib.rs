@@ -3,7 +3,9 @@
 //! Data flows one way: properties → validated configuration → plan → (later) flows and tasks.
 
 pub mod config;
+pub mod discovery;
 pub mod filter;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod wire;
