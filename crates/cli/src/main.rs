@@ -74,14 +74,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cfg = load(&config)?;
             preflight(&cfg)?;
             report(&cfg);
-            anyhow::bail!(
-                "the configuration is valid ({} flow(s) served), but this build of kmirror has no replication engine yet; \
-                 use `kmirror plan` to inspect the configuration",
-                cfg.served_flows().count()
-            )
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(run_engine(cfg))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Legacy(cmd) => legacy_cmd(cmd),
     }
+}
+
+/// Replicates until SIGINT or SIGTERM, then drains in-flight writes and stores positions.
+async fn run_engine(cfg: MirrorConfig) -> anyhow::Result<()> {
+    use kmirror_mirror::engine::{self, Shutdown, Stats};
+    let shutdown = Shutdown::default();
+    let stats = std::sync::Arc::new(Stats::default());
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        tracing::info!("shutting down: draining in-flight writes and storing positions");
+        trigger.trigger();
+    });
+    engine::run(&cfg, shutdown, stats.clone()).await?;
+    tracing::info!(
+        records = stats.records.load(std::sync::atomic::Ordering::Relaxed),
+        batches_forwarded = stats
+            .batches_forwarded
+            .load(std::sync::atomic::Ordering::Relaxed),
+        batches_reencoded = stats
+            .batches_reencoded
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "stopped"
+    );
+    Ok(())
 }
 
 /// Loads whichever configuration form the arguments name.

@@ -243,15 +243,3 @@ fn mm1_command_line() {
         .1
         .contains("one of --include or --whitelist is required"));
 }
-
-#[test]
-fn run_validates_and_says_the_engine_is_missing() {
-    let o = kmirror(&[
-        "run",
-        fixture("mm2-basic.properties").to_str().unwrap(),
-        "--clusters",
-        "B",
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).1.contains("no replication engine yet"));
-}

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod discovery;
+pub mod engine;
 pub mod filter;
 pub mod names;
 pub mod plan;
