@@ -9,7 +9,7 @@ use kmirror_kafka::batch::Codec;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
-use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, SecurityProtocol};
+use kmirror_kafka::IsolationLevel;
 use kmirror_testkit::{Cluster, Security};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,18 +27,7 @@ async fn main() {
     let total: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let size: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1024);
     let c = Cluster::start("bench", Security::Plaintext).expect("start a broker");
-    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
-    let settings = ClientSettings {
-        bootstrap: vec![BrokerAddress {
-            host: host.into(),
-            port: port.parse().unwrap(),
-        }],
-        security_protocol: SecurityProtocol::Plaintext,
-        sasl: None,
-        tls: None,
-        client_id: Some("kmirror-bench".into()),
-        request_timeout: Duration::from_secs(30),
-    };
+    let settings = c.client_settings(None);
     let k = Arc::new(KafkaCluster::connect(settings).await.unwrap());
     let topics: Vec<NewTopic> = ["bench-rust", "bench-java"]
         .iter()

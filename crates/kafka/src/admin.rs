@@ -145,11 +145,10 @@ impl KafkaCluster {
                 .with_configuration_keys(None),
         ]);
         let resp = conn.send(&req).await?;
-        let r = resp.results.first().ok_or_else(|| KafkaError::Protocol {
-            broker: conn.broker().into(),
-            api: ApiKey::DescribeConfigs,
-            message: "empty response".into(),
-        })?;
+        let r = resp
+            .results
+            .first()
+            .ok_or_else(|| conn.empty_response(ApiKey::DescribeConfigs))?;
         check(
             &conn,
             ApiKey::DescribeConfigs,
@@ -399,11 +398,10 @@ impl KafkaCluster {
         let resp = conn
             .send(&DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]))
             .await?;
-        let g = resp.groups.first().ok_or_else(|| KafkaError::Protocol {
-            broker: conn.broker().into(),
-            api: ApiKey::DescribeGroups,
-            message: "empty response".into(),
-        })?;
+        let g = resp
+            .groups
+            .first()
+            .ok_or_else(|| conn.empty_response(ApiKey::DescribeGroups))?;
         check(
             &conn,
             ApiKey::DescribeGroups,

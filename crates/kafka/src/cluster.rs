@@ -504,11 +504,7 @@ impl KafkaCluster {
             .topics
             .first()
             .and_then(|t| t.partitions.first())
-            .ok_or_else(|| KafkaError::Protocol {
-                broker: conn.broker().into(),
-                api: ApiKey::ListOffsets,
-                message: "empty response".into(),
-            })?;
+            .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
         if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
             return Err(e);
         }
@@ -547,11 +543,7 @@ impl KafkaCluster {
             .responses
             .first()
             .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| KafkaError::Protocol {
-                broker: conn.broker().into(),
-                api: ApiKey::Produce,
-                message: "empty response".into(),
-            })?;
+            .ok_or_else(|| conn.empty_response(ApiKey::Produce))?;
         if let Some(e) = broker_error(
             conn.broker(),
             ApiKey::Produce,
@@ -620,11 +612,7 @@ impl KafkaCluster {
             .into_iter()
             .next()
             .and_then(|t| t.partitions.into_iter().next())
-            .ok_or_else(|| KafkaError::Protocol {
-                broker: conn.broker().into(),
-                api: ApiKey::Fetch,
-                message: "empty response".into(),
-            })?;
+            .ok_or_else(|| conn.empty_response(ApiKey::Fetch))?;
         if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
             // The caller decides (stop, or resume at the log start): tell it where the log is.
             let log_start = self

@@ -136,11 +136,7 @@ impl TransactionalProducer {
             .responses
             .first()
             .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| KafkaError::Protocol {
-                broker: conn.broker().into(),
-                api: ApiKey::Produce,
-                message: "empty response".into(),
-            })?;
+            .ok_or_else(|| conn.empty_response(ApiKey::Produce))?;
         self.fenced_or(&conn, ApiKey::Produce, p.error_code)?;
         self.sequences
             .insert(key, seq.wrapping_add(batch.record_count()).max(0));

@@ -3,31 +3,9 @@
 
 use kmirror_kafka::admin::{acl, AclBinding, CommittedOffset, ConfigOp};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
-use kmirror_kafka::{
-    BrokerAddress, ClientSettings, SaslCredentials, SaslMechanism, Secret, SecurityProtocol,
-};
 use kmirror_testkit::{Cluster, Security};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-fn admin_settings(c: &Cluster) -> ClientSettings {
-    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
-    ClientSettings {
-        bootstrap: vec![BrokerAddress {
-            host: host.into(),
-            port: port.parse().unwrap(),
-        }],
-        security_protocol: SecurityProtocol::SaslPlaintext,
-        sasl: Some(SaslCredentials {
-            mechanism: SaslMechanism::Plain,
-            username: c.env("ADMIN_USER").unwrap().into(),
-            password: Secret::new(c.env("ADMIN_PASSWORD").unwrap()),
-        }),
-        tls: None,
-        client_id: Some("kmirror-admin-test".into()),
-        request_timeout: Duration::from_secs(15),
-    }
-}
 
 fn java(c: &Cluster, tool: &str, args: &[&str]) -> String {
     let cfg = c.client_config(None);
@@ -44,7 +22,9 @@ fn java(c: &Cluster, tool: &str, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_operations_do_what_they_say() {
     let c = Cluster::start("admin", Security::SaslAcl).unwrap();
-    let k = KafkaCluster::connect(admin_settings(&c)).await.unwrap();
+    let k = KafkaCluster::connect(c.client_settings(None))
+        .await
+        .unwrap();
     let (cluster_id, _controller, brokers) = k.describe_cluster().await.unwrap();
     assert_eq!(cluster_id.as_deref(), c.env("CLUSTER_ID"));
     assert_eq!(brokers, 1);

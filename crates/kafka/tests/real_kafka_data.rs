@@ -5,7 +5,7 @@ use bytes::Bytes;
 use kmirror_kafka::batch::Codec;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
-use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, KafkaError, SecurityProtocol};
+use kmirror_kafka::{IsolationLevel, KafkaError};
 use kmirror_testkit::{Cluster, Security};
 use std::time::Duration;
 
@@ -16,21 +16,6 @@ const CODECS: [Codec; 5] = [
     Codec::Lz4,
     Codec::Zstd,
 ];
-
-fn settings(c: &Cluster) -> ClientSettings {
-    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
-    ClientSettings {
-        bootstrap: vec![BrokerAddress {
-            host: host.into(),
-            port: port.parse().unwrap(),
-        }],
-        security_protocol: SecurityProtocol::Plaintext,
-        sasl: None,
-        tls: None,
-        client_id: Some("kmirror-test".into()),
-        request_timeout: Duration::from_secs(15),
-    }
-}
 
 fn records(n: usize, seed: &str) -> Vec<Record> {
     (0..n)
@@ -92,7 +77,9 @@ async fn fetch_all(k: &KafkaCluster, topic: &str) -> Vec<(Codec, Vec<Record>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_fetch_and_raw_forward_with_every_codec() {
     let c = Cluster::start("data", Security::Plaintext).unwrap();
-    let k = KafkaCluster::connect(settings(&c)).await.unwrap();
+    let k = KafkaCluster::connect(c.client_settings(None))
+        .await
+        .unwrap();
     assert_eq!(k.metadata().cluster_id.as_deref(), c.env("CLUSTER_ID"));
     let topics: Vec<NewTopic> = ["src", "dst", "java", "java-copy"]
         .iter()

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
 use kmirror_kafka::group::consumer_protocol::{parse_assignment, RangeAssignor};
 use kmirror_kafka::group::{Assignor, GroupConfig, GroupMember};
-use kmirror_kafka::{BrokerAddress, ClientSettings, Result, SecurityProtocol};
+use kmirror_kafka::Result;
 use kmirror_testkit::{Cluster, Security};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -47,21 +47,6 @@ fn units(b: &Bytes) -> BTreeSet<u32> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect()
-}
-
-fn settings(c: &Cluster) -> ClientSettings {
-    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
-    ClientSettings {
-        bootstrap: vec![BrokerAddress {
-            host: host.into(),
-            port: port.parse().unwrap(),
-        }],
-        security_protocol: SecurityProtocol::Plaintext,
-        sasl: None,
-        tls: None,
-        client_id: Some("kmirror-group-test".into()),
-        request_timeout: Duration::from_secs(10),
-    }
 }
 
 type View = Arc<Mutex<BTreeMap<usize, (i32, BTreeSet<u32>)>>>;
@@ -115,7 +100,11 @@ async fn wait_stable(view: &View, members: &[usize], within: Duration) -> Durati
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_share_work_and_a_dead_member_is_replaced() {
     let c = Cluster::start("group", Security::Plaintext).unwrap();
-    let k = Arc::new(KafkaCluster::connect(settings(&c)).await.unwrap());
+    let k = Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
 
     // Three kmirror members: disjoint shares covering all twelve units.
     let view: View = Arc::new(Mutex::new(BTreeMap::new()));

@@ -8,7 +8,7 @@ use kmirror_kafka::batch::Codec;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
 use kmirror_kafka::txn::TransactionalProducer;
-use kmirror_kafka::{BrokerAddress, ClientSettings, IsolationLevel, KafkaError, SecurityProtocol};
+use kmirror_kafka::{IsolationLevel, KafkaError};
 use kmirror_testkit::{Cluster, Security};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,18 +37,7 @@ fn batch(prefix: &str, n: i64) -> kmirror_kafka::batch::RawBatch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_visible_aborted_not_and_fencing() {
     let c = Cluster::start("txn", Security::Plaintext).unwrap();
-    let (host, port) = c.bootstrap().rsplit_once(':').unwrap();
-    let settings = ClientSettings {
-        bootstrap: vec![BrokerAddress {
-            host: host.into(),
-            port: port.parse().unwrap(),
-        }],
-        security_protocol: SecurityProtocol::Plaintext,
-        sasl: None,
-        tls: None,
-        client_id: Some("kmirror-txn-test".into()),
-        request_timeout: Duration::from_secs(15),
-    };
+    let settings = c.client_settings(None);
     let k = Arc::new(KafkaCluster::connect(settings).await.unwrap());
     k.create_topics(
         &[NewTopic {

@@ -4,9 +4,7 @@
 //! resumes from them without re-copying.
 
 use bytes::Bytes;
-use kmirror_kafka::batch::Codec;
-use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
-use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::cluster::{KafkaCluster, LATEST};
 use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
 use kmirror_mirror::config::model::MirrorConfig;
@@ -14,47 +12,10 @@ use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::engine::{self, Shutdown, Stats};
 use kmirror_mirror::wire::positions::SourcePosition;
-use kmirror_testkit::{Cluster, Security};
+use kmirror_testkit::{read_partition, Cluster, Security};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-async fn read_all(k: &KafkaCluster, topic: &str, partition: i32) -> Vec<(Codec, Record)> {
-    let end = k
-        .list_offset(topic, partition, LATEST, IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap();
-    let mut offset = k
-        .list_offset(topic, partition, EARLIEST, IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    while offset < end {
-        let f = k
-            .fetch(
-                topic,
-                partition,
-                offset,
-                1 << 20,
-                Duration::from_millis(100),
-                IsolationLevel::ReadUncommitted,
-            )
-            .await
-            .unwrap();
-        for b in &f.batches {
-            offset = b.last_offset() + 1;
-            if !b.is_control() {
-                out.extend(
-                    decode_batch(b)
-                        .unwrap()
-                        .into_iter()
-                        .map(|r| (b.codec().unwrap(), r)),
-                );
-            }
-        }
-    }
-    out
-}
 
 fn produce(c: &Cluster, topic: &str, codec: &str, lines: &[String]) {
     let cfg = c.client_config(None);
@@ -184,8 +145,8 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
     );
     for (src, dst, parts) in pairs {
         for p in 0..parts {
-            let s = read_all(&a, src, p).await;
-            let d = read_all(&b, dst, p).await;
+            let s = read_partition(&a, src, p).await;
+            let d = read_partition(&b, dst, p).await;
             assert_eq!(s.len(), d.len(), "{src}-{p}");
             for ((sc, sr), (dc, dr)) in s.iter().zip(&d) {
                 assert_eq!(
@@ -212,7 +173,7 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
     let positions: Vec<SourcePosition> = {
         let mut v = Vec::new();
         for p in 0..25 {
-            for (_, r) in read_all(&b, "mm2-offsets.A.internal", p).await {
+            for (_, r) in read_partition(&b, "mm2-offsets.A.internal", p).await {
                 v.extend(SourcePosition::decode(
                     r.key.as_deref().unwrap(),
                     r.value.as_deref(),
@@ -251,8 +212,8 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
         "only the new records are copied"
     );
     for p in 0..3 {
-        let s = read_all(&a, "orders", p).await;
-        let d = read_all(&b, "A.orders", p).await;
+        let s = read_partition(&a, "orders", p).await;
+        let d = read_partition(&b, "A.orders", p).await;
         let sv: Vec<&Option<Bytes>> = s.iter().map(|(_, r)| &r.value).collect();
         let dv: Vec<&Option<Bytes>> = d.iter().map(|(_, r)| &r.value).collect();
         assert_eq!(sv, dv, "orders-{p} after the restart");

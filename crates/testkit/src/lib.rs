@@ -357,6 +357,64 @@ impl Cluster {
         )
     }
 
+    /// kmirror client settings for this cluster: PLAINTEXT, SASL/PLAIN as `user` (None: the
+    /// admin super user) and TLS with the cluster's CA (and client certificate under mTLS).
+    pub fn client_settings(&self, user: Option<&str>) -> kmirror_kafka::ClientSettings {
+        use kmirror_kafka::{
+            BrokerAddress, KeyMaterial, SaslCredentials, SaslMechanism, Secret, SecurityProtocol,
+            TlsSettings, TrustMaterial,
+        };
+        let (host, port) = self.bootstrap.rsplit_once(':').expect("host:port");
+        let protocol =
+            SecurityProtocol::parse(self.env("SECURITY_PROTOCOL").unwrap_or("PLAINTEXT"))
+                .expect("a known protocol");
+        let sasl = protocol.uses_sasl().then(|| {
+            let name = user.unwrap_or_else(|| self.env("ADMIN_USER").unwrap_or("admin"));
+            let password = if user.is_none() {
+                self.env("ADMIN_PASSWORD")
+                    .unwrap_or("admin-secret")
+                    .to_string()
+            } else {
+                self.env("SASL_USERS")
+                    .unwrap_or_default()
+                    .split(',')
+                    .find_map(|up| {
+                        up.split_once(':')
+                            .filter(|(u, _)| *u == name)
+                            .map(|(_, p)| p.to_string())
+                    })
+                    .unwrap_or_else(|| format!("{name}-secret"))
+            };
+            SaslCredentials {
+                mechanism: SaslMechanism::Plain,
+                username: name.to_string(),
+                password: Secret::new(password),
+            }
+        });
+        let tls = protocol.uses_tls().then(|| TlsSettings {
+            trust: TrustMaterial::PemFile {
+                path: PathBuf::from(self.env("SSL_CA_PEM").expect("SSL_CA_PEM")),
+            },
+            identity: (self.env("MTLS") == Some("1")).then(|| KeyMaterial::Pkcs12File {
+                path: PathBuf::from(self.env("SSL_KEYSTORE_P12").expect("SSL_KEYSTORE_P12")),
+                password: self.env("SSL_STORE_PASSWORD").map(Secret::new),
+                key_password: None,
+            }),
+            verify_hostname: true,
+        });
+        kmirror_kafka::ClientSettings {
+            bootstrap: vec![BrokerAddress {
+                host: host.into(),
+                port: port.parse().expect("a port"),
+            }],
+            security_protocol: protocol,
+            sasl,
+            tls,
+            client_id: Some("kmirror-test".into()),
+            request_timeout: Duration::from_secs(15),
+        }
+    }
+
     /// Stops the broker (SIGTERM, then SIGKILL after the harness's timeout) and starts it again
     /// on the same data and port, waiting until it answers admin requests.
     pub fn restart(&self) -> Result<(), HarnessError> {
@@ -403,4 +461,49 @@ pub fn shared_pair() -> &'static (Cluster, Cluster) {
             (a, b)
         })
     })
+}
+
+/// Every record of a partition (control batches left out), with the codec of its batch.
+pub async fn read_partition(
+    k: &kmirror_kafka::cluster::KafkaCluster,
+    topic: &str,
+    partition: i32,
+) -> Vec<(kmirror_kafka::batch::Codec, kmirror_kafka::records::Record)> {
+    use kmirror_kafka::cluster::{EARLIEST, LATEST};
+    use kmirror_kafka::IsolationLevel::ReadUncommitted;
+    let end = k
+        .list_offset(topic, partition, LATEST, ReadUncommitted)
+        .await
+        .expect("end offset");
+    let mut offset = k
+        .list_offset(topic, partition, EARLIEST, ReadUncommitted)
+        .await
+        .expect("start offset");
+    let mut out = Vec::new();
+    while offset < end {
+        let f = k
+            .fetch(
+                topic,
+                partition,
+                offset,
+                1 << 20,
+                Duration::from_millis(100),
+                ReadUncommitted,
+            )
+            .await
+            .expect("fetch");
+        for b in f.batches {
+            offset = b.last_offset() + 1;
+            if !b.is_control() {
+                let codec = b.codec().expect("a known codec");
+                out.extend(
+                    kmirror_kafka::records::decode_batch(&b)
+                        .expect("decodable")
+                        .into_iter()
+                        .map(|r| (codec, r)),
+                );
+            }
+        }
+    }
+    out
 }

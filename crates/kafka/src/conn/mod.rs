@@ -248,6 +248,15 @@ impl Connection {
         &self.broker
     }
 
+    /// The error for a response that lacks the entry the request asked for.
+    pub fn empty_response(&self, api: ApiKey) -> KafkaError {
+        KafkaError::Protocol {
+            broker: self.broker.clone(),
+            api,
+            message: "empty response".into(),
+        }
+    }
+
     /// Whether the connection has failed or was closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
