@@ -94,6 +94,8 @@ impl IdempotentProducer {
             in_flight: VecDeque::new(),
             max_request_size: 1_048_576,
             max_in_flight_bytes: 16 << 20,
+            acked_end: None,
+            resolved: VecDeque::new(),
         }
     }
 }
@@ -130,6 +132,11 @@ pub struct PartitionLane {
     max_request_size: usize,
     /// Backpressure: `send` waits while this many bytes are unacknowledged.
     max_in_flight_bytes: usize,
+    /// The target log offset after the last batch this lane knows to be written (the log end
+    /// when the lane first sent). Recovery reads the log from here.
+    acked_end: Option<i64>,
+    /// Batches found written during a recovery, not yet returned to the caller.
+    resolved: VecDeque<Acked>,
 }
 
 enum Outcome {
@@ -155,13 +162,27 @@ impl PartitionLane {
                 limit: self.max_request_size,
             });
         }
-        let mut acked = Vec::new();
+        if self.acked_end.is_none() {
+            let end = self
+                .producer
+                .cluster
+                .list_offset(
+                    &self.topic,
+                    self.partition,
+                    crate::cluster::LATEST,
+                    crate::settings::IsolationLevel::ReadUncommitted,
+                )
+                .await?;
+            self.acked_end = Some(end);
+        }
+        let mut acked: Vec<Acked> = self.resolved.drain(..).collect();
         while self.in_flight.len() >= MAX_IN_FLIGHT
             || (!self.in_flight.is_empty()
                 && self.in_flight_bytes() + size > self.max_in_flight_bytes)
         {
             acked.push(self.complete_oldest().await?);
         }
+        acked.extend(self.resolved.drain(..));
         let sequence = self.next_sequence;
         self.next_sequence = next_seq(sequence, batch.record_count());
         let mut entry = InFlight {
@@ -185,10 +206,11 @@ impl PartitionLane {
 
     /// Waits until every batch sent is acknowledged.
     pub async fn flush(&mut self) -> Result<Vec<Acked>> {
-        let mut acked = Vec::new();
+        let mut acked: Vec<Acked> = self.resolved.drain(..).collect();
         while !self.in_flight.is_empty() {
             acked.push(self.complete_oldest().await?);
         }
+        acked.extend(self.resolved.drain(..));
         Ok(acked)
     }
 
@@ -295,11 +317,15 @@ impl PartitionLane {
     }
 
     async fn complete_oldest(&mut self) -> Result<Acked> {
+        if let Some(a) = self.resolved.pop_front() {
+            return Ok(a);
+        }
         let mut delay = Duration::from_millis(50);
         loop {
             match self.outcome().await {
                 Outcome::Acked(base_offset) => {
                     let e = self.in_flight.pop_front().expect("an entry was in flight");
+                    self.acked_end = Some(base_offset + e.batch.last_offset_delta() as i64 + 1);
                     return Ok(Acked {
                         tag: e.tag,
                         base_offset,
@@ -338,10 +364,82 @@ impl PartitionLane {
                         .cluster
                         .refresh_metadata(Some(&[self.topic.as_str()]))
                         .await;
-                    self.resend_all().await;
+                    // A restarted broker deduplicates only the last batch of a producer, so
+                    // first find in the log which unacknowledged batches were written.
+                    match self.resolve_from_log().await {
+                        Ok(found) if !found.is_empty() => {
+                            return Ok(found.into_iter().next().expect("non-empty"))
+                        }
+                        Ok(_) => self.resend_all().await,
+                        Err(err) => {
+                            tracing::debug!(error = %err, "cannot read the log yet; will retry")
+                        }
+                    }
                 }
             }
         }
+    }
+
+    /// Reads the target log after the last acknowledged offset and acknowledges, in order, every
+    /// unacknowledged batch found there (same producer id and base sequence). Returns the first
+    /// one found (the caller's result); the others stay queued as already-acknowledged entries.
+    async fn resolve_from_log(&mut self) -> Result<Vec<Acked>> {
+        let Some(mut offset) = self.acked_end else {
+            return Ok(Vec::new());
+        };
+        let Some((pid, epoch)) = self.identity else {
+            return Ok(Vec::new());
+        };
+        let cluster = &self.producer.cluster;
+        let end = cluster
+            .list_offset(
+                &self.topic,
+                self.partition,
+                crate::cluster::LATEST,
+                crate::settings::IsolationLevel::ReadUncommitted,
+            )
+            .await?;
+        let mut written: std::collections::HashMap<i32, i64> = std::collections::HashMap::new();
+        while offset < end {
+            let f = cluster
+                .fetch(
+                    &self.topic,
+                    self.partition,
+                    offset,
+                    4 << 20,
+                    Duration::from_millis(100),
+                    crate::settings::IsolationLevel::ReadUncommitted,
+                )
+                .await?;
+            if f.batches.is_empty() {
+                break;
+            }
+            for b in &f.batches {
+                offset = b.last_offset() + 1;
+                if b.producer_id() == pid && b.producer_epoch() == epoch {
+                    written.insert(b.base_sequence(), b.base_offset());
+                }
+            }
+        }
+        let mut found = Vec::new();
+        while let Some(front) = self.in_flight.front() {
+            let Some(&base_offset) = written.get(&front.sequence) else {
+                break;
+            };
+            let e = self.in_flight.pop_front().expect("front exists");
+            self.acked_end = Some(base_offset + e.batch.last_offset_delta() as i64 + 1);
+            found.push(Acked {
+                tag: e.tag,
+                base_offset,
+                records: e.batch.record_count(),
+            });
+        }
+        if !found.is_empty() {
+            tracing::debug!(topic = %self.topic, partition = self.partition, batches = found.len(), "unacknowledged batches found written in the log");
+            // Entries after the resolved ones: keep the extra acks for the next calls.
+            self.resolved.extend(found.iter().skip(1).cloned());
+        }
+        Ok(found)
     }
 
     /// Drops pending responses and sends every unacknowledged batch again, in order, with the
