@@ -51,6 +51,10 @@ pub(crate) enum Command {
     Run {
         #[command(flatten)]
         config: ConfigArgs,
+        /// Serve Prometheus metrics at http://ADDRESS/metrics ("off" to disable). Port 0 picks
+        /// a free port (logged at start).
+        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
+        metrics_address: String,
     },
     /// Replicate as MirrorMaker 1 did (kafka-mirror-maker.sh), with its flags.
     Legacy(LegacyCmd),

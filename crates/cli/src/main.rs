@@ -6,6 +6,7 @@
 
 mod cli;
 mod logging;
+mod metrics_http;
 
 use anyhow::Context;
 use clap::Parser;
@@ -70,14 +71,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { config } => {
+        Command::Run {
+            config,
+            metrics_address,
+        } => {
+            let metrics_address = match metrics_address.as_str() {
+                "off" => None,
+                a => Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
+                    anyhow::anyhow!("--metrics-address '{a}': expected HOST:PORT with an IP address, or off ({e})")
+                })?),
+            };
             let cfg = load(&config)?;
             preflight(&cfg)?;
             report(&cfg);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(run_engine(cfg))?;
+            runtime.block_on(run_engine(cfg, metrics_address))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Legacy(cmd) => legacy_cmd(cmd),
@@ -85,10 +95,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Replicates until SIGINT or SIGTERM, then drains in-flight writes and stores positions.
-async fn run_engine(cfg: MirrorConfig) -> anyhow::Result<()> {
-    use kmirror_mirror::engine::{self, Shutdown, Stats};
+async fn run_engine(
+    cfg: MirrorConfig,
+    metrics_address: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    use kmirror_mirror::engine::{self, Shutdown};
+    use kmirror_mirror::metrics::Metrics;
     let shutdown = Shutdown::default();
-    let stats = std::sync::Arc::new(Stats::default());
+    let metrics = std::sync::Arc::new(Metrics::new());
+    if let Some(addr) = metrics_address {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--metrics-address {addr}: cannot listen"))?;
+        tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
+        tokio::spawn(metrics_http::serve(listener, metrics.clone()));
+    }
     let trigger = shutdown.clone();
     tokio::spawn(async move {
         let mut term =
@@ -100,15 +121,11 @@ async fn run_engine(cfg: MirrorConfig) -> anyhow::Result<()> {
         tracing::info!("shutting down: draining in-flight writes and storing positions");
         trigger.trigger();
     });
-    engine::run(&cfg, shutdown, stats.clone()).await?;
+    engine::run(&cfg, shutdown, metrics.clone()).await?;
     tracing::info!(
-        records = stats.records.load(std::sync::atomic::Ordering::Relaxed),
-        batches_forwarded = stats
-            .batches_forwarded
-            .load(std::sync::atomic::Ordering::Relaxed),
-        batches_reencoded = stats
-            .batches_reencoded
-            .load(std::sync::atomic::Ordering::Relaxed),
+        records = metrics.sum("kmirror_record_count_total", &[]),
+        batches_forwarded = metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
+        batches_reencoded = metrics.sum("kmirror_batches_total", &[("mode", "record")]),
         "stopped"
     );
     Ok(())

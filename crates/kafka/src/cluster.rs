@@ -120,24 +120,38 @@ impl KafkaCluster {
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
         };
-        let mut last = None;
-        for b in cluster.settings.bootstrap.clone() {
-            match Connection::connect(&b.host, b.port, b.to_string(), &cluster.settings).await {
-                Ok(conn) => match cluster.load_metadata(&conn, None).await {
-                    Ok(()) => {
-                        conn.close().await;
-                        return Ok(cluster);
+        // A broker that just started (or restarted) may refuse connections or answer metadata
+        // without its listeners for a moment: go round the bootstrap list with backoff until
+        // the request timeout, as Java clients do with reconnect.backoff.ms.
+        let deadline = tokio::time::Instant::now() + cluster.settings.request_timeout;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let mut last = None;
+            for b in cluster.settings.bootstrap.clone() {
+                match Connection::connect(&b.host, b.port, b.to_string(), &cluster.settings).await {
+                    Ok(conn) => match cluster.load_metadata(&conn, None).await {
+                        Ok(()) => {
+                            conn.close().await;
+                            return Ok(cluster);
+                        }
+                        Err(e) => last = Some(e),
+                    },
+                    // Credentials and TLS problems do not get better on another broker.
+                    Err(e @ (KafkaError::Authentication { .. } | KafkaError::Tls { .. })) => {
+                        return Err(e)
                     }
                     Err(e) => last = Some(e),
-                },
-                // Credentials and TLS problems do not get better on another broker.
-                Err(e @ (KafkaError::Authentication { .. } | KafkaError::Tls { .. })) => {
-                    return Err(e)
                 }
-                Err(e) => last = Some(e),
             }
+            let e = last.unwrap_or_else(|| KafkaError::Config("no bootstrap servers".into()));
+            let transient = e.is_retriable() || e.is_stale_metadata();
+            if !transient || tokio::time::Instant::now() + delay >= deadline {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "bootstrap failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
         }
-        Err(last.unwrap_or_else(|| KafkaError::Config("no bootstrap servers".into())))
     }
 
     pub fn settings(&self) -> &ClientSettings {

@@ -1,11 +1,12 @@
 //! kmirror's engine: configuration, naming policy, filters and the plan.
 //!
-//! Data flows one way: properties → validated configuration → plan → (later) flows and tasks.
+//! Data flows one way: properties → validated configuration → plan → engine (flows → per-partition tasks).
 
 pub mod config;
 pub mod discovery;
 pub mod engine;
 pub mod filter;
+pub mod metrics;
 pub mod names;
 pub mod plan;
 pub mod policy;

@@ -1,19 +1,21 @@
 //! The engine against two real clusters: topics appear on B under the policy's names with the
-//! source's partition counts; every record arrives byte-identical per partition and in order;
-//! batch mode is used for forwardable batches; positions are stored in MM2's format; a restart
-//! resumes from them without re-copying.
+//! source's partition counts and configs; every record arrives byte-identical per partition and
+//! in order; batch mode is used for forwardable batches and record mode for LogAppendTime ones;
+//! heartbeats are written; topics and partitions added while running are picked up; positions
+//! are stored in MM2's format; a restart resumes from them without re-copying.
 
 use bytes::Bytes;
-use kmirror_kafka::cluster::{KafkaCluster, LATEST};
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
 use kmirror_mirror::config::model::MirrorConfig;
 use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
-use kmirror_mirror::engine::{self, Shutdown, Stats};
+use kmirror_mirror::engine::{self, Shutdown};
+use kmirror_mirror::metrics::Metrics;
+use kmirror_mirror::wire::internal::Heartbeat;
 use kmirror_mirror::wire::positions::SourcePosition;
 use kmirror_testkit::{read_partition, Cluster, Security};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,18 +51,37 @@ fn produce(c: &Cluster, topic: &str, codec: &str, lines: &[String]) {
     );
 }
 
-async fn run_until_copied(
-    config: &MirrorConfig,
-    a: &KafkaCluster,
-    b: &KafkaCluster,
-    pairs: &[(&str, &str, i32)],
-) -> Arc<Stats> {
+/// A running engine (stopped on drop by the test's end).
+struct Running {
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    task: tokio::task::JoinHandle<Result<(), engine::EngineError>>,
+}
+
+fn start(config: &MirrorConfig) -> Running {
     let shutdown = Shutdown::default();
-    let stats = Arc::new(Stats::default());
-    let engine = {
-        let (config, shutdown, stats) = (config.clone(), shutdown.clone(), stats.clone());
-        tokio::spawn(async move { engine::run(&config, shutdown, stats).await })
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (config, shutdown, metrics) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&config, shutdown, metrics).await })
     };
+    Running {
+        shutdown,
+        metrics,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) -> Arc<Metrics> {
+        self.shutdown.trigger();
+        self.task.await.unwrap().unwrap();
+        self.metrics
+    }
+}
+
+/// Waits until every remote partition's end offset reached its source's.
+async fn wait_copied(a: &KafkaCluster, b: &KafkaCluster, pairs: &[(&str, &str, i32)]) {
     let t0 = Instant::now();
     'wait: loop {
         assert!(
@@ -89,31 +110,53 @@ async fn run_until_copied(
         }
         break;
     }
-    shutdown.trigger();
-    engine.await.unwrap().unwrap();
-    stats
+}
+
+async fn run_until_copied(
+    config: &MirrorConfig,
+    a: &KafkaCluster,
+    b: &KafkaCluster,
+    pairs: &[(&str, &str, i32)],
+) -> Arc<Metrics> {
+    let running = start(config);
+    wait_copied(a, b, pairs).await;
+    running.stop().await
+}
+
+/// Same records (key, value, headers, timestamp) per partition, in order.
+async fn assert_same(a: &KafkaCluster, b: &KafkaCluster, src: &str, dst: &str, parts: i32) {
+    for p in 0..parts {
+        let s = read_partition(a, src, p).await;
+        let d = read_partition(b, dst, p).await;
+        assert_eq!(s.len(), d.len(), "{src}-{p}");
+        for ((_, sr), (_, dr)) in s.iter().zip(&d) {
+            assert_eq!(
+                (&sr.key, &sr.value, &sr.headers, sr.timestamp),
+                (&dr.key, &dr.value, &dr.headers, dr.timestamp),
+                "{src}-{p}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mirrors_topics_and_resumes_from_mm2_positions() {
+async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() {
+    // Engine logs on failure (RUST_LOG=kmirror_mirror=debug for more).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("eng-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("eng-b", Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
-    ca.create_topic("orders", 3).unwrap();
-    ca.create_topic("payments.eu", 2).unwrap();
-    ca.create_topic("ignored", 1).unwrap();
-    let orders: Vec<String> = (0..3000)
-        .map(|i| format!("k{}:order-{i}", i % 17))
-        .collect();
-    produce(&ca, "orders", "lz4", &orders);
-    let payments: Vec<String> = (0..500).map(|i| format!("p{i}:payment-{i}")).collect();
-    produce(&ca, "payments.eu", "none", &payments);
-
     let text = format!(
-        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = orders, payments.*\n\
-         replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n",
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = orders.*, payments.*, stamped\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         refresh.topics.interval.seconds = 1\n",
         ca.bootstrap(),
         cb.bootstrap()
     );
@@ -129,11 +172,56 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
     let b = KafkaCluster::connect(config.flows[0].clients.target_admin.clone())
         .await
         .unwrap();
-    let pairs = [
+    let topic = |name: &str, partitions: i32, configs: &[(&str, &str)]| NewTopic {
+        name: name.into(),
+        partitions,
+        replication_factor: 1,
+        configs: configs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    for (_, e) in a
+        .create_topics(
+            &[
+                topic(
+                    "orders",
+                    3,
+                    &[
+                        ("retention.ms", "3600000"),
+                        ("max.message.bytes", "2000000"),
+                        ("segment.bytes", "2097152"),
+                        ("min.insync.replicas", "1"),
+                    ],
+                ),
+                topic("payments.eu", 2, &[]),
+                topic("ignored", 1, &[]),
+                // LogAppendTime batches go through record mode so each record keeps its time.
+                topic("stamped", 1, &[("message.timestamp.type", "LogAppendTime")]),
+            ],
+            false,
+        )
+        .await
+        .unwrap()
+    {
+        assert!(e.is_none(), "{e:?}");
+    }
+    let orders: Vec<String> = (0..3000)
+        .map(|i| format!("k{}:order-{i}", i % 17))
+        .collect();
+    produce(&ca, "orders", "lz4", &orders);
+    let payments: Vec<String> = (0..500).map(|i| format!("p{i}:payment-{i}")).collect();
+    produce(&ca, "payments.eu", "none", &payments);
+    let stamped: Vec<String> = (0..50).map(|i| format!("s{i}:stamped-{i}")).collect();
+    produce(&ca, "stamped", "gzip", &stamped);
+
+    let mut pairs = vec![
         ("orders", "A.orders", 3),
         ("payments.eu", "A.payments.eu", 2),
+        ("stamped", "A.stamped", 1),
     ];
-    let stats = run_until_copied(&config, &a, &b, &pairs).await;
+    let running = start(&config);
+    wait_copied(&a, &b, &pairs).await;
 
     // Names, partition counts, and byte-identical records per partition, in order.
     let md = b.refresh_metadata(None).await.unwrap();
@@ -143,8 +231,8 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
         !md.topics.contains_key("A.ignored"),
         "excluded topics are not created"
     );
-    for (src, dst, parts) in pairs {
-        for p in 0..parts {
+    for (src, dst, parts) in &pairs[..2] {
+        for p in 0..*parts {
             let s = read_partition(&a, src, p).await;
             let d = read_partition(&b, dst, p).await;
             assert_eq!(s.len(), d.len(), "{src}-{p}");
@@ -162,12 +250,85 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
             }
         }
     }
-    assert!(stats.batches_forwarded.load(Ordering::Relaxed) > 0);
-    assert_eq!(
-        stats.batches_reencoded.load(Ordering::Relaxed),
-        0,
-        "nothing needed record mode"
+    assert_same(&a, &b, "stamped", "A.stamped", 1).await;
+    let m = &running.metrics;
+    assert!(m.sum("kmirror_batches_total", &[("mode", "batch")]) > 0.0);
+    assert!(
+        m.sum("kmirror_batches_total", &[("mode", "record")]) > 0.0,
+        "LogAppendTime batches are re-encoded"
     );
+
+    // The source's topic configs, minus MM2's excluded keys, were set at creation.
+    let configs = b.describe_topic_configs("A.orders").await.unwrap();
+    // (value, set as a topic override: ConfigSource 1)
+    let value = |k: &str| {
+        let e = configs.iter().find(|e| e.name == k).unwrap();
+        (e.value.clone().unwrap_or_default(), e.source == 1)
+    };
+    assert_eq!(value("retention.ms"), ("3600000".into(), true));
+    assert_eq!(value("max.message.bytes"), ("2000000".into(), true));
+    assert_eq!(value("segment.bytes"), ("2097152".into(), true));
+    assert!(
+        !value("min.insync.replicas").1,
+        "min.insync.replicas is excluded by MM2's default config.properties.exclude"
+    );
+
+    // Heartbeats keyed (A, B) arrive in B's heartbeats topic (MM2's format).
+    let t0 = Instant::now();
+    loop {
+        let _ = b.refresh_metadata(None).await;
+        let beats: Vec<Heartbeat> = if b.metadata().topics.contains_key("heartbeats") {
+            read_partition(&b, "heartbeats", 0)
+                .await
+                .iter()
+                .filter_map(|(_, r)| Heartbeat::decode(r.key.as_deref()?, r.value.as_deref()?).ok())
+                .collect()
+        } else {
+            vec![]
+        };
+        if beats.len() >= 2 {
+            assert!(beats
+                .iter()
+                .all(|h| h.source_cluster_alias == "A" && h.target_cluster_alias == "B"));
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no heartbeats");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A topic created and partitions added while running are replicated within a refresh.
+    ca.create_topic("orders.new", 2).unwrap();
+    a.create_partitions("payments.eu", 3, false).await.unwrap();
+    let fresh: Vec<String> = (0..300).map(|i| format!("n{i}:new-{i}")).collect();
+    produce(&ca, "orders.new", "snappy", &fresh);
+    let more_payments: Vec<String> = (500..800).map(|i| format!("p{i}:payment-{i}")).collect();
+    produce(&ca, "payments.eu", "zstd", &more_payments);
+    let _ = a.refresh_metadata(None).await;
+    for p in 0..3 {
+        assert!(
+            a.list_offset("payments.eu", p, LATEST, IsolationLevel::ReadCommitted)
+                .await
+                .unwrap()
+                > 0,
+            "keys spread over the added partition too"
+        );
+    }
+    pairs[1].2 = 3;
+    pairs.push(("orders.new", "A.orders.new", 2));
+    wait_copied(&a, &b, &pairs).await;
+    assert_same(&a, &b, "orders.new", "A.orders.new", 2).await;
+    assert_same(&a, &b, "payments.eu", "A.payments.eu", 3).await;
+    assert_eq!(
+        b.metadata().topics["A.payments.eu"].partitions.len(),
+        3,
+        "the remote topic grew with its source"
+    );
+    let stats = running.stop().await;
+    assert!(stats.sum("kmirror_heartbeats_total", &[]) >= 2.0);
+    // 3 + 3 + 1 + 2 data partitions, and A's heartbeats topic (written by the B->A herder that
+    // MM2 dedicated mode runs for heartbeats only) copied to B as A.heartbeats.
+    assert_eq!(stats.sum("kmirror_partitions", &[]), 10.0);
+    assert!(b.metadata().topics.contains_key("A.heartbeats"));
 
     // Positions in MM2's format: the last copied offset of every partition.
     let positions: Vec<SourcePosition> = {
@@ -182,8 +343,8 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
         }
         v
     };
-    for (src, _, parts) in pairs {
-        for p in 0..parts {
+    for (src, _, parts) in &pairs {
+        for p in 0..*parts {
             let end = a
                 .list_offset(src, p, LATEST, IsolationLevel::ReadCommitted)
                 .await
@@ -193,7 +354,7 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
             }
             let last = positions
                 .iter()
-                .filter(|x| x.topic == src && x.partition == p)
+                .filter(|x| x.topic == *src && x.partition == p)
                 .map(|x| x.offset)
                 .max();
             assert_eq!(last, Some(end - 1), "{src}-{p}");
@@ -206,10 +367,12 @@ async fn mirrors_topics_and_resumes_from_mm2_positions() {
         .collect();
     produce(&ca, "orders", "lz4", &more);
     let stats = run_until_copied(&config, &a, &b, &pairs).await;
+    let copied = stats.sum("kmirror_record_count_total", &[]);
+    let heartbeats = stats.sum("kmirror_record_count_total", &[("topic", "A.heartbeats")]);
     assert_eq!(
-        stats.records.load(Ordering::Relaxed),
-        500,
-        "only the new records are copied"
+        copied - heartbeats,
+        500.0,
+        "only the new records are copied (besides fresh heartbeats)"
     );
     for p in 0..3 {
         let s = read_partition(&a, "orders", p).await;

@@ -4,7 +4,9 @@
 use super::client;
 use super::diagnostics::Diagnostics;
 use super::keys::is_client_key;
-use super::model::{ExactlyOnce, FlowClients, FlowConfig, InternalTopics, Periodic, Side};
+use super::model::{
+    ExactlyOnce, FlowClients, FlowConfig, InternalTopics, OnTruncation, Periodic, Side,
+};
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::NameFilter;
 use crate::names::FlowId;
@@ -146,6 +148,10 @@ pub fn build(
     let emit_checkpoints = periodic(&mut r, "emit.checkpoints", true, 60);
     let sync_group_offsets = periodic(&mut r, "sync.group.offsets", false, 60);
     let admin_timeout = r.millis("admin.timeout.ms", 60_000);
+    let on_truncation = match r.choice("kmirror.source.truncation", "stop", &["stop", "continue"]) {
+        "continue" => OnTruncation::Continue,
+        _ => OnTruncation::Stop,
+    };
 
     // Exactly-once needs the target "worker" to support it (MM2: <target>.exactly.once.source.support).
     let worker_eos = r.choice(
@@ -272,6 +278,7 @@ pub fn build(
         sync_group_offsets,
         exactly_once,
         admin_timeout,
+        on_truncation,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

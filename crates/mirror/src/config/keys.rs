@@ -88,6 +88,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "heartbeats.replication.enabled",
     "exactly.once.support",
     "admin.timeout.ms",
+    // kmirror's own: what to do when the source deleted records before they were copied.
+    "kmirror.source.truncation",
     "replication.policy.class",
     "replication.policy.separator",
     "replication.policy.internal.topic.separator.enabled",

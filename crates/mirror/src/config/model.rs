@@ -51,6 +51,17 @@ pub enum ExactlyOnce {
     Required,
 }
 
+/// What a partition does when the source deleted records it had not copied yet (retention
+/// outran replication): never skipped silently; the loss is logged and counted either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTruncation {
+    /// Stop the partition until an operator decides (the default).
+    Stop,
+    /// Continue from the source's log start.
+    Continue,
+}
+
 /// Internal topics of one flow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InternalTopics {
@@ -107,6 +118,8 @@ pub struct FlowConfig {
     pub exactly_once: ExactlyOnce,
     #[serde(serialize_with = "millis")]
     pub admin_timeout: Duration,
+    /// `kmirror.source.truncation`: a stored position below the source's log start.
+    pub on_truncation: OnTruncation,
     pub clients: FlowClients,
 }
 

@@ -1,0 +1,348 @@
+//! One flow A->B: connect (retrying an unreachable cluster with backoff), refuse the same cluster
+//! twice, load positions, then a control loop that discovers topics every
+//! `refresh.topics.interval.seconds`, creates or grows remote topics and starts one task per new
+//! source partition. A topic that cannot be created is reported and skipped while the others
+//! continue; a partition that fails for good stops alone.
+
+use super::heartbeats;
+use super::partition::{Context, PartitionTask, Stopped};
+use super::positions::{self, Board, Writer};
+use super::remote_topics::{self, Ensured};
+use super::{EngineError, Shutdown};
+use crate::config::model::FlowConfig;
+use crate::discovery;
+use crate::metrics::{FlowLabels, Metrics};
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
+use kmirror_kafka::producer::IdempotentProducer;
+use kmirror_kafka::KafkaError;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+struct Running {
+    stop: Shutdown,
+    task: JoinHandle<Result<(), Stopped>>,
+}
+
+pub(super) async fn run(
+    flow: FlowConfig,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+) -> Result<(), EngineError> {
+    let name = flow.id.to_string();
+    let labels = FlowLabels {
+        source: flow.id.source.to_string(),
+        target: flow.id.target.to_string(),
+    };
+    let Some((source, target)) = connect(&flow, &shutdown, &metrics, &labels).await? else {
+        return Ok(());
+    };
+    let heartbeats = flow.emit_heartbeats.enabled.then(|| {
+        let stop = Shutdown::default();
+        let task = tokio::spawn(heartbeats::emit(
+            flow.clone(),
+            target.clone(),
+            metrics.clone(),
+            labels.clone(),
+            stop.clone(),
+        ));
+        (stop, task)
+    });
+    if flow.replication {
+        replicate(&flow, source, target, &shutdown, &metrics, &labels).await?;
+    } else {
+        shutdown.wait().await;
+    }
+    if let Some((stop, task)) = heartbeats {
+        stop.trigger();
+        let _ = task.await;
+    }
+    tracing::info!(flow = %name, "flow stopped");
+    Ok(())
+}
+
+/// Connects to both clusters, retrying transient failures with backoff until shutdown.
+/// None when shut down first.
+async fn connect(
+    flow: &FlowConfig,
+    shutdown: &Shutdown,
+    metrics: &Metrics,
+    labels: &FlowLabels,
+) -> Result<Option<(Arc<KafkaCluster>, Arc<KafkaCluster>)>, EngineError> {
+    let name = flow.id.to_string();
+    let mut attempt = 0;
+    loop {
+        let pair = async {
+            let s = KafkaCluster::connect(flow.clients.source_consumer.clone()).await;
+            let s = s.map_err(|e| (flow.id.source.to_string(), e))?;
+            let t = KafkaCluster::connect(flow.clients.target_producer.clone()).await;
+            let t = t.map_err(|e| (flow.id.target.to_string(), e))?;
+            Ok::<_, (String, KafkaError)>((s, t))
+        }
+        .await;
+        match pair {
+            Ok((s, t)) => {
+                let (a, b) = (
+                    s.metadata().cluster_id.clone(),
+                    t.metadata().cluster_id.clone(),
+                );
+                if let (Some(a), Some(b)) = (&a, &b) {
+                    if a == b {
+                        return Err(EngineError::SameCluster {
+                            flow: name,
+                            cluster_id: a.clone(),
+                        });
+                    }
+                }
+                tracing::info!(flow = %name, source_cluster = ?a, target_cluster = ?b, "flow started");
+                return Ok(Some((Arc::new(s), Arc::new(t))));
+            }
+            Err((cluster, e)) if e.is_retriable() => {
+                metrics.errors.get_or_create(&labels.error("connect")).inc();
+                let wait = super::backoff(attempt);
+                attempt += 1;
+                tracing::warn!(flow = %name, cluster = %cluster, error = %e, retry_in = ?wait, "cannot reach cluster; retrying");
+                if shutdown.sleep(wait).await {
+                    return Ok(None);
+                }
+            }
+            Err((_, source)) => return Err(EngineError::Kafka { flow: name, source }),
+        }
+    }
+}
+
+async fn replicate(
+    flow: &FlowConfig,
+    source: Arc<KafkaCluster>,
+    target: Arc<KafkaCluster>,
+    shutdown: &Shutdown,
+    metrics: &Arc<Metrics>,
+    labels: &FlowLabels,
+) -> Result<(), EngineError> {
+    let name = flow.id.to_string();
+    let k = |source| EngineError::Kafka {
+        flow: name.clone(),
+        source,
+    };
+    // Positions topic (MM2's Connect offsets topic) and the positions stored in it.
+    let positions_topic = flow.internal.positions_topic.clone();
+    if !target.metadata().topics.contains_key(&positions_topic) {
+        remote_topics::create(
+            &target,
+            NewTopic {
+                name: positions_topic.clone(),
+                partitions: flow.internal.positions_partitions,
+                replication_factor: flow.internal.positions_replication_factor,
+                configs: vec![("cleanup.policy".into(), "compact".into())],
+            },
+        )
+        .await
+        .map_err(k)?;
+        target
+            .refresh_metadata(Some(&[positions_topic.as_str()]))
+            .await
+            .map_err(k)?;
+    }
+    let stored = positions::load(&target, &positions_topic, flow.id.source.as_str())
+        .await
+        .map_err(k)?;
+    let producer = IdempotentProducer::new(target.clone()).await.map_err(k)?;
+    let board = Arc::new(Board::default());
+    let writer_stop = Shutdown::default();
+    let writer = tokio::spawn(
+        Writer::new(
+            flow.id.source.to_string(),
+            positions_topic,
+            target.clone(),
+            producer.clone(),
+            board.clone(),
+            metrics.clone(),
+            labels.clone(),
+        )
+        .run(writer_stop.clone()),
+    );
+    let ctx = Arc::new(Context {
+        flow: flow.clone(),
+        source: source.clone(),
+        target: target.clone(),
+        producer,
+        board,
+        metrics: metrics.clone(),
+        labels: labels.clone(),
+    });
+    let mut control = Control {
+        ctx,
+        stored,
+        running: BTreeMap::new(),
+        topic_ids: HashMap::new(),
+        reported: HashMap::new(),
+        first_round: true,
+    };
+    loop {
+        control.reconcile().await;
+        if !flow.refresh_topics.enabled {
+            shutdown.wait().await;
+            break;
+        }
+        if shutdown.sleep(flow.refresh_topics.interval).await {
+            break;
+        }
+        if let Err(e) = source.refresh_metadata(None).await {
+            control.report("*", "metadata", &e);
+            continue;
+        }
+        let _ = target.refresh_metadata(None).await;
+    }
+    control.stop_all().await;
+    writer_stop.trigger();
+    let _ = writer.await;
+    Ok(())
+}
+
+struct Control {
+    ctx: Arc<Context>,
+    stored: HashMap<(String, i32), i64>,
+    running: BTreeMap<(String, i32), Running>,
+    topic_ids: HashMap<String, TopicId>,
+    /// The last error reported per topic, so a failure repeating every refresh is logged once.
+    reported: HashMap<String, String>,
+    first_round: bool,
+}
+
+impl Control {
+    /// Brings the running partition tasks in line with the source's topics.
+    async fn reconcile(&mut self) {
+        let ctx = self.ctx.clone();
+        let flow = &ctx.flow;
+        let md = ctx.source.metadata();
+        let decisions = discovery::decide(flow, md.topics.keys().map(String::as_str));
+        let (mut topics, mut partitions) = (0, 0);
+        for d in decisions {
+            let Some(remote) = d.remote else {
+                if self.first_round {
+                    tracing::debug!(flow = %flow.id, topic = %d.source, skip = ?d.skip, "not replicated");
+                }
+                continue;
+            };
+            let t = &md.topics[&d.source];
+            if t.error.is_some() || t.partitions.is_empty() {
+                continue; // still being created; next round
+            }
+            let n = t.partitions.len() as i32;
+            if let Some(old) = self.topic_ids.get(&d.source) {
+                if *old != t.id && !t.id.is_nil() {
+                    self.recreated(&d.source, *old, t.id);
+                }
+            }
+            self.topic_ids.insert(d.source.clone(), t.id);
+            match remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n).await
+            {
+                Ok(e) => {
+                    if self.reported.remove(&d.source).is_some() {
+                        tracing::info!(flow = %flow.id, topic = %d.source, "topic recovered");
+                    }
+                    match e {
+                        Ensured::Created { configs } => {
+                            tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, configs, "created remote topic")
+                        }
+                        Ensured::Grown { from, to } => {
+                            tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, from, to, "added partitions to remote topic")
+                        }
+                        Ensured::MorePartitions { remote: have } => {
+                            if !self.running.keys().any(|(t, _)| *t == d.source) {
+                                tracing::warn!(flow = %flow.id, topic = %d.source, remote = %remote, source_partitions = n, remote_partitions = have, "remote topic has more partitions than the source; records keep their partition numbers, the extra partitions stay empty");
+                            }
+                        }
+                        Ensured::Exists => {}
+                    }
+                }
+                Err(e) => {
+                    self.report(&d.source, "topic_create", &e);
+                    continue;
+                }
+            }
+            topics += 1;
+            partitions += n;
+            let new_topic = !self.running.keys().any(|(t, _)| *t == d.source);
+            if new_topic {
+                tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, "replicating topic");
+            }
+            for p in 0..n {
+                let key = (d.source.clone(), p);
+                if self.running.contains_key(&key) {
+                    continue;
+                }
+                if !new_topic {
+                    tracing::info!(flow = %flow.id, topic = %d.source, partition = p, "replicating added partition");
+                }
+                self.start(key, remote.clone());
+            }
+        }
+        self.ctx
+            .metrics
+            .topics
+            .get_or_create(&self.ctx.labels)
+            .set(topics);
+        self.ctx
+            .metrics
+            .partitions
+            .get_or_create(&self.ctx.labels)
+            .set(partitions as i64);
+        self.first_round = false;
+    }
+
+    fn start(&mut self, key: (String, i32), remote: String) {
+        let stop = Shutdown::default();
+        let task = PartitionTask {
+            ctx: self.ctx.clone(),
+            topic: key.0.clone(),
+            remote,
+            partition: key.1,
+            stored: self.stored.get(&key).copied(),
+            stop: stop.clone(),
+        };
+        self.running.insert(
+            key,
+            Running {
+                stop,
+                task: tokio::spawn(task.run()),
+            },
+        );
+    }
+
+    /// A source topic deleted and re-created: its partitions' positions and remote data belong to
+    /// the old topic. Report it; the partition tasks stop on their own when the stored position
+    /// is beyond the new log's end (and copy the new records otherwise).
+    fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) {
+        tracing::error!(flow = %self.ctx.flow.id, topic, old_topic_id = %old, new_topic_id = %new, "source topic was deleted and re-created; its remote topic keeps the old records and positions may not match the new log");
+        self.ctx
+            .metrics
+            .errors
+            .get_or_create(&self.ctx.labels.error("topic_recreated"))
+            .inc();
+    }
+
+    fn report(&mut self, topic: &str, kind: &str, e: &KafkaError) {
+        let text = e.to_string();
+        if self.reported.get(topic) != Some(&text) {
+            tracing::error!(flow = %self.ctx.flow.id, topic, error = %text, "topic skipped; retrying every refresh.topics.interval.seconds");
+            self.ctx
+                .metrics
+                .errors
+                .get_or_create(&self.ctx.labels.error(kind))
+                .inc();
+            self.reported.insert(topic.to_string(), text);
+        }
+    }
+
+    /// Stops every partition task; each drains its in-flight produces and reports its last
+    /// acknowledged offset before it ends.
+    async fn stop_all(&mut self) {
+        for r in self.running.values() {
+            r.stop.trigger();
+        }
+        for (_, r) in std::mem::take(&mut self.running) {
+            let _ = r.task.await;
+        }
+    }
+}

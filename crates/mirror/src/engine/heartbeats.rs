@@ -1,0 +1,91 @@
+//! Heartbeats (MM2's MirrorHeartbeatTask, mm2-spec §1.5, §2, §3): every
+//! `emit.heartbeats.interval.seconds`, one record keyed (source, target) into the target's
+//! `heartbeats` topic (1 partition, compacted). Downstream, heartbeats topics are replicated
+//! like any topic (discovery keeps them), so `A.heartbeats` on B proves A->B is alive end to end.
+
+use super::{remote_topics, Shutdown};
+use crate::config::model::FlowConfig;
+use crate::metrics::{FlowLabels, Metrics};
+use crate::wire::internal::Heartbeat;
+use bytes::Bytes;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::KafkaError;
+use std::sync::Arc;
+
+/// Emits heartbeats until `stop`. Failures are logged (once per distinct error) and retried.
+pub(super) async fn emit(
+    flow: FlowConfig,
+    target: Arc<KafkaCluster>,
+    metrics: Arc<Metrics>,
+    labels: FlowLabels,
+    stop: Shutdown,
+) {
+    let topic = flow.policy.heartbeats_topic().to_string();
+    let mut created = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        let result = async {
+            if !created {
+                // MM2 creates the topic at start; one that already exists is fine.
+                remote_topics::create(
+                    &target,
+                    NewTopic {
+                        name: topic.clone(),
+                        partitions: 1,
+                        replication_factor: flow.internal.heartbeats_replication_factor,
+                        configs: vec![("cleanup.policy".into(), "compact".into())],
+                    },
+                )
+                .await?;
+                target.refresh_metadata(Some(&[topic.as_str()])).await?;
+                created = true;
+            }
+            beat(&flow, &target, &topic).await
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                metrics.heartbeats.get_or_create(&labels).inc();
+                if last_error.take().is_some() {
+                    tracing::info!(flow = %flow.id, topic = %topic, "heartbeats written again");
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if last_error.as_deref() != Some(&text) {
+                    tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write heartbeats; retrying");
+                    metrics
+                        .errors
+                        .get_or_create(&labels.error("heartbeat"))
+                        .inc();
+                    last_error = Some(text);
+                }
+            }
+        }
+        if stop.sleep(flow.emit_heartbeats.interval).await {
+            return;
+        }
+    }
+}
+
+async fn beat(flow: &FlowConfig, target: &KafkaCluster, topic: &str) -> Result<(), KafkaError> {
+    let now = super::now_ms();
+    let h = Heartbeat {
+        source_cluster_alias: flow.id.source.to_string(),
+        target_cluster_alias: flow.id.target.to_string(),
+        timestamp: now,
+    };
+    let key = h.key().map_err(|e| KafkaError::Config(e.to_string()))?;
+    let record = Record {
+        offset: 0,
+        timestamp: now,
+        key: Some(Bytes::from(key)),
+        value: Some(Bytes::from(h.value())),
+        headers: vec![],
+    };
+    let batch = encode_batch(&[record], &BatchOptions::default())
+        .map_err(|e| KafkaError::Config(e.to_string()))?;
+    target.produce(topic, 0, &batch).await?;
+    Ok(())
+}

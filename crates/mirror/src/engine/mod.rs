@@ -1,0 +1,122 @@
+//! The replication engine: for each served flow, a control loop (discovery, remote topics,
+//! heartbeats) and one data task per source partition (fetch → forward → acknowledge), with
+//! positions stored in MM2's own topic and format once the target acknowledged the data.
+//!
+//! - Batch mode (whole fetched batches forwarded with only their header rewritten, the compressed
+//!   records untouched) whenever a batch can be forwarded as is; record mode (decode, re-encode
+//!   with the producer's codec) for batches with offset gaps (compaction), LogAppendTime batches
+//!   (so every record keeps its append time) and a first batch that starts before the position.
+//! - read_committed by default: control batches and aborted transactions are not copied.
+//! - Nothing is lost across crashes: a position is stored only after the target acknowledged
+//!   every record before it, so MM2 and kmirror can take over from each other.
+//!
+//! Not yet: sharing partitions among processes (the control loop already starts and stops
+//! partition tasks one by one), topic config and ACL sync, offset syncs and checkpoints.
+
+mod flow;
+mod heartbeats;
+mod partition;
+mod positions;
+pub mod remote_topics;
+
+use crate::config::model::MirrorConfig;
+use crate::metrics::Metrics;
+use kmirror_kafka::KafkaError;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Engine failures that end `run` (configuration problems found at connect time). Everything
+/// else is retried or isolated to a topic or partition, logged and counted.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("flow {flow}: {source}")]
+    Kafka {
+        flow: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("flow {flow}: source and target are the same cluster (cluster id {cluster_id}) behind different addresses; replicating a cluster into itself would copy its data forever")]
+    SameCluster { flow: String, cluster_id: String },
+}
+
+/// Stops the engine (or one partition task): set it, and tasks drain and store their positions.
+#[derive(Debug, Clone)]
+pub struct Shutdown(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+}
+
+impl Shutdown {
+    pub fn trigger(&self) {
+        self.0.send_replace(true);
+    }
+    pub fn is_triggered(&self) -> bool {
+        *self.0.borrow()
+    }
+    /// Sleeps for `d` or until triggered; true if triggered.
+    pub async fn sleep(&self, d: Duration) -> bool {
+        let mut rx = self.0.subscribe();
+        tokio::select! {
+            _ = rx.wait_for(|stop| *stop) => true,
+            _ = tokio::time::sleep(d) => self.is_triggered(),
+        }
+    }
+    /// Waits until triggered.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Runs every served flow until `shutdown` is triggered: replicating flows, and flows that only
+/// emit heartbeats into their target (MM2's extra herders, mm2-spec §1.5).
+pub async fn run(
+    config: &MirrorConfig,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+) -> Result<(), EngineError> {
+    let mut tasks = Vec::new();
+    for flow in config.served_flows() {
+        if !flow.replication && !flow.emit_heartbeats.enabled {
+            continue;
+        }
+        let flow = flow.clone();
+        let (shutdown, metrics) = (shutdown.clone(), metrics.clone());
+        tasks.push(tokio::spawn(async move {
+            flow::run(flow, shutdown, metrics).await
+        }));
+    }
+    let mut first_error = None;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                // A flow that cannot run (same cluster twice, bad credentials) stops the process:
+                // an operator must fix the configuration.
+                shutdown.trigger();
+                first_error.get_or_insert(e);
+            }
+            Err(join) => {
+                shutdown.trigger();
+                tracing::error!(error = %join, "flow task panicked");
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Exponential backoff with jitter for reconnecting: 1 s doubling to 30 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let base = Duration::from_secs(1) * 2u32.saturating_pow(attempt.min(5));
+    let base = base.min(Duration::from_secs(30));
+    base + Duration::from_millis(rand::random::<u64>() % (base.as_millis() as u64 / 4 + 1))
+}

@@ -1,0 +1,433 @@
+//! One source partition copied to the same partition of its remote topic: fetch, forward each
+//! batch (batch mode, or record mode when records must change), and report every acknowledged
+//! source offset to the positions board. Several produces stay in flight (the lane keeps order),
+//! so a high-latency link does not serialize on round trips.
+
+use super::positions::Board;
+use super::Shutdown;
+use crate::config::model::{FlowConfig, OnTruncation};
+use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
+use kmirror_kafka::batch::{Codec, RawBatch};
+use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::producer::{Acked, IdempotentProducer};
+use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
+use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a partition task needs from its flow.
+pub(super) struct Context {
+    pub(super) flow: FlowConfig,
+    pub(super) source: Arc<KafkaCluster>,
+    pub(super) target: Arc<KafkaCluster>,
+    pub(super) producer: Arc<IdempotentProducer>,
+    pub(super) board: Arc<Board>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) labels: FlowLabels,
+}
+
+/// Why a partition stopped for good (until restart or an operator acts).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Stopped {
+    #[error("{topic}-{partition}: the source deleted offsets {requested}..{log_start} before they were copied ({lost} records lost; the log now spans {log_start}..{log_end}); set kmirror.source.truncation=continue to go on from the log start")]
+    Truncated {
+        topic: String,
+        partition: i32,
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+        lost: i64,
+    },
+    #[error("{topic}-{partition}: the stored position {requested} is beyond the source log end {log_end}: the topic was deleted and re-created, or the source lost data (unclean leader election); positions no longer match this log")]
+    BeyondEnd {
+        topic: String,
+        partition: i32,
+        requested: i64,
+        log_end: i64,
+    },
+    #[error("{topic}-{partition} at source offset {first}: {source}")]
+    Kafka {
+        topic: String,
+        partition: i32,
+        first: i64,
+        #[source]
+        source: KafkaError,
+    },
+}
+
+pub(super) struct PartitionTask {
+    pub(super) ctx: Arc<Context>,
+    pub(super) topic: String,
+    pub(super) remote: String,
+    pub(super) partition: i32,
+    pub(super) stored: Option<i64>,
+    pub(super) stop: Shutdown,
+}
+
+struct Gauges {
+    records: Counter,
+    bytes: Counter,
+    age: Gauge,
+    latency: Gauge,
+    lag: Gauge,
+    batch_mode: Counter,
+    record_mode: Counter,
+}
+
+impl PartitionTask {
+    /// Runs until stopped; returns why the partition stopped for good, if it did.
+    pub(super) async fn run(self) -> Result<(), Stopped> {
+        let labels = self.ctx.labels.partition(&self.remote, self.partition);
+        let result = self.copy(&labels).await;
+        if let Err(e) = &result {
+            tracing::error!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition stopped");
+            self.ctx
+                .metrics
+                .partition_stopped
+                .get_or_create(&labels)
+                .set(1);
+        }
+        result
+    }
+
+    async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {
+        let m = &self.ctx.metrics;
+        // One statement per lookup: a family's guard lives to the end of its statement, and a
+        // second lookup in the same family within it would deadlock on the family's lock.
+        let records = m.record_count.get_or_create(labels).clone();
+        let bytes = m.byte_count.get_or_create(labels).clone();
+        let age = m.record_age_ms.get_or_create(labels).clone();
+        let latency = m.replication_latency_ms.get_or_create(labels).clone();
+        let lag = m.lag_records.get_or_create(labels).clone();
+        let batch_mode = m
+            .batches
+            .get_or_create(&self.ctx.labels.mode("batch"))
+            .clone();
+        let record_mode = m
+            .batches
+            .get_or_create(&self.ctx.labels.mode("record"))
+            .clone();
+        let g = Gauges {
+            records,
+            bytes,
+            age,
+            latency,
+            lag,
+            batch_mode,
+            record_mode,
+        };
+        let mut acked_through = self.stored.filter(|o| *o >= 0);
+        let mut producer = self.ctx.producer.clone();
+        let mut attempt = 0u32;
+        loop {
+            let next = match acked_through {
+                Some(o) => o + 1,
+                None => match self.start_offset().await {
+                    Ok(o) => o,
+                    Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                        if self.retry_wait(&e, &mut attempt).await {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(self.fatal(next_or(acked_through), e)),
+                },
+            };
+            match self
+                .copy_from(next, &producer, &g, &mut acked_through)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(Failure::Retry(e)) => {
+                    if self.retry_wait(&e, &mut attempt).await {
+                        return Ok(());
+                    }
+                    // The lane gave up in the middle of a sequence: resume from the last
+                    // acknowledged offset with a new producer id, so sequences start afresh.
+                    // Records in flight may be written twice (at-least-once), never lost.
+                    match IdempotentProducer::new(self.ctx.target.clone()).await {
+                        Ok(p) => producer = p,
+                        Err(e) => tracing::warn!(error = %e, "new producer id failed; retrying"),
+                    }
+                }
+                Err(Failure::Continue { log_start }) => acked_through = Some(log_start - 1),
+                Err(Failure::Stop(s)) => return Err(s),
+            }
+        }
+    }
+
+    /// Copies from `next` until stopped. On return, everything acknowledged is on the board.
+    async fn copy_from(
+        &self,
+        mut next: i64,
+        producer: &Arc<IdempotentProducer>,
+        g: &Gauges,
+        acked_through: &mut Option<i64>,
+    ) -> Result<(), Failure> {
+        let start = next;
+        let flow = &self.ctx.flow;
+        let tuning = &flow.clients.consumer_tuning;
+        let isolation = tuning.isolation_level;
+        let codec = Codec::from(flow.clients.producer_tuning.compression);
+        let mut lane = producer.lane(&self.remote, self.partition).with_limits(
+            flow.clients.producer_tuning.max_request_size as usize,
+            16 << 20,
+        );
+        let report = |acked: Vec<Acked>, through: &mut Option<i64>| {
+            if let Some(last) = acked.last() {
+                *through = Some(last.tag);
+                self.ctx
+                    .board
+                    .acknowledged(&self.topic, self.partition, last.tag);
+            }
+            for a in &acked {
+                g.records.inc_by(a.records.max(0) as u64);
+            }
+        };
+        let mut batch_age_ts = None;
+        while !self.stop.is_triggered() {
+            let fetched = self
+                .ctx
+                .source
+                .fetch(
+                    &self.topic,
+                    self.partition,
+                    next,
+                    tuning.max_partition_fetch_bytes,
+                    tuning.fetch_max_wait.min(Duration::from_millis(500)),
+                    isolation,
+                )
+                .await;
+            let f = match fetched {
+                Ok(f) => f,
+                Err(KafkaError::OffsetOutOfRange {
+                    requested,
+                    log_start,
+                    log_end,
+                    ..
+                }) => {
+                    report(
+                        lane.flush()
+                            .await
+                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                        acked_through,
+                    );
+                    return Err(self.out_of_range(requested, log_start, log_end));
+                }
+                Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "fetch failed; retrying");
+                    self.count_error("fetch");
+                    if self.stop.sleep(Duration::from_millis(500)).await {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Failure::Stop(self.fatal(next, e)));
+                }
+            };
+            let end = match isolation {
+                IsolationLevel::ReadCommitted => f.last_stable_offset,
+                IsolationLevel::ReadUncommitted => f.high_watermark,
+            };
+            let batches: Vec<&RawBatch> = match isolation {
+                IsolationLevel::ReadCommitted => f.committed_batches(),
+                IsolationLevel::ReadUncommitted => {
+                    f.batches.iter().filter(|b| !b.is_control()).collect()
+                }
+            };
+            for b in batches {
+                let (sent, reencoded) =
+                    if b.base_offset() >= next && b.offsets_contiguous() && !b.is_log_append_time()
+                    {
+                        (Some(b.clone()), false)
+                    } else {
+                        (self.reencode(b, next, codec)?, true)
+                    };
+                if let Some(batch) = sent {
+                    let size = batch.bytes().len() as u64;
+                    let acked = lane
+                        .send(b.last_offset(), batch)
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?;
+                    report(acked, acked_through);
+                    g.bytes.inc_by(size);
+                    if reencoded {
+                        g.record_mode.inc();
+                    } else {
+                        g.batch_mode.inc();
+                    }
+                }
+                batch_age_ts = Some(b.max_timestamp());
+                g.age.set(super::now_ms() - b.max_timestamp());
+            }
+            let fetched_end = f.batches.last().map(|b| b.last_offset() + 1);
+            if let Some(e) = fetched_end {
+                // Also past control batches and aborted data at the end of the response.
+                next = next.max(e);
+            }
+            g.lag.set((end - next).max(0));
+            if fetched_end.is_none() || next >= end {
+                // Caught up: wait for the acknowledgements so the position gets stored.
+                report(
+                    lane.flush()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                    acked_through,
+                );
+                if let Some(ts) = batch_age_ts {
+                    g.latency.set(super::now_ms() - ts);
+                }
+                if fetched_end.is_none() && self.stop.sleep(Duration::from_millis(50)).await {
+                    break;
+                }
+            }
+        }
+        report(
+            lane.flush()
+                .await
+                .map_err(|e| self.lane_failure(acked_through, start, e))?,
+            acked_through,
+        );
+        Ok(())
+    }
+
+    /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
+    /// codec. None when nothing is left.
+    fn reencode(&self, b: &RawBatch, next: i64, codec: Codec) -> Result<Option<RawBatch>, Failure> {
+        let kept: Vec<Record> = decode_batch(b)
+            .map_err(|e| {
+                Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
+            })?
+            .into_iter()
+            .filter(|r| r.offset >= next)
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.offset = i as i64;
+                r
+            })
+            .collect();
+        if kept.is_empty() {
+            return Ok(None);
+        }
+        let batch = encode_batch(
+            &kept,
+            &BatchOptions {
+                codec,
+                ..BatchOptions::default()
+            },
+        )
+        .map_err(|e| {
+            Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
+        })?;
+        Ok(Some(batch))
+    }
+
+    async fn start_offset(&self) -> Result<i64, KafkaError> {
+        let tuning = &self.ctx.flow.clients.consumer_tuning;
+        // MM2 resumes at stored + 1; without a position, auto.offset.reset decides.
+        let at = match tuning.auto_offset_reset {
+            AutoOffsetReset::Latest => LATEST,
+            _ => EARLIEST,
+        };
+        self.ctx
+            .source
+            .list_offset(&self.topic, self.partition, at, tuning.isolation_level)
+            .await
+    }
+
+    fn out_of_range(&self, requested: i64, log_start: i64, log_end: i64) -> Failure {
+        let labels = self.ctx.labels.partition(&self.remote, self.partition);
+        if requested > log_end {
+            self.count_error("position_beyond_end");
+            return Failure::Stop(Stopped::BeyondEnd {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                requested,
+                log_end,
+            });
+        }
+        // Never skip silently (issue 4): report how many offsets were lost.
+        let lost = (log_start - requested).max(0);
+        self.ctx
+            .metrics
+            .truncated_offsets
+            .get_or_create(&labels)
+            .inc_by(lost as u64);
+        self.count_error("truncation");
+        let stopped = Stopped::Truncated {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            requested,
+            log_start,
+            log_end,
+            lost,
+        };
+        match self.ctx.flow.on_truncation {
+            OnTruncation::Stop => Failure::Stop(stopped),
+            OnTruncation::Continue => {
+                tracing::error!(flow = %self.ctx.flow.id, error = %stopped, "records lost; continuing from the source log start (kmirror.source.truncation=continue)");
+                Failure::Continue { log_start }
+            }
+        }
+    }
+
+    /// A produce failure. The lane acknowledges in order, so the batch that failed is the
+    /// oldest unacknowledged one: it starts after the last acknowledged offset.
+    fn lane_failure(&self, acked_through: &Option<i64>, start: i64, e: KafkaError) -> Failure {
+        if e.is_retriable() || e.is_stale_metadata() {
+            self.count_error("produce");
+            Failure::Retry(e)
+        } else {
+            self.count_error("fatal");
+            let first = acked_through.map_or(start, |o| o + 1);
+            Failure::Stop(Stopped::Kafka {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                first,
+                source: e,
+            })
+        }
+    }
+
+    fn fatal(&self, offset: i64, e: KafkaError) -> Stopped {
+        self.count_error("fatal");
+        Stopped::Kafka {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            first: offset,
+            source: e,
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        self.ctx
+            .metrics
+            .errors
+            .get_or_create(&self.ctx.labels.error(kind))
+            .inc();
+    }
+
+    /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
+    async fn retry_wait(&self, e: &KafkaError, attempt: &mut u32) -> bool {
+        tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying");
+        *attempt += 1;
+        self.stop.sleep(super::backoff(*attempt - 1)).await
+    }
+}
+
+enum Failure {
+    /// Transient: resume from the last acknowledged offset.
+    Retry(KafkaError),
+    /// Source truncated and `kmirror.source.truncation=continue`.
+    Continue {
+        log_start: i64,
+    },
+    Stop(Stopped),
+}
+
+fn next_or(acked: Option<i64>) -> i64 {
+    acked.map_or(-1, |o| o + 1)
+}

@@ -1,0 +1,165 @@
+//! Remote topics on the target: created before any data with the source's partition count,
+//! `replication.factor` and the source's topic configs (mm2-spec §5.3–§5.4); grown when the
+//! source gains partitions; differences that cannot be fixed are reported, never "fixed" by
+//! deleting anything.
+
+use crate::config::model::{FlowConfig, Side};
+use kmirror_kafka::admin::ConfigEntry;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
+use kmirror_kafka::KafkaError;
+
+/// Kafka's ConfigSource for a value from the broker's static `server.properties`.
+const STATIC_BROKER_CONFIG: i8 = 4;
+
+/// The configs a remote topic is created with (MM2's non-incremental filter, mm2-spec §5.3):
+/// the source's non-default entries (defaults too with `use.defaults.from=source`), minus
+/// read-only, sensitive, static-broker and `config.properties.exclude` keys.
+pub fn creation_configs(flow: &FlowConfig, source: &[ConfigEntry]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = source
+        .iter()
+        .filter(|e| !e.read_only && !e.sensitive && e.source != STATIC_BROKER_CONFIG)
+        .filter(|e| !e.is_default() || flow.use_defaults_from == Side::Source)
+        .filter(|e| !flow.config_properties_exclude.matches(&e.name))
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// What `ensure` found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ensured {
+    Created {
+        configs: usize,
+    },
+    Grown {
+        from: i32,
+        to: i32,
+    },
+    Exists,
+    /// The remote topic has more partitions than the source: records keep their partition
+    /// numbers, the extra partitions stay empty.
+    MorePartitions {
+        remote: i32,
+    },
+}
+
+/// Creates `remote` on the target unless it exists, growing it to `partitions`.
+pub async fn ensure(
+    flow: &FlowConfig,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    topic: &str,
+    remote: &str,
+    partitions: i32,
+) -> Result<Ensured, KafkaError> {
+    if let Some(t) = target.metadata().topics.get(remote) {
+        let have = t.partitions.len() as i32;
+        return Ok(if have < partitions {
+            target.create_partitions(remote, partitions, false).await?;
+            target.refresh_metadata(Some(&[remote])).await?;
+            Ensured::Grown {
+                from: have,
+                to: partitions,
+            }
+        } else if have > partitions {
+            Ensured::MorePartitions { remote: have }
+        } else {
+            Ensured::Exists
+        });
+    }
+    let configs = creation_configs(flow, &source.describe_topic_configs(topic).await?);
+    let n = configs.len();
+    let new = NewTopic {
+        name: remote.into(),
+        partitions,
+        replication_factor: flow.replication_factor,
+        configs,
+    };
+    let created = create(target, new).await?;
+    target.refresh_metadata(Some(&[remote])).await?;
+    Ok(if created {
+        Ensured::Created { configs: n }
+    } else {
+        Ensured::Exists
+    })
+}
+
+/// Creates a topic; false if it already existed (another process or a race).
+pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
+    let result = k.create_topics(&[topic], false).await?.into_iter().next();
+    match result.and_then(|(_, err)| err) {
+        None => Ok(true),
+        Some(KafkaError::Broker {
+            error: kafka_protocol::error::ResponseError::TopicAlreadyExists,
+            ..
+        }) => Ok(false),
+        Some(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::mm2;
+    use crate::config::properties::Properties;
+    use crate::config::providers::SystemEnvironment;
+
+    fn flow(extra: &str) -> FlowConfig {
+        let text = format!("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n{extra}");
+        let c = mm2::load(
+            &Properties::parse(&text, "t").unwrap(),
+            &[],
+            &SystemEnvironment,
+        )
+        .unwrap();
+        c.flows.into_iter().find(|f| f.replication).unwrap()
+    }
+
+    fn entry(name: &str, value: &str, source: i8) -> ConfigEntry {
+        ConfigEntry {
+            name: name.into(),
+            value: Some(value.into()),
+            source,
+            read_only: false,
+            sensitive: false,
+        }
+    }
+
+    #[test]
+    fn copies_non_default_entries_minus_excluded_static_read_only_and_sensitive() {
+        let mut ro = entry("message.format.version", "3.0", 1);
+        ro.read_only = true;
+        let mut secret = entry("some.password", "x", 1);
+        secret.sensitive = true;
+        let source = vec![
+            entry("retention.ms", "3600000", 1),
+            entry("cleanup.policy", "compact", 1),
+            entry("segment.bytes", "1048576", 2), // dynamic broker config: copied
+            entry("max.message.bytes", "1048588", 5), // default: not copied
+            entry("log.retention.hours", "168", STATIC_BROKER_CONFIG),
+            entry("min.insync.replicas", "2", 1), // excluded by MM2's default list
+            entry("message.timestamp.type", "LogAppendTime", 1), // excluded too
+            ro,
+            secret,
+        ];
+        assert_eq!(
+            creation_configs(&flow(""), &source),
+            vec![
+                ("cleanup.policy".into(), "compact".into()),
+                ("retention.ms".into(), "3600000".into()),
+                ("segment.bytes".into(), "1048576".into()),
+            ]
+        );
+        // use.defaults.from=source also copies the source's defaults.
+        let with_defaults = creation_configs(&flow("use.defaults.from = source\n"), &source);
+        assert!(with_defaults.contains(&("max.message.bytes".into(), "1048588".into())));
+        // A custom exclude list replaces MM2's.
+        let custom = creation_configs(
+            &flow("config.properties.exclude = retention\\..*\n"),
+            &source,
+        );
+        assert!(custom.contains(&("min.insync.replicas".into(), "2".into())));
+        assert!(!custom.iter().any(|(k, _)| k == "retention.ms"));
+    }
+}

@@ -1,0 +1,254 @@
+//! The engine's Prometheus metrics. One registry per engine (tests run several engines in one
+//! process). Names follow MM2's source metrics (mm2-spec §5.8: `record-count`, `byte-count`,
+//! `record-age-ms`, `replication-latency-ms`, tagged source, target, topic = the remote topic,
+//! partition) with a `kmirror_` prefix and Prometheus spelling; the rest are kmirror's own.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// A flow.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowLabels {
+    pub source: String,
+    pub target: String,
+}
+
+/// One partition of a remote topic (MM2 tags the remote topic name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub source: String,
+    pub target: String,
+    pub topic: String,
+    pub partition: String,
+}
+
+/// Batches forwarded as fetched (`batch`) or decoded and re-encoded (`record`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    pub source: String,
+    pub target: String,
+    pub mode: String,
+}
+
+/// Errors by kind (`connect`, `topic_create`, `fetch`, `produce`, `truncation`, `positions`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub source: String,
+    pub target: String,
+    pub kind: String,
+}
+
+/// Every metric the engine keeps.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// MM2 `record-count`: records acknowledged by the target.
+    pub record_count: Family<PartitionLabels, Counter>,
+    /// MM2 `byte-count`, but counting the record batches' bytes as sent (MM2 counts values only).
+    pub byte_count: Family<PartitionLabels, Counter>,
+    /// MM2 `record-age-ms`: now minus the newest timestamp of the last fetched batch.
+    pub record_age_ms: Family<PartitionLabels, Gauge>,
+    /// MM2 `replication-latency-ms`: now minus the newest timestamp of the last acknowledged batch.
+    pub replication_latency_ms: Family<PartitionLabels, Gauge>,
+    /// Source end offset (last stable offset for read_committed) minus the next offset to copy.
+    pub lag_records: Family<PartitionLabels, Gauge>,
+    /// Offsets the source deleted before they were copied.
+    pub truncated_offsets: Family<PartitionLabels, Counter>,
+    /// 1 while a partition is stopped by an error that needs an operator.
+    pub partition_stopped: Family<PartitionLabels, Gauge>,
+    pub batches: Family<ModeLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Source topics replicated and their partitions.
+    pub topics: Family<FlowLabels, Gauge>,
+    pub partitions: Family<FlowLabels, Gauge>,
+    pub heartbeats: Family<FlowLabels, Counter>,
+    pub positions_stored: Family<FlowLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("kmirror");
+        let m = Metrics {
+            registry: Registry::default(),
+            record_count: Family::default(),
+            byte_count: Family::default(),
+            record_age_ms: Family::default(),
+            replication_latency_ms: Family::default(),
+            lag_records: Family::default(),
+            truncated_offsets: Family::default(),
+            partition_stopped: Family::default(),
+            batches: Family::default(),
+            errors: Family::default(),
+            topics: Family::default(),
+            partitions: Family::default(),
+            heartbeats: Family::default(),
+            positions_stored: Family::default(),
+        };
+        registry.register(
+            "record_count",
+            "Records replicated and acknowledged by the target (MM2 record-count)",
+            m.record_count.clone(),
+        );
+        registry.register(
+            "byte_count",
+            "Record batch bytes replicated (MM2 byte-count counts values only)",
+            m.byte_count.clone(),
+        );
+        registry.register(
+            "record_age_ms",
+            "Age of the newest record fetched, in milliseconds (MM2 record-age-ms)",
+            m.record_age_ms.clone(),
+        );
+        registry.register(
+            "replication_latency_ms",
+            "Now minus the timestamp of the newest record acknowledged, in milliseconds (MM2 replication-latency-ms)",
+            m.replication_latency_ms.clone(),
+        );
+        registry.register(
+            "replication_lag_records",
+            "Source end offset minus the next offset to copy",
+            m.lag_records.clone(),
+        );
+        registry.register(
+            "source_truncated_offsets",
+            "Offsets deleted on the source before they were copied",
+            m.truncated_offsets.clone(),
+        );
+        registry.register(
+            "partition_stopped",
+            "1 while a partition is stopped by an error that needs an operator",
+            m.partition_stopped.clone(),
+        );
+        registry.register(
+            "batches",
+            "Record batches sent, by mode: batch (forwarded as fetched) or record (re-encoded)",
+            m.batches.clone(),
+        );
+        registry.register("errors", "Errors, by kind", m.errors.clone());
+        registry.register("topics", "Source topics replicated", m.topics.clone());
+        registry.register(
+            "partitions",
+            "Source partitions replicated by this process",
+            m.partitions.clone(),
+        );
+        registry.register(
+            "heartbeats",
+            "Heartbeats written to the target",
+            m.heartbeats.clone(),
+        );
+        registry.register(
+            "positions_stored",
+            "Source positions written to the target's positions topic",
+            m.positions_stored.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition (OpenMetrics flavour) of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Sum of every sample of `name` whose labels include all of `labels` (for tests and
+    /// `status`).
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        sum_samples(&self.render(), name, labels)
+    }
+}
+
+/// Sums the samples of one metric in a text exposition, filtered by label values.
+pub fn sum_samples(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((m, r)) => (m, r.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if metric != name {
+                return None;
+            }
+            let ok = labels
+                .iter()
+                .all(|(k, v)| rest.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+            ok.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+impl FlowLabels {
+    pub fn partition(&self, topic: &str, partition: i32) -> PartitionLabels {
+        PartitionLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            topic: topic.to_string(),
+            partition: partition.to_string(),
+        }
+    }
+    pub fn mode(&self, mode: &str) -> ModeLabels {
+        ModeLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            mode: mode.to_string(),
+        }
+    }
+    pub fn error(&self, kind: &str) -> ErrorLabels {
+        ErrorLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            kind: kind.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prefixed_names_with_labels_and_sums_them() {
+        let m = Metrics::new();
+        let f = FlowLabels {
+            source: "A".into(),
+            target: "B".into(),
+        };
+        m.record_count
+            .get_or_create(&f.partition("A.t", 0))
+            .inc_by(5);
+        m.record_count
+            .get_or_create(&f.partition("A.t", 1))
+            .inc_by(7);
+        m.batches.get_or_create(&f.mode("batch")).inc_by(3);
+        m.lag_records.get_or_create(&f.partition("A.t", 0)).set(42);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE kmirror_record_count counter"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "kmirror_record_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"1\"} 7"
+        ));
+        assert_eq!(m.sum("kmirror_record_count_total", &[]), 12.0);
+        assert_eq!(
+            m.sum("kmirror_record_count_total", &[("partition", "0")]),
+            5.0
+        );
+        assert_eq!(m.sum("kmirror_batches_total", &[("mode", "batch")]), 3.0);
+        assert_eq!(m.sum("kmirror_batches_total", &[("mode", "record")]), 0.0);
+        assert_eq!(m.sum("kmirror_replication_lag_records", &[]), 42.0);
+    }
+}

@@ -1,0 +1,231 @@
+//! Flows between two real clusters in both directions: active-active A<->B with the default
+//! policy copies each side's topics and heartbeats once and never loops (no `A.B.`/`B.A.`
+//! topics); a source truncated past kmirror's position is reported with the exact number of lost
+//! offsets and the partition stops; the same cluster behind two addresses is refused.
+
+use kmirror_kafka::cluster::{KafkaCluster, LATEST};
+use kmirror_kafka::IsolationLevel;
+use kmirror_mirror::config::mm2;
+use kmirror_mirror::config::model::MirrorConfig;
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+use kmirror_mirror::engine::{self, EngineError, Shutdown};
+use kmirror_mirror::metrics::Metrics;
+use kmirror_testkit::{read_partition, Cluster, Security};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn load(text: &str) -> MirrorConfig {
+    mm2::load(
+        &Properties::parse(text, "mm2.properties").unwrap(),
+        &[],
+        &SystemEnvironment,
+    )
+    .unwrap()
+}
+
+fn produce(c: &Cluster, topic: &str, n: usize) {
+    let input: String = (0..n).map(|i| format!("{topic}-{i}\n")).collect();
+    let cfg = c.client_config(None);
+    c.tool(
+        "console-producer",
+        &[
+            "--bootstrap-server",
+            c.bootstrap(),
+            "--producer.config",
+            cfg.to_str().unwrap(),
+            "--topic",
+            topic,
+        ],
+        Some(input.as_bytes()),
+    )
+    .unwrap();
+}
+
+async fn end(k: &KafkaCluster, topic: &str) -> i64 {
+    k.list_offset(topic, 0, LATEST, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap_or(-1)
+}
+
+/// Polls `check` every 300 ms for up to `secs` seconds.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    while !check().await {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_active_truncation_and_same_cluster() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("topo-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("topo-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("clicks", 1).unwrap();
+    cb.create_topic("views", 1).unwrap();
+    produce(&ca, "clicks", 200);
+    produce(&cb, "views", 100);
+    let text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nB->A.enabled = true\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         refresh.topics.interval.seconds = 1\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let config = load(&text);
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (c, s, m) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
+    };
+    // Each side's topic and heartbeats arrive on the other side once.
+    eventually(60, "both directions copied", || async {
+        let _ = a.refresh_metadata(None).await;
+        let _ = b.refresh_metadata(None).await;
+        end(&b, "A.clicks").await == 200
+            && end(&a, "B.views").await == 100
+            && end(&b, "A.heartbeats").await > 0
+            && end(&a, "B.heartbeats").await > 0
+    })
+    .await;
+    // Several refresh rounds later, nothing was copied back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for k in [&a, &b] {
+        let md = k.refresh_metadata(None).await.unwrap();
+        let looped: Vec<&String> = md
+            .topics
+            .keys()
+            .filter(|t| {
+                t.starts_with("A.B.")
+                    || t.starts_with("B.A.")
+                    || t.starts_with("A.A.")
+                    || t.starts_with("B.B.")
+            })
+            .collect();
+        assert!(looped.is_empty(), "cycle: {looped:?}");
+    }
+    let copied = read_partition(&b, "A.clicks", 0).await;
+    assert_eq!(copied.len(), 200);
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+
+    // Retention outran replication: 100 more records, then the source deletes up to 250 while
+    // kmirror is stopped (its position is 199). Offsets 200..250 are lost: 50.
+    produce(&ca, "clicks", 100);
+    let offsets = r#"{"partitions":[{"topic":"clicks","partition":0,"offset":250}],"version":1}"#;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), offsets).unwrap();
+    let cfg = ca.client_config(None);
+    ca.tool(
+        "delete-records",
+        &[
+            "--bootstrap-server",
+            ca.bootstrap(),
+            "--command-config",
+            cfg.to_str().unwrap(),
+            "--offset-json-file",
+            file.path().to_str().unwrap(),
+        ],
+        None,
+    )
+    .unwrap();
+    let a_to_b = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = clicks\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (c, s, m) = (load(&a_to_b), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
+    };
+    eventually(30, "truncation reported", || async {
+        metrics.sum("kmirror_partition_stopped", &[("topic", "A.clicks")]) == 1.0
+    })
+    .await;
+    assert_eq!(
+        metrics.sum(
+            "kmirror_source_truncated_offsets_total",
+            &[("topic", "A.clicks")]
+        ),
+        50.0
+    );
+    assert_eq!(
+        end(&b, "A.clicks").await,
+        200,
+        "nothing copied past the gap"
+    );
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+
+    // With kmirror.source.truncation=continue it reports the loss and goes on from the log start.
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let c = load(&format!("{a_to_b}kmirror.source.truncation = continue\n"));
+        let (s, m) = (shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
+    };
+    eventually(30, "copied from the log start", || async {
+        end(&b, "A.clicks").await == 250
+    })
+    .await;
+    assert_eq!(
+        metrics.sum("kmirror_source_truncated_offsets_total", &[]),
+        50.0
+    );
+    let values: Vec<String> = read_partition(&b, "A.clicks", 0)
+        .await
+        .iter()
+        .map(|(_, r)| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+        .collect();
+    assert_eq!(values[199], "clicks-199");
+    assert_eq!(
+        values[200], "clicks-50",
+        "second batch of 100 minus the 50 deleted"
+    );
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+
+    // The same cluster under two aliases (two spellings of its address) is refused at start.
+    let port = ca.bootstrap().rsplit(':').next().unwrap();
+    let same = load(&format!(
+        "clusters = X, Y\nX.bootstrap.servers = 127.0.0.1:{port}\nY.bootstrap.servers = localhost:{port}\nX->Y.enabled = true\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n"
+    ));
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        engine::run(&same, Shutdown::default(), Arc::new(Metrics::new())),
+    )
+    .await
+    .expect("refused promptly")
+    .unwrap_err();
+    assert!(matches!(err, EngineError::SameCluster { .. }), "{err}");
+    assert!(err.to_string().contains("same cluster"), "{err}");
+}
