@@ -103,6 +103,19 @@ async fn run_engine(
     use kmirror_mirror::metrics::Metrics;
     let shutdown = Shutdown::default();
     let metrics = std::sync::Arc::new(Metrics::new());
+    // Registered before anything else runs, so a SIGTERM at any later point drains.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down: draining in-flight writes and storing positions");
+        trigger.trigger();
+    });
     if let Some(addr) = metrics_address {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -110,17 +123,6 @@ async fn run_engine(
         tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
         tokio::spawn(metrics_http::serve(listener, metrics.clone()));
     }
-    let trigger = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-        }
-        tracing::info!("shutting down: draining in-flight writes and storing positions");
-        trigger.trigger();
-    });
     engine::run(&cfg, shutdown, metrics.clone()).await?;
     tracing::info!(
         records = metrics.sum("kmirror_record_count_total", &[]),

@@ -441,6 +441,47 @@ impl Drop for Cluster {
     }
 }
 
+/// A MirrorMaker 2 process (dedicated mode, from the harness's jars), stopped on drop.
+#[derive(Debug)]
+pub struct Mm2 {
+    name: String,
+}
+
+impl Mm2 {
+    /// Starts `connect-mirror-maker` with `config`; returns once MM2 logged that it started
+    /// (its connectors start shortly after).
+    pub fn start(name: &str, config: &Path) -> Result<Mm2, HarnessError> {
+        let config = config.to_string_lossy().into_owned();
+        check(
+            &format!("kafka-harness mm2 {name}"),
+            run(
+                "kafka-harness mm2",
+                harness(&["mm2", "-d", name, &config]),
+                None,
+            )?,
+        )?;
+        Ok(Mm2 { name: name.into() })
+    }
+
+    /// MM2's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(run_root().join(&self.name).join("logs/mm2.log"))
+            .unwrap_or_default()
+    }
+
+    /// Stops MM2 with SIGTERM (Connect commits source offsets as its tasks stop), waiting for
+    /// it to exit.
+    pub fn stop(&self) {
+        let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);
+    }
+}
+
+impl Drop for Mm2 {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// One PLAINTEXT source and one SASL/PLAIN target shared by every test of a test binary, for
 /// tests that use their own topic names and do not interfere. Started on first use; stopped by
 /// the exit watchdog when the test binary ends.

@@ -4,8 +4,9 @@
 //!
 //! Partition tasks report the last source offset the target acknowledged; a writer stores the
 //! newest per partition every [`FLUSH_INTERVAL`] and once more after the tasks stopped. MM2
-//! flushes every `offset.flush.interval.ms` (60 s by default); a shorter interval means fewer
-//! records copied twice after a crash.
+//! flushes every `offset.flush.interval.ms` (60 s by default); storing four times a second costs one
+//! small batch per positions partition and bounds what a crash copies twice to about 250 ms of
+//! data.
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
@@ -19,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub(super) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Reads every position of `cluster` from the positions topic (the last record per key wins).
 pub(super) async fn load(
