@@ -1,9 +1,12 @@
 //! Flows between two real clusters in both directions: active-active A<->B with the default
 //! policy copies each side's topics and heartbeats once and never loops (no `A.B.`/`B.A.`
 //! topics); a source truncated past kmirror's position is reported with the exact number of lost
-//! offsets and the partition stops; the same cluster behind two addresses is refused.
+//! offsets and the partition stops; the same cluster behind two addresses is refused; a compacted
+//! source topic with offset gaps is copied in record mode.
 
-use kmirror_kafka::cluster::{KafkaCluster, LATEST};
+use bytes::Bytes;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
 use kmirror_mirror::config::model::MirrorConfig;
@@ -73,7 +76,15 @@ async fn active_active_truncation_and_same_cluster() {
         .with_test_writer()
         .try_init();
     let (ca, cb) = std::thread::scope(|s| {
-        let a = s.spawn(|| Cluster::start("topo-a", Security::Plaintext).unwrap());
+        // The log cleaner runs every half second, so a compacted topic gets gaps quickly.
+        let a = s.spawn(|| {
+            Cluster::start_with(
+                "topo-a",
+                Security::Plaintext,
+                &["log.cleaner.backoff.ms=500"],
+            )
+            .unwrap()
+        });
         let b = s.spawn(|| Cluster::start("topo-b", Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
@@ -96,6 +107,64 @@ async fn active_active_truncation_and_same_cluster() {
         .await
         .unwrap();
 
+    // A compacted topic whose one batch loses every other record to the cleaner: its offsets
+    // have gaps, so it must be copied in record mode.
+    a.create_topics(
+        &[NewTopic {
+            name: "profiles".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: [
+                ("cleanup.policy", "compact"),
+                ("segment.ms", "100"),
+                ("min.cleanable.dirty.ratio", "0.001"),
+                ("min.compaction.lag.ms", "0"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let _ = a.refresh_metadata(None).await;
+    let record = |i: i64, key: String, value: String| Record {
+        offset: i,
+        // Real time: brokers roll segments on record timestamps (segment.ms).
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+        key: Some(Bytes::from(key)),
+        value: Some(Bytes::from(value)),
+        headers: vec![],
+    };
+    let twice: Vec<Record> = (0..100)
+        .map(|i| record(i, format!("user-{}", i / 2), format!("v{i}")))
+        .collect();
+    a.produce(
+        "profiles",
+        0,
+        &encode_batch(&twice, &BatchOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Rolls the segment so the cleaner may compact the first one.
+    let roll = vec![record(0, "roll".into(), "roll".into())];
+    a.produce(
+        "profiles",
+        0,
+        &encode_batch(&roll, &BatchOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually(60, "the log cleaner compacted profiles", || async {
+        read_partition(&a, "profiles", 0).await.len() == 51
+    })
+    .await;
+
     let shutdown = Shutdown::default();
     let metrics = Arc::new(Metrics::new());
     let task = {
@@ -107,6 +176,7 @@ async fn active_active_truncation_and_same_cluster() {
         let _ = a.refresh_metadata(None).await;
         let _ = b.refresh_metadata(None).await;
         end(&b, "A.clicks").await == 200
+            && end(&b, "A.profiles").await == 51
             && end(&a, "B.views").await == 100
             && end(&b, "A.heartbeats").await > 0
             && end(&a, "B.heartbeats").await > 0
@@ -130,6 +200,25 @@ async fn active_active_truncation_and_same_cluster() {
     }
     let copied = read_partition(&b, "A.clicks", 0).await;
     assert_eq!(copied.len(), 200);
+    let kv = |v: Vec<(kmirror_kafka::batch::Codec, Record)>| -> Vec<_> {
+        v.into_iter()
+            .map(|(_, r)| (r.key, r.value, r.timestamp))
+            .collect()
+    };
+    let compacted = kv(read_partition(&a, "profiles", 0).await);
+    assert_eq!(
+        compacted[0].1.as_deref(),
+        Some(&b"v1"[..]),
+        "kept the second of each pair"
+    );
+    assert_eq!(kv(read_partition(&b, "A.profiles", 0).await), compacted);
+    assert!(
+        metrics.sum(
+            "kmirror_batches_total",
+            &[("source", "A"), ("mode", "record")]
+        ) >= 1.0,
+        "the batch with gaps went through record mode"
+    );
     shutdown.trigger();
     task.await.unwrap().unwrap();
 

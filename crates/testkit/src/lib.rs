@@ -178,10 +178,22 @@ pub struct Cluster {
 impl Cluster {
     /// Formats and starts a cluster, waiting until it answers admin requests.
     pub fn start(name: &str, security: Security) -> Result<Cluster, HarnessError> {
+        Cluster::start_with(name, security, &[])
+    }
+
+    /// Like [`Cluster::start`], with extra broker properties (`key=value`).
+    pub fn start_with(
+        name: &str,
+        security: Security,
+        props: &[&str],
+    ) -> Result<Cluster, HarnessError> {
         let port = free_port_pair().to_string();
         let unique = format!("{name}-{port}");
         let mut args = vec!["start", unique.as_str(), port.as_str()];
         args.extend(security.flags());
+        for p in props {
+            args.extend(["--prop", p]);
+        }
         let t0 = Instant::now();
         let out = check(
             &format!("kafka-harness start {unique}"),
