@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Demo: two local Kafka clusters (A: PLAINTEXT, B: SASL/PLAIN), sample topics with data on A,
-# kmirror's plan for examples/mm2.properties, then kmirror replicating A to B, and a comparison
-# of end offsets and of the records themselves. Stops its brokers and kmirror on exit.
+# Demo: two local Kafka clusters (A: PLAINTEXT, B: SASL/PLAIN), sample topics on A (keys,
+# headers, lz4 and zstd, a compacted topic), kmirror's plan for examples/mm2.properties, then
+# kmirror replicating A to B, a peek at its metrics, and a comparison of end offsets and records. Stops its brokers and kmirror on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=scripts/kafka/kafka-harness.sh
@@ -22,15 +22,27 @@ bash $H start demo-b "$PB" --sasl & b=$!
 wait $a; wait $b
 
 ACFG=$(bash $H client-config demo-a)
-echo "== creating topics on A and loading sample data"
-for t in orders:3 payments.eu:2 payments.us:2 audit.log:1; do
+echo "== creating topics on A and loading sample data (keys, headers, lz4 and zstd, a compacted topic)"
+create() {  # create TOPIC PARTITIONS [--config k=v ...]
+  local t="$1" n="$2"; shift 2
   bash $H tool topics --bootstrap-server "127.0.0.1:$PA" --command-config "$ACFG" \
-    --create --topic "${t%%:*}" --partitions "${t##*:}" --replication-factor 1
-done
-seq 1 1000 | sed 's/^/order-/' | bash $H tool console-producer --bootstrap-server "127.0.0.1:$PA" \
-  --producer.config "$ACFG" --topic orders
-seq 1 200 | sed 's/^/payment-/' | bash $H tool console-producer --bootstrap-server "127.0.0.1:$PA" \
-  --producer.config "$ACFG" --topic payments.eu
+    --create --topic "$t" --partitions "$n" --replication-factor 1 "$@"
+}
+create orders 3 --config retention.ms=604800000
+create payments.eu 2
+create payments.us 2
+create customers 1 --config cleanup.policy=compact
+create audit.log 1
+load() {  # load TOPIC CODEC < "headers<TAB>key<TAB>value" lines
+  bash $H tool console-producer --bootstrap-server "127.0.0.1:$PA" --producer.config "$ACFG" \
+    --topic "$1" --compression-codec "$2" --property parse.key=true --property parse.headers=true \
+    --property key.separator=$'\t' --property headers.delimiter=$'\t'
+}
+for i in $(seq 1 1000); do printf 'source:web,trace:%s\tcustomer-%s\torder-%s\n' "$i" $((i % 37)) "$i"; done | load orders lz4
+for i in $(seq 1 200); do printf 'currency:EUR\tpay-%s\tpayment-%s\n' "$i" "$i"; done | load payments.eu zstd
+for i in $(seq 1 300); do printf 'v:%s\tcustomer-%s\tprofile-%s\n' "$i" $((i % 50)) "$i"; done | load customers none
+seq 1 50 | sed 's/^/audit-/' | bash $H tool console-producer --bootstrap-server "127.0.0.1:$PA" \
+  --producer.config "$ACFG" --topic audit.log
 bash $H tool get-offsets --bootstrap-server "127.0.0.1:$PA" --command-config "$ACFG"
 
 cfg="$KAFKA_HARNESS_RUN/mm2.properties"
@@ -38,26 +50,51 @@ sed -e "s/127.0.0.1:19092/127.0.0.1:$PA/" -e "s/127.0.0.1:19094/127.0.0.1:$PB/" 
 echo "== kmirror plan $cfg"
 ./target/debug/kmirror plan "$cfg"
 echo "== kmirror run $cfg (until B holds every record)"
-./target/debug/kmirror run "$cfg" >"$KAFKA_HARNESS_RUN/kmirror.log" 2>&1 &
+./target/debug/kmirror run "$cfg" --metrics-address 127.0.0.1:0 >"$KAFKA_HARNESS_RUN/kmirror.log" 2>&1 &
 KPID=$!
 BCFG=$(bash $H client-config demo-b)
+TOPICS="orders payments.eu payments.us customers"
 offsets() {  # offsets CLUSTER_PORT CONFIG TOPIC -> "partition:end" lines
   bash $H tool get-offsets --bootstrap-server "127.0.0.1:$1" --command-config "$2" --topic "$3" 2>/dev/null | sed 's/^[^:]*://' | sort
 }
-deadline=$((SECONDS + 90))
-until [[ "$(offsets "$PA" "$ACFG" orders)" == "$(offsets "$PB" "$BCFG" A.orders)" &&
-         "$(offsets "$PA" "$ACFG" payments.eu)" == "$(offsets "$PB" "$BCFG" A.payments.eu)" ]]; do
+caught_up() {
+  local t
+  for t in $TOPICS; do [[ "$(offsets "$PA" "$ACFG" "$t")" == "$(offsets "$PB" "$BCFG" "A.$t")" ]] || return 1; done
+}
+deadline=$((SECONDS + 120))
+until caught_up; do
   if ((SECONDS > deadline)); then echo "demo: replication did not catch up; log:" >&2; tail -20 "$KAFKA_HARNESS_RUN/kmirror.log" >&2; exit 1; fi
   sleep 2
 done
+maddr=$(grep -o 'address=[0-9.:]*' "$KAFKA_HARNESS_RUN/kmirror.log" | head -1 | cut -d= -f2 || true)
+if [[ -n "$maddr" ]]; then
+  echo "== a few of kmirror's Prometheus metrics (http://$maddr/metrics)"
+  exec 3<>"/dev/tcp/${maddr%:*}/${maddr##*:}"
+  printf 'GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n' "$maddr" >&3
+  grep -E '^kmirror_(batches_total|topics|partitions|record_count_total\{[^}]*topic="A.orders",partition="0")' <&3 | sed 's/^/   /' || true
+  exec 3<&-
+fi
 kill -TERM "$KPID"; wait "$KPID" || true; KPID=""
 echo "== end offsets per partition (source A -> target B)"
-for t in orders payments.eu payments.us; do
-  printf '%-14s A: %s\n%-14s B: %s\n' "$t" "$(offsets "$PA" "$ACFG" "$t" | tr '\n' ' ')" "A.$t" "$(offsets "$PB" "$BCFG" "A.$t" | tr '\n' ' ')"
+for t in $TOPICS; do
+  printf '%-12s A: %s\n%-12s B: %s\n' "$t" "$(offsets "$PA" "$ACFG" "$t" | tr '\n' ' ')" "A.$t" "$(offsets "$PB" "$BCFG" "A.$t" | tr '\n' ' ')"
 done
-echo "== records: first and last of A.orders on B"
-bash $H tool console-consumer --bootstrap-server "127.0.0.1:$PB" --command-config "$BCFG" --topic A.orders \
-  --from-beginning --max-messages 1000 --timeout-ms 20000 2>/dev/null | sed -n '1p;$p'
-echo "== audit.log was not replicated (topics = orders, payments.*):"
+records() {  # records PORT CONFIG TOPIC -> "partition timestamp headers key value" lines, sorted
+  bash $H tool console-consumer --bootstrap-server "127.0.0.1:$1" --consumer.config "$2" --topic "$3" \
+    --from-beginning --timeout-ms 6000 --property print.partition=true --property print.timestamp=true \
+    --property print.headers=true --property print.key=true 2>/dev/null | grep -E '^(CreateTime|LogAppendTime):' | sort || true
+}
+echo "== records compared (partition, timestamp, headers, key, value)"
+for t in $TOPICS; do
+  ra=$(records "$PA" "$ACFG" "$t"); rb=$(records "$PB" "$BCFG" "A.$t")
+  if [[ "$ra" == "$rb" ]]; then
+    printf '   %-12s -> A.%-12s identical (%s records)\n' "$t" "$t" "$(grep -c . <<<"$ra" || true)"
+  else
+    echo "demo: A.$t differs from $t" >&2; diff <(echo "$ra") <(echo "$rb") | head -5 >&2; exit 1
+  fi
+done
+echo "== example record on B (A.orders):"
+records "$PB" "$BCFG" A.orders | sed -n '1s/^/   /p'
+echo "== topics on B (audit.log was not replicated: topics = orders, payments.*, customers):"
 bash $H tool topics --bootstrap-server "127.0.0.1:$PB" --command-config "$BCFG" --list | grep -v '^__' | sed 's/^/   /'
-echo "== demo complete: every record of orders and payments.* is on B, positions in mm2-offsets.A.internal"
+echo "== demo complete: every record matches; positions are in mm2-offsets.A.internal on B"
