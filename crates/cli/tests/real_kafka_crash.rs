@@ -184,6 +184,30 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The metrics endpoint of the running process reports what it copied.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let address = text
+        .lines()
+        .filter_map(|l| l.split("address=").nth(1))
+        .next_back()
+        .and_then(|a| a.split_whitespace().next())
+        .expect("metrics address logged")
+        .to_string();
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&address).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    assert!(
+        metrics.contains("kmirror_partitions{source=\"A\",target=\"B\"} 4"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("kmirror_replication_lag_records{source=\"A\",target=\"B\",topic=\"A.stream\",partition=\"0\"} 0"), "{metrics}");
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod filter;
 pub mod metrics;
 pub mod names;
+pub mod offsets;
 pub mod plan;
 pub mod policy;
 pub mod wire;

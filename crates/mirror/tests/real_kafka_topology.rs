@@ -1,8 +1,10 @@
-//! Flows between two real clusters in both directions: active-active A<->B with the default
+//! Flows between two real clusters: active-active A<->B with the default
 //! policy copies each side's topics and heartbeats once and never loops (no `A.B.`/`B.A.`
 //! topics); a source truncated past kmirror's position is reported with the exact number of lost
 //! offsets and the partition stops; the same cluster behind two addresses is refused; a compacted
-//! source topic with offset gaps is copied in record mode.
+//! source topic with offset gaps is copied in record mode; a topic that cannot be created on
+//! the target and a record too large for it are reported while everything else replicates; the
+//! identity policy keeps topic names.
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
@@ -160,6 +162,35 @@ async fn active_active_truncation_and_same_cluster() {
     )
     .await
     .unwrap();
+    // A topic whose remote name would be too long for Kafka (249 characters at most): its
+    // creation fails on B, it is reported, and every other topic replicates.
+    let long_name = "l".repeat(248);
+    ca.create_topic(&long_name, 1).unwrap();
+
+    // A record larger than the target producer's max.request.size (1 MiB by default) between
+    // two small ones: that partition stops with an error naming it; the rest continues.
+    a.create_topics(
+        &[NewTopic {
+            name: "big".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: vec![("max.message.bytes".into(), "3000000".into())],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let _ = a.refresh_metadata(None).await;
+    for (i, size) in [10usize, 1_500_000, 10].into_iter().enumerate() {
+        let r = vec![record(0, format!("big-{i}"), "x".repeat(size))];
+        a.produce(
+            "big",
+            0,
+            &encode_batch(&r, &BatchOptions::default()).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
     eventually(60, "the log cleaner compacted profiles", || async {
         read_partition(&a, "profiles", 0).await.len() == 51
     })
@@ -198,6 +229,17 @@ async fn active_active_truncation_and_same_cluster() {
             .collect();
         assert!(looped.is_empty(), "cycle: {looped:?}");
     }
+    eventually(10, "A.big-0 stopped", || async {
+        metrics.sum("kmirror_partition_stopped", &[("topic", "A.big")]) == 1.0
+    })
+    .await;
+    assert_eq!(
+        end(&b, "A.big").await,
+        1,
+        "copied up to the oversized record"
+    );
+    assert!(metrics.sum("kmirror_errors_total", &[("kind", "topic_create")]) >= 1.0);
+    assert!(!b.metadata().topics.keys().any(|t| t.ends_with(&long_name)));
     let copied = read_partition(&b, "A.clicks", 0).await;
     assert_eq!(copied.len(), 200);
     let kv = |v: Vec<(kmirror_kafka::batch::Codec, Record)>| -> Vec<_> {
@@ -301,6 +343,49 @@ async fn active_active_truncation_and_same_cluster() {
     );
     shutdown.trigger();
     task.await.unwrap().unwrap();
+
+    // The identity policy keeps topic names (replication.policy.class, as MM2 spells it).
+    ca.create_topic("ledger.eu", 2).unwrap();
+    produce(&ca, "ledger.eu", 120);
+    let identity = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = ledger.*\n\
+         replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let shutdown = Shutdown::default();
+    let task = {
+        let (c, s) = (load(&identity), shutdown.clone());
+        tokio::spawn(async move { engine::run(&c, s, Arc::new(Metrics::new())).await })
+    };
+    eventually(30, "identity copy", || async {
+        let _ = b.refresh_metadata(None).await;
+        let mut n = 0;
+        for p in 0..2 {
+            n += b
+                .list_offset("ledger.eu", p, LATEST, IsolationLevel::ReadCommitted)
+                .await
+                .unwrap_or(0);
+        }
+        n == 120
+    })
+    .await;
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+    for p in 0..2 {
+        let kv = |v: Vec<(kmirror_kafka::batch::Codec, Record)>| -> Vec<_> {
+            v.into_iter()
+                .map(|(_, r)| (r.key, r.value, r.timestamp))
+                .collect()
+        };
+        assert_eq!(
+            kv(read_partition(&b, "ledger.eu", p).await),
+            kv(read_partition(&a, "ledger.eu", p).await),
+            "ledger.eu-{p} under its own name"
+        );
+    }
+    assert!(!b.metadata().topics.contains_key("A.ledger.eu"));
 
     // The same cluster under two aliases (two spellings of its address) is refused at start.
     let port = ca.bootstrap().rsplit(':').next().unwrap();

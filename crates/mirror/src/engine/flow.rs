@@ -235,9 +235,18 @@ impl Control {
                 }
             }
             self.topic_ids.insert(d.source.clone(), t.id);
-            match remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n).await
+            let created = match remote_topics::ensure(
+                flow,
+                &ctx.source,
+                &ctx.target,
+                &d.source,
+                &remote,
+                n,
+            )
+            .await
             {
                 Ok(e) => {
+                    let created = matches!(e, Ensured::Created { .. });
                     if self.reported.remove(&d.source).is_some() {
                         tracing::info!(flow = %flow.id, topic = %d.source, "topic recovered");
                     }
@@ -255,17 +264,36 @@ impl Control {
                         }
                         Ensured::Exists => {}
                     }
+                    created
                 }
                 Err(e) => {
                     self.report(&d.source, "topic_create", &e);
                     continue;
                 }
-            }
+            };
             topics += 1;
             partitions += n;
             let new_topic = !self.running.keys().any(|(t, _)| *t == d.source);
             if new_topic {
                 tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, "replicating topic");
+                if !created {
+                    match remote_topics::cleanup_policy_mismatch(
+                        &ctx.source,
+                        &ctx.target,
+                        &d.source,
+                        &remote,
+                    )
+                    .await
+                    {
+                        Ok(Some((s, t))) => {
+                            tracing::warn!(flow = %flow.id, topic = %d.source, remote = %remote, source_policy = %s, remote_policy = %t, "remote topic existed with a different cleanup.policy; records are copied, but the two topics will not keep the same records")
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(topic = %d.source, error = %e, "cannot compare cleanup.policy")
+                        }
+                    }
+                }
             }
             for p in 0..n {
                 let key = (d.source.clone(), p);

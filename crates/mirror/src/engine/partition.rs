@@ -17,6 +17,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The longest an idle partition waits before fetching again: it bounds the latency added to
+/// new records. A lower `fetch.max.wait.ms` lowers it (see the fetch call for why the broker
+/// does not wait instead).
+const IDLE_BACKOFF: Duration = Duration::from_millis(100);
+
 /// What a partition task needs from its flow.
 pub(super) struct Context {
     pub(super) flow: FlowConfig,
@@ -196,7 +201,12 @@ impl PartitionTask {
                     self.partition,
                     next,
                     tuning.max_partition_fetch_bytes,
-                    tuning.fetch_max_wait.min(Duration::from_millis(500)),
+                    // Brokers answer one request per connection at a time, and partitions share
+                    // a connection per broker: a long poll for an idle partition would hold up
+                    // the others. Ask without waiting and back off locally when idle. (One
+                    // fetch per broker for all its partitions, as Java consumers do, is the
+                    // lasting fix.)
+                    Duration::ZERO,
                     isolation,
                 )
                 .await;
@@ -251,7 +261,13 @@ impl PartitionTask {
                     let acked = lane
                         .send(b.last_offset(), batch)
                         .await
-                        .map_err(|e| self.lane_failure(acked_through, start, e))?;
+                        .map_err(|e| match e {
+                            // Refused before sending: this batch, not an earlier one.
+                            KafkaError::BatchTooLarge { .. } => {
+                                self.lane_failure(&Some(b.base_offset() - 1), start, e)
+                            }
+                            e => self.lane_failure(acked_through, start, e),
+                        })?;
                     report(acked, acked_through);
                     g.bytes.inc_by(size);
                     if reencoded {
@@ -280,7 +296,8 @@ impl PartitionTask {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
-                if fetched_end.is_none() && self.stop.sleep(Duration::from_millis(50)).await {
+                let idle = tuning.fetch_max_wait.min(IDLE_BACKOFF);
+                if fetched_end.is_none() && self.stop.sleep(idle).await {
                     break;
                 }
             }

@@ -85,6 +85,27 @@ pub async fn ensure(
     })
 }
 
+/// The `cleanup.policy` of a source topic and of its existing remote topic, when they differ
+/// (a compacted source copied into a `delete` topic loses keys to retention, and the reverse
+/// keeps only the last record per key).
+pub async fn cleanup_policy_mismatch(
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    topic: &str,
+    remote: &str,
+) -> Result<Option<(String, String)>, KafkaError> {
+    let policy = |entries: Vec<ConfigEntry>| {
+        entries
+            .into_iter()
+            .find(|e| e.name == "cleanup.policy")
+            .and_then(|e| e.value)
+            .unwrap_or_else(|| "delete".into())
+    };
+    let s = policy(source.describe_topic_configs(topic).await?);
+    let t = policy(target.describe_topic_configs(remote).await?);
+    Ok((s != t).then_some((s, t)))
+}
+
 /// Creates a topic; false if it already existed (another process or a race).
 pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
     let result = k.create_topics(&[topic], false).await?.into_iter().next();

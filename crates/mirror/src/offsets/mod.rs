@@ -1,0 +1,7 @@
+//! Consumer-offset translation, pure logic: when the data path emits offset syncs
+//! ([`sync_rules`]), how syncs are kept and offsets translated ([`sync_store`]), and when a
+//! checkpoint is worth writing ([`checkpoint_rules`]). mm2-spec §5.7, §6.3, §6.4.
+
+pub mod checkpoint_rules;
+pub mod sync_rules;
+pub mod sync_store;
