@@ -58,6 +58,40 @@ pub(crate) enum Command {
     },
     /// Replicate as MirrorMaker 1 did (kafka-mirror-maker.sh), with its flags.
     Legacy(LegacyCmd),
+    /// Consumer-group failover: translated offsets on the target, from the checkpoints there.
+    #[command(subcommand)]
+    Offsets(OffsetsCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OffsetsCmd {
+    /// Print a group's translated offsets on the target (as RemoteClusterUtils.translateOffsets).
+    Translate(OffsetsArgs),
+    /// Commit a group's translated offsets on the target; refused while the group has active
+    /// members there; never rewinds an offset the target already holds past the translation.
+    Apply {
+        #[command(flatten)]
+        args: OffsetsArgs,
+        /// Show current and new offsets without committing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct OffsetsArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArgs,
+    /// The cluster the group consumed from (the flow's source alias).
+    #[arg(long)]
+    pub(crate) source: String,
+    /// The cluster the group moves to (the flow's target alias).
+    #[arg(long)]
+    pub(crate) target: String,
+    #[arg(long)]
+    pub(crate) group: String,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ mod metrics_http;
 
 use anyhow::Context;
 use clap::Parser;
-use cli::{Cli, Command, ConfigArgs, Format, LegacyCmd};
+use cli::{Cli, Command, ConfigArgs, Format, LegacyCmd, OffsetsCmd};
 use kmirror_mirror::config::diagnostics::ConfigError;
 use kmirror_mirror::config::diagnostics::Diagnostics;
 use kmirror_mirror::config::model::MirrorConfig;
@@ -91,6 +91,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Legacy(cmd) => legacy_cmd(cmd),
+        Command::Offsets(cmd) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(offsets_cmd(cmd))
+        }
     }
 }
 
@@ -131,6 +137,45 @@ async fn run_engine(
         "stopped"
     );
     Ok(())
+}
+
+/// `kmirror offsets translate|apply`.
+async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
+    use kmirror_mirror::failover;
+    let (args, apply, dry_run) = match cmd {
+        OffsetsCmd::Translate(a) => (a, false, false),
+        OffsetsCmd::Apply { args, dry_run } => (args, true, dry_run),
+    };
+    let cfg = load(&args.config)?;
+    preflight(&cfg)?;
+    let wanted = format!("{}->{}", args.source, args.target);
+    let Some(flow) = cfg.flows.iter().find(|f| f.id.to_string() == wanted) else {
+        let known: Vec<String> = cfg.flows.iter().map(|f| f.id.to_string()).collect();
+        anyhow::bail!(
+            "no flow {wanted} in the configuration (flows: {})",
+            known.join(", ")
+        );
+    };
+    let target = kmirror_kafka::cluster::KafkaCluster::connect(flow.clients.target_admin.clone())
+        .await
+        .with_context(|| format!("connecting to {}", args.target))?;
+    let rows = failover::translate(flow, &target, &args.group).await?;
+    match args.format {
+        Format::Text => print!("{}", failover::render(&rows)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+    }
+    if apply {
+        if dry_run {
+            eprintln!("dry run: nothing committed");
+        } else {
+            let n = failover::apply(flow, &target, &args.group, &rows).await?;
+            eprintln!(
+                "committed {n} partition offset(s) for group {} on {}",
+                args.group, args.target
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Loads whichever configuration form the arguments name.

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod discovery;
 pub mod engine;
+pub mod failover;
 pub mod filter;
 pub mod metrics;
 pub mod names;

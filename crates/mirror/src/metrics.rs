@@ -67,6 +67,8 @@ pub struct Metrics {
     pub partitions: Family<FlowLabels, Gauge>,
     pub heartbeats: Family<FlowLabels, Counter>,
     pub positions_stored: Family<FlowLabels, Counter>,
+    pub checkpoints: Family<FlowLabels, Counter>,
+    pub group_offsets_synced: Family<FlowLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -93,6 +95,8 @@ impl Metrics {
             partitions: Family::default(),
             heartbeats: Family::default(),
             positions_stored: Family::default(),
+            checkpoints: Family::default(),
+            group_offsets_synced: Family::default(),
         };
         registry.register(
             "record_count",
@@ -150,6 +154,16 @@ impl Metrics {
             "positions_stored",
             "Source positions written to the target's positions topic",
             m.positions_stored.clone(),
+        );
+        registry.register(
+            "checkpoints",
+            "Checkpoints written to the target (MM2 format)",
+            m.checkpoints.clone(),
+        );
+        registry.register(
+            "group_offsets_synced",
+            "Group partition offsets committed into the target",
+            m.group_offsets_synced.clone(),
         );
         Metrics { registry, ..m }
     }

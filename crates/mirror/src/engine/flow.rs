@@ -4,12 +4,14 @@
 //! source partition. A topic that cannot be created is reported and skipped while the others
 //! continue; a partition that fails for good stops alone.
 
+use super::checkpoints::CheckpointTask;
 use super::heartbeats;
+use super::offset_syncs::{self, Outbox};
 use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
 use super::{EngineError, Shutdown};
-use crate::config::model::FlowConfig;
+use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
@@ -161,12 +163,55 @@ async fn replicate(
         )
         .run(writer_stop.clone()),
     );
+    // Offset syncs, written where offset-syncs.topic.location says (the source by default).
+    let (outbox, syncs_cluster) = if flow.internal.emit_offset_syncs {
+        let (_, side) = offset_syncs::topic_and_side(flow);
+        let cluster = match side {
+            Side::Target => target.clone(),
+            Side::Source => Arc::new(
+                KafkaCluster::connect(flow.clients.offset_syncs_producer.clone())
+                    .await
+                    .map_err(k)?,
+            ),
+        };
+        (Some(Arc::new(Outbox::default())), Some(cluster))
+    } else {
+        (None, None)
+    };
+    let syncs_stop = Shutdown::default();
+    let syncs_writer = match (&outbox, &syncs_cluster) {
+        (Some(o), Some(c)) => Some(tokio::spawn(offset_syncs::run(
+            flow.clone(),
+            c.clone(),
+            o.clone(),
+            metrics.clone(),
+            labels.clone(),
+            syncs_stop.clone(),
+        ))),
+        _ => None,
+    };
+    let checkpoints_stop = Shutdown::default();
+    let checkpoints = match &syncs_cluster {
+        Some(c) if flow.emit_checkpoints.enabled => Some(tokio::spawn(
+            CheckpointTask {
+                flow: flow.clone(),
+                source: source.clone(),
+                target: target.clone(),
+                syncs_cluster: c.clone(),
+                metrics: metrics.clone(),
+                labels: labels.clone(),
+            }
+            .run(checkpoints_stop.clone()),
+        )),
+        _ => None,
+    };
     let ctx = Arc::new(Context {
         flow: flow.clone(),
         source: source.clone(),
         target: target.clone(),
         producer,
         board,
+        offset_syncs: outbox,
         metrics: metrics.clone(),
         labels: labels.clone(),
     });
@@ -196,6 +241,14 @@ async fn replicate(
     control.stop_all().await;
     writer_stop.trigger();
     let _ = writer.await;
+    syncs_stop.trigger();
+    if let Some(w) = syncs_writer {
+        let _ = w.await;
+    }
+    checkpoints_stop.trigger();
+    if let Some(c) = checkpoints {
+        let _ = c.await;
+    }
     Ok(())
 }
 

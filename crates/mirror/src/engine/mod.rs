@@ -13,11 +13,16 @@
 //! Not yet: sharing partitions among processes (the control loop already starts and stops
 //! partition tasks one by one), topic config and ACL sync, offset syncs and checkpoints.
 
+mod checkpoints;
 mod flow;
 mod heartbeats;
+mod log_reader;
+mod offset_syncs;
 mod partition;
 mod positions;
 pub mod remote_topics;
+
+pub(crate) use log_reader::read_to_end;
 
 use crate::config::model::MirrorConfig;
 use crate::metrics::Metrics;

@@ -3,10 +3,12 @@
 //! source offset to the positions board. Several produces stay in flight (the lane keeps order),
 //! so a high-latency link does not serialize on round trips.
 
+use super::offset_syncs::Outbox;
 use super::positions::Board;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
+use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::producer::{Acked, IdempotentProducer};
@@ -14,6 +16,7 @@ use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +32,8 @@ pub(super) struct Context {
     pub(super) target: Arc<KafkaCluster>,
     pub(super) producer: Arc<IdempotentProducer>,
     pub(super) board: Arc<Board>,
+    /// Where offset syncs go (`emit.offset-syncs.enabled`).
+    pub(super) offset_syncs: Option<Arc<Outbox>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
 }
@@ -180,7 +185,13 @@ impl PartitionTask {
             flow.clients.producer_tuning.max_request_size as usize,
             16 << 20,
         );
-        let report = |acked: Vec<Acked>, through: &mut Option<i64>| {
+        // The source offsets of each batch in flight, in send order (acks come back in order),
+        // to turn acknowledgements into exact offset syncs.
+        let mut in_flight: VecDeque<SourceOffsets> = VecDeque::new();
+        let mut rules = SyncRules::new(&self.topic, self.partition, flow.offset_lag_max);
+        let mut report = |acked: Vec<Acked>,
+                          through: &mut Option<i64>,
+                          in_flight: &mut VecDeque<SourceOffsets>| {
             if let Some(last) = acked.last() {
                 *through = Some(last.tag);
                 self.ctx
@@ -189,6 +200,11 @@ impl PartitionTask {
             }
             for a in &acked {
                 g.records.inc_by(a.records.max(0) as u64);
+                if let Some(ups) = in_flight.pop_front() {
+                    if let Some(outbox) = &self.ctx.offset_syncs {
+                        outbox.push(rules.on_batch(&ups, a.base_offset));
+                    }
+                }
             }
         };
         let mut batch_age_ts = None;
@@ -223,6 +239,7 @@ impl PartitionTask {
                             .await
                             .map_err(|e| self.lane_failure(acked_through, start, e))?,
                         acked_through,
+                        &mut in_flight,
                     );
                     return Err(self.out_of_range(requested, log_start, log_end));
                 }
@@ -252,11 +269,16 @@ impl PartitionTask {
                 let (sent, reencoded) =
                     if b.base_offset() >= next && b.offsets_contiguous() && !b.is_log_append_time()
                     {
-                        (Some(b.clone()), false)
+                        let ups = SourceOffsets::Contiguous {
+                            first: b.base_offset(),
+                            count: b.record_count() as i64,
+                        };
+                        (Some((b.clone(), ups)), false)
                     } else {
                         (self.reencode(b, next, codec)?, true)
                     };
-                if let Some(batch) = sent {
+                if let Some((batch, ups)) = sent {
+                    in_flight.push_back(ups);
                     let size = batch.bytes().len() as u64;
                     let acked = lane
                         .send(b.last_offset(), batch)
@@ -268,7 +290,7 @@ impl PartitionTask {
                             }
                             e => self.lane_failure(acked_through, start, e),
                         })?;
-                    report(acked, acked_through);
+                    report(acked, acked_through, &mut in_flight);
                     g.bytes.inc_by(size);
                     if reencoded {
                         g.record_mode.inc();
@@ -292,6 +314,7 @@ impl PartitionTask {
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?,
                     acked_through,
+                    &mut in_flight,
                 );
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
@@ -307,13 +330,20 @@ impl PartitionTask {
                 .await
                 .map_err(|e| self.lane_failure(acked_through, start, e))?,
             acked_through,
+            &mut in_flight,
         );
         Ok(())
     }
 
     /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
     /// codec. None when nothing is left.
-    fn reencode(&self, b: &RawBatch, next: i64, codec: Codec) -> Result<Option<RawBatch>, Failure> {
+    fn reencode(
+        &self,
+        b: &RawBatch,
+        next: i64,
+        codec: Codec,
+    ) -> Result<Option<(RawBatch, SourceOffsets)>, Failure> {
+        let mut ups = Vec::new();
         let kept: Vec<Record> = decode_batch(b)
             .map_err(|e| {
                 Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
@@ -322,6 +352,7 @@ impl PartitionTask {
             .filter(|r| r.offset >= next)
             .enumerate()
             .map(|(i, mut r)| {
+                ups.push(r.offset);
                 r.offset = i as i64;
                 r
             })
@@ -339,7 +370,7 @@ impl PartitionTask {
         .map_err(|e| {
             Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
         })?;
-        Ok(Some(batch))
+        Ok(Some((batch, SourceOffsets::Listed(ups))))
     }
 
     async fn start_offset(&self) -> Result<i64, KafkaError> {

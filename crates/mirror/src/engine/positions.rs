@@ -12,10 +12,10 @@ use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::positions::{positions_partition, SourcePosition};
 use bytes::Bytes;
-use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
-use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
-use kmirror_kafka::{IsolationLevel, KafkaError};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,41 +35,15 @@ pub(super) async fn load(
         .get(topic)
         .map_or(0, |t| t.partitions.len() as i32);
     for p in 0..partitions {
-        let end = k
-            .list_offset(topic, p, LATEST, IsolationLevel::ReadUncommitted)
-            .await?;
-        let mut offset = k
-            .list_offset(topic, p, EARLIEST, IsolationLevel::ReadUncommitted)
-            .await?;
-        while offset < end {
-            let f = k
-                .fetch(
-                    topic,
-                    p,
-                    offset,
-                    1 << 20,
-                    Duration::from_millis(100),
-                    IsolationLevel::ReadUncommitted,
-                )
-                .await?;
-            if f.batches.is_empty() {
-                break;
-            }
-            for b in &f.batches {
-                offset = b.last_offset() + 1;
-                if b.is_control() {
-                    continue;
-                }
-                for r in decode_batch(b).map_err(|e| KafkaError::Config(e.to_string()))? {
-                    if let Some(pos) = r
-                        .key
-                        .as_deref()
-                        .and_then(|key| SourcePosition::decode(key, r.value.as_deref()))
-                    {
-                        if pos.cluster == cluster {
-                            out.insert((pos.topic, pos.partition), pos.offset);
-                        }
-                    }
+        let (records, _) = super::log_reader::read_to_end(k, topic, p, None).await?;
+        for r in records {
+            if let Some(pos) = r
+                .key
+                .as_deref()
+                .and_then(|key| SourcePosition::decode(key, r.value.as_deref()))
+            {
+                if pos.cluster == cluster {
+                    out.insert((pos.topic, pos.partition), pos.offset);
                 }
             }
         }

@@ -46,6 +46,13 @@ impl CheckpointRules {
         emit
     }
 
+    /// Forgets a checkpoint that could not be written (it is emitted again next time). A
+    /// checkpoint read back at start is then forgotten too, which only allows one repeat.
+    pub fn forget(&mut self, group: &str, topic: &str, partition: i32) {
+        self.last
+            .remove(&(group.to_string(), topic.to_string(), partition));
+    }
+
     /// The last checkpoint per partition of a group: (target topic, partition) → downstream.
     pub fn group(&self, group: &str) -> Vec<(String, i32, i64)> {
         let mut v: Vec<_> = self

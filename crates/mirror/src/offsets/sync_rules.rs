@@ -1,20 +1,43 @@
-//! When to send an offset sync (MM2's rules, mm2-spec §5.7, applied per acknowledged batch).
+//! Which offset syncs the data path sends (mm2-spec §5.7 gives MM2's rules).
 //!
-//! kmirror knows where every forwarded batch landed, so a sync is the exact pair (source offset
-//! of the batch's last record, target offset of that record). MM2 decides per record; deciding
-//! per batch gives the same guarantees (a sync at least every `offset.lag.max` records, at every
-//! upstream gap, whenever the target went backwards) and never more syncs than batches.
+//! kmirror knows where every record of an acknowledged batch landed, so each sync is an exact
+//! (source offset, target offset) pair of one record. Per acknowledged batch it sends:
+//! - a sync at the batch's first record when the mapping does not simply continue the previous
+//!   batch (the first batch of a task's lifetime, a gap upstream such as a transaction marker or
+//!   compaction, the target not directly following);
+//! - a sync every `offset.lag.max` records inside the batch, so a group in the middle of a large
+//!   batch re-reads no more than MM2 would let it;
+//! - a sync at the batch's last record.
+//!
+//! So a group whose committed offset falls on a batch boundary (or on a sync inside one)
+//! translates exactly, and any other never re-reads more than `offset.lag.max` records. MM2 sends
+//! one sync per `offset.lag.max` records and delays the newest up to a minute; kmirror sends at
+//! most a few per batch and never delays.
 
 use crate::wire::internal::OffsetSync;
 
-/// What to do with the sync for an acknowledged batch.
+/// The source offsets of a batch's records, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SyncDecision {
-    /// Send now.
-    Immediate(OffsetSync),
-    /// Keep as the partition's latest; sent at the next flush so idle partitions translate to
-    /// their newest position (KAFKA-15906).
-    Delayed(OffsetSync),
+pub enum SourceOffsets {
+    /// `count` records at `first`, `first + 1`, ... (batch mode: the source batch as is).
+    Contiguous { first: i64, count: i64 },
+    /// Record mode: the offsets of the records kept, which may have gaps.
+    Listed(Vec<i64>),
+}
+
+impl SourceOffsets {
+    fn len(&self) -> i64 {
+        match self {
+            SourceOffsets::Contiguous { count, .. } => *count,
+            SourceOffsets::Listed(v) => v.len() as i64,
+        }
+    }
+    fn at(&self, i: i64) -> i64 {
+        match self {
+            SourceOffsets::Contiguous { first, .. } => first + i,
+            SourceOffsets::Listed(v) => v[i as usize],
+        }
+    }
 }
 
 /// Per source partition, for one lifetime of its task.
@@ -22,10 +45,9 @@ pub enum SyncDecision {
 pub struct SyncRules {
     topic: String,
     partition: i32,
-    lag_max: i64,
+    step: i64,
     prev_up: i64,
     prev_down: i64,
-    last_sync_down: i64,
 }
 
 impl SyncRules {
@@ -33,43 +55,42 @@ impl SyncRules {
         SyncRules {
             topic: topic.to_string(),
             partition,
-            lag_max: offset_lag_max,
+            step: offset_lag_max.max(1),
             prev_up: -1,
             prev_down: -1,
-            last_sync_down: -1,
         }
     }
 
-    /// A batch acknowledged: its records came from source offsets `first_up..=last_up` (with
-    /// gaps if compacted) and its last record is at target offset `last_down`, its first at
-    /// `first_down`.
-    pub fn on_batch(
-        &mut self,
-        first_up: i64,
-        last_up: i64,
-        first_down: i64,
-        last_down: i64,
-    ) -> SyncDecision {
-        let sync = OffsetSync {
+    /// The syncs for a batch whose records came from `ups` and were written from target offset
+    /// `base_down` on.
+    pub fn on_batch(&mut self, ups: &SourceOffsets, base_down: i64) -> Vec<OffsetSync> {
+        let n = ups.len();
+        if n == 0 {
+            return vec![];
+        }
+        let sync = |i: i64| OffsetSync {
             topic: self.topic.clone(),
             partition: self.partition,
-            upstream_offset: last_up,
-            downstream_offset: last_down,
+            upstream_offset: ups.at(i),
+            downstream_offset: base_down + i,
         };
-        let contiguous = last_up - first_up == last_down - first_down;
-        let immediate = self.last_sync_down == -1
-            || last_down - (self.last_sync_down + 1) >= self.lag_max
-            || first_up - self.prev_up != 1
-            || !contiguous
-            || first_down < self.prev_down;
-        self.prev_up = last_up;
-        self.prev_down = last_down;
-        if immediate {
-            self.last_sync_down = last_down;
-            SyncDecision::Immediate(sync)
-        } else {
-            SyncDecision::Delayed(sync)
+        let mut out = Vec::new();
+        let continues =
+            self.prev_up >= 0 && ups.at(0) == self.prev_up + 1 && base_down == self.prev_down + 1;
+        if !continues {
+            out.push(sync(0));
         }
+        let mut i = self.step;
+        while i < n - 1 {
+            out.push(sync(i));
+            i += self.step;
+        }
+        if n > 1 || continues {
+            out.push(sync(n - 1));
+        }
+        self.prev_up = ups.at(n - 1);
+        self.prev_down = base_down + n - 1;
+        out
     }
 }
 
@@ -77,27 +98,38 @@ impl SyncRules {
 mod tests {
     use super::*;
 
-    fn up_down(d: &SyncDecision) -> (bool, i64, i64) {
-        match d {
-            SyncDecision::Immediate(s) => (true, s.upstream_offset, s.downstream_offset),
-            SyncDecision::Delayed(s) => (false, s.upstream_offset, s.downstream_offset),
-        }
+    fn pairs(v: Vec<OffsetSync>) -> Vec<(i64, i64)> {
+        v.into_iter()
+            .map(|s| (s.upstream_offset, s.downstream_offset))
+            .collect()
     }
 
     #[test]
-    fn first_batch_gaps_lag_and_rewinds_send_at_once() {
+    fn syncs_at_run_starts_every_lag_max_and_batch_ends() {
         let mut r = SyncRules::new("t", 0, 100);
-        // (a) the first batch of a lifetime.
-        assert_eq!(up_down(&r.on_batch(0, 9, 0, 9)), (true, 9, 9));
-        // Contiguous and within offset.lag.max: delayed.
-        assert_eq!(up_down(&r.on_batch(10, 59, 10, 59)), (false, 59, 59));
-        // (b) 100 or more records past the last sync.
-        assert_eq!(up_down(&r.on_batch(60, 110, 60, 110)), (true, 110, 110));
-        // (c) an upstream gap (a transaction marker at 111).
-        assert_eq!(up_down(&r.on_batch(112, 120, 111, 119)), (true, 120, 119));
-        // A batch with gaps inside (compaction): offsets no longer line up.
-        assert_eq!(up_down(&r.on_batch(121, 140, 120, 129)), (true, 140, 129));
-        // (d) the target went backwards (truncated or re-created).
-        assert_eq!(up_down(&r.on_batch(141, 150, 0, 9)), (true, 150, 9));
+        let c = |first, count| SourceOffsets::Contiguous { first, count };
+        // The first batch of a lifetime: its first record, every 100, its last.
+        assert_eq!(
+            pairs(r.on_batch(&c(1000, 250), 0)),
+            vec![(1000, 0), (1100, 100), (1200, 200), (1249, 249)]
+        );
+        // A batch that continues the previous one: only its end.
+        assert_eq!(pairs(r.on_batch(&c(1250, 50), 250)), vec![(1299, 299)]);
+        // A transaction marker at 1300: the next batch starts a new run.
+        assert_eq!(
+            pairs(r.on_batch(&c(1301, 10), 300)),
+            vec![(1301, 300), (1310, 309)]
+        );
+        // Record mode with gaps: exact pairs of kept records.
+        assert_eq!(
+            pairs(r.on_batch(&SourceOffsets::Listed(vec![1313, 1315, 1320]), 310)),
+            vec![(1313, 310), (1320, 312)]
+        );
+        // A single record continuing the run.
+        assert_eq!(pairs(r.on_batch(&c(1321, 1), 313)), vec![(1321, 313)]);
+        // The target went backwards (re-created).
+        assert_eq!(pairs(r.on_batch(&c(1322, 1), 0)), vec![(1322, 0)]);
+        // Nothing kept: nothing to say.
+        assert!(r.on_batch(&SourceOffsets::Listed(vec![]), 5).is_empty());
     }
 }

@@ -1,0 +1,332 @@
+//! Checkpoints and group offset sync for one flow A->B (MM2's MirrorCheckpointTask, mm2-spec
+//! §6): every `emit.checkpoints.interval.seconds`, the committed offsets of A's groups that match
+//! `groups` are translated through the offset syncs and written to `A.checkpoints.internal` on B
+//! in MM2's format; with `sync.group.offsets.enabled`, translated offsets are also committed into
+//! B for groups with no active members there, never rewinding a B offset.
+
+use super::log_reader::read_to_end;
+use super::offset_syncs::topic_and_side;
+use super::{remote_topics, Shutdown};
+use crate::config::model::FlowConfig;
+use crate::discovery;
+use crate::metrics::{FlowLabels, Metrics};
+use crate::offsets::checkpoint_rules::CheckpointRules;
+use crate::offsets::sync_store::{SyncStore, Translation};
+use crate::wire::internal::{Checkpoint, OffsetSync};
+use bytes::Bytes;
+use kmirror_kafka::admin::CommittedOffset;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::KafkaError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(super) struct CheckpointTask {
+    pub(super) flow: FlowConfig,
+    pub(super) source: Arc<KafkaCluster>,
+    pub(super) target: Arc<KafkaCluster>,
+    /// The cluster holding the offset-syncs topic.
+    pub(super) syncs_cluster: Arc<KafkaCluster>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) labels: FlowLabels,
+}
+
+struct State {
+    store: SyncStore,
+    syncs_next: Option<i64>,
+    rules: CheckpointRules,
+    groups: Vec<String>,
+    groups_listed: Option<Instant>,
+    last_group_sync: Option<Instant>,
+    /// Why a group was last skipped by the group offset sync, so each reason is logged once.
+    skipped: HashMap<String, String>,
+    last_error: Option<String>,
+}
+
+impl CheckpointTask {
+    pub(super) async fn run(self, stop: Shutdown) {
+        let checkpoints_topic = self.flow.policy.checkpoints_topic(&self.flow.id.source);
+        let mut state = State {
+            store: SyncStore::default(),
+            syncs_next: None,
+            rules: CheckpointRules::default(),
+            groups: vec![],
+            groups_listed: None,
+            last_group_sync: None,
+            skipped: HashMap::new(),
+            last_error: None,
+        };
+        let mut ready = false;
+        loop {
+            let result = async {
+                if !ready {
+                    self.prepare(&checkpoints_topic, &mut state).await?;
+                    ready = true;
+                }
+                self.tick(&checkpoints_topic, &mut state).await
+            }
+            .await;
+            match result {
+                Ok(()) => state.last_error = None,
+                Err(e) => {
+                    let text = e.to_string();
+                    if state.last_error.as_deref() != Some(&text) {
+                        tracing::warn!(flow = %self.flow.id, error = %text, "checkpoints: retrying");
+                        self.metrics
+                            .errors
+                            .get_or_create(&self.labels.error("checkpoints"))
+                            .inc();
+                        state.last_error = Some(text);
+                    }
+                }
+            }
+            if stop.sleep(self.flow.emit_checkpoints.interval).await {
+                return;
+            }
+        }
+    }
+
+    /// Creates the checkpoints topic and reads back the checkpoints already in it, so no
+    /// checkpoint moves backwards across restarts (mm2-spec §6.2).
+    async fn prepare(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
+        remote_topics::create(
+            &self.target,
+            NewTopic {
+                name: topic.into(),
+                partitions: 1,
+                replication_factor: self.flow.internal.checkpoints_replication_factor,
+                configs: vec![("cleanup.policy".into(), "compact".into())],
+            },
+        )
+        .await?;
+        self.target.refresh_metadata(Some(&[topic])).await?;
+        let (records, _) = read_to_end(&self.target, topic, 0, None).await?;
+        for r in records {
+            if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+                if let Ok(c) = Checkpoint::decode(k, v) {
+                    state.rules.seen(
+                        &c.group,
+                        &c.topic,
+                        c.partition,
+                        c.upstream_offset,
+                        c.downstream_offset,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn tick(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
+        self.read_syncs(state).await?;
+        let refresh = self.flow.refresh_groups;
+        if state.groups_listed.is_none()
+            || (refresh.enabled
+                && state
+                    .groups_listed
+                    .is_some_and(|t| t.elapsed() >= refresh.interval))
+        {
+            let listed = self.source.list_groups().await?;
+            state.groups = listed
+                .into_iter()
+                .map(|(g, _)| g)
+                .filter(|g| self.flow.groups.accepts(g))
+                .collect();
+            state.groups_listed = Some(Instant::now());
+        }
+        let mut fresh = Vec::new();
+        let mut remote_of: HashMap<String, Option<String>> = HashMap::new();
+        for group in state.groups.clone() {
+            let offsets = match self.source.fetch_group_offsets(&group).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(group, error = %e, "checkpoints: group offsets unavailable");
+                    continue;
+                }
+            };
+            for (src_topic, parts) in offsets {
+                let remote = remote_of
+                    .entry(src_topic.clone())
+                    .or_insert_with(|| {
+                        discovery::decide(&self.flow, [src_topic.as_str()])
+                            .pop()
+                            .and_then(|d| d.remote)
+                    })
+                    .clone();
+                let Some(remote) = remote else { continue };
+                for (p, committed) in parts {
+                    if committed.offset < 0 {
+                        continue;
+                    }
+                    let Translation::Offset(down) =
+                        state.store.translate(&src_topic, p, committed.offset)
+                    else {
+                        continue;
+                    };
+                    if state
+                        .rules
+                        .should_emit(&group, &remote, p, committed.offset, down)
+                    {
+                        fresh.push(Checkpoint {
+                            group: group.clone(),
+                            topic: remote.clone(),
+                            partition: p,
+                            upstream_offset: committed.offset,
+                            downstream_offset: down,
+                            metadata: committed.metadata.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            if let Err(e) = self.write(topic, &fresh).await {
+                // Forget them, so they are emitted again next time.
+                for c in &fresh {
+                    state.rules.forget(&c.group, &c.topic, c.partition);
+                }
+                return Err(e);
+            }
+            self.metrics
+                .checkpoints
+                .get_or_create(&self.labels)
+                .inc_by(fresh.len() as u64);
+            tracing::debug!(flow = %self.flow.id, checkpoints = fresh.len(), "checkpoints written");
+        }
+        let sync = self.flow.sync_group_offsets;
+        if sync.enabled
+            && state
+                .last_group_sync
+                .is_none_or(|t| t.elapsed() >= sync.interval)
+        {
+            self.sync_group_offsets(state).await;
+            state.last_group_sync = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Applies offset syncs written since the last read.
+    async fn read_syncs(&self, state: &mut State) -> Result<(), KafkaError> {
+        let (topic, _) = topic_and_side(&self.flow);
+        if !self.syncs_cluster.metadata().topics.contains_key(&topic) {
+            self.syncs_cluster.refresh_metadata(Some(&[&topic])).await?;
+            if !self.syncs_cluster.metadata().topics.contains_key(&topic) {
+                return Ok(()); // nothing replicated yet
+            }
+        }
+        let (records, next) = read_to_end(&self.syncs_cluster, &topic, 0, state.syncs_next).await?;
+        for r in records {
+            if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+                if let Ok(s) = OffsetSync::decode(k, v) {
+                    state.store.apply(&s);
+                }
+            }
+        }
+        state.syncs_next = Some(next);
+        Ok(())
+    }
+
+    async fn write(&self, topic: &str, checkpoints: &[Checkpoint]) -> Result<(), KafkaError> {
+        let now = super::now_ms();
+        let records = checkpoints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let bad = |e: crate::wire::internal::WireError| KafkaError::Config(e.to_string());
+                Ok(Record {
+                    offset: i as i64,
+                    timestamp: now,
+                    key: Some(Bytes::from(c.key().map_err(bad)?)),
+                    value: Some(Bytes::from(c.value().map_err(bad)?)),
+                    headers: vec![],
+                })
+            })
+            .collect::<Result<Vec<_>, KafkaError>>()?;
+        let batch = encode_batch(&records, &BatchOptions::default())
+            .map_err(|e| KafkaError::Config(e.to_string()))?;
+        self.target.produce(topic, 0, &batch).await?;
+        Ok(())
+    }
+
+    /// Commits translated offsets into B for every checkpointed group with no active members
+    /// there; an offset B already holds that is at or past the translation is left alone.
+    async fn sync_group_offsets(&self, state: &mut State) {
+        for group in state.rules.groups() {
+            let outcome = self.sync_group(&group, &state.rules).await;
+            let reason = match outcome {
+                Ok(None) => {
+                    state.skipped.remove(&group);
+                    continue;
+                }
+                Ok(Some(reason)) => reason,
+                Err(e) => format!("error: {e}"),
+            };
+            if state.skipped.get(&group) != Some(&reason) {
+                tracing::info!(flow = %self.flow.id, group, reason = %reason, "group offsets not synced to the target");
+                state.skipped.insert(group.clone(), reason);
+            }
+        }
+    }
+
+    /// None when synced (or nothing to do); otherwise why not.
+    async fn sync_group(
+        &self,
+        group: &str,
+        rules: &CheckpointRules,
+    ) -> Result<Option<String>, KafkaError> {
+        let desc = self.target.describe_group(group).await?;
+        if desc.members > 0 {
+            return Ok(Some(format!(
+                "{} active member(s) on the target (state {}); their own commits win",
+                desc.members, desc.state
+            )));
+        }
+        let current = self.target.fetch_group_offsets(group).await?;
+        let partitions: HashSet<(String, i32)> = self
+            .target
+            .metadata()
+            .topics
+            .iter()
+            .flat_map(|(t, m)| m.partitions.iter().map(move |p| (t.clone(), p.partition)))
+            .collect();
+        let mut commit: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = BTreeMap::new();
+        let mut missing = 0;
+        for (topic, p, down) in rules.group(group) {
+            if !partitions.contains(&(topic.clone(), p)) {
+                missing += 1;
+                continue;
+            }
+            let have = current
+                .get(&topic)
+                .and_then(|m| m.get(&p))
+                .map(|c| c.offset);
+            // Never rewind what the target holds (a consumer there may have moved on).
+            if have.is_none_or(|h| h < down) {
+                commit.entry(topic).or_default().insert(
+                    p,
+                    CommittedOffset {
+                        offset: down,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                    },
+                );
+            }
+        }
+        if !commit.is_empty() {
+            self.target.commit_group_offsets(group, &commit).await?;
+            let n: usize = commit.values().map(|m| m.len()).sum();
+            tracing::info!(flow = %self.flow.id, group, partitions = n, "group offsets synced to the target");
+            self.metrics
+                .group_offsets_synced
+                .get_or_create(&self.labels)
+                .inc_by(n as u64);
+        }
+        if missing > 0 {
+            return Ok(Some(format!(
+                "{missing} partition(s) not on the target yet (topic or partition count differs)"
+            )));
+        }
+        Ok(None)
+    }
+}

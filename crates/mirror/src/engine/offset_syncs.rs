@@ -1,0 +1,143 @@
+//! Writes offset syncs to `mm2-offset-syncs.<alias>.internal` (partition 0, compacted) on the
+//! cluster `offset-syncs.topic.location` names, in MM2's format (mm2-spec §2, §3), so MM2's
+//! checkpoint task and RemoteClusterUtils-based tooling can use them as well as kmirror's.
+//! Partition tasks queue syncs; the writer sends what is queued every [`INTERVAL`] in one
+//! request. Syncs that fail to send stay queued.
+
+use super::{remote_topics, Shutdown};
+use crate::config::model::{FlowConfig, Side};
+use crate::metrics::{FlowLabels, Metrics};
+use crate::wire::internal::OffsetSync;
+use bytes::Bytes;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::KafkaError;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(super) const INTERVAL: Duration = Duration::from_millis(100);
+/// Syncs per produce request at most (a record is about 40 bytes).
+const PER_REQUEST: usize = 10_000;
+
+/// The name of a flow's offset-syncs topic and the side it lives on.
+pub(super) fn topic_and_side(flow: &FlowConfig) -> (String, Side) {
+    let side = flow.internal.offset_syncs_location;
+    // Named after the *other* cluster of the flow: on the source it is named for the target.
+    let alias = match side {
+        Side::Source => &flow.id.target,
+        Side::Target => &flow.id.source,
+    };
+    (flow.policy.offset_syncs_topic(alias), side)
+}
+
+/// Syncs queued by partition tasks.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    queue: Mutex<Vec<OffsetSync>>,
+}
+
+impl Outbox {
+    pub(super) fn push(&self, syncs: Vec<OffsetSync>) {
+        if !syncs.is_empty() {
+            self.queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(syncs);
+        }
+    }
+    fn take(&self, max: usize) -> Vec<OffsetSync> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let n = q.len().min(max);
+        q.drain(..n).collect()
+    }
+    fn put_back(&self, mut syncs: Vec<OffsetSync>) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        syncs.append(&mut q);
+        *q = syncs;
+    }
+}
+
+/// Sends queued syncs until `stop`, then once more.
+pub(super) async fn run(
+    flow: FlowConfig,
+    cluster: Arc<KafkaCluster>,
+    outbox: Arc<Outbox>,
+    metrics: Arc<Metrics>,
+    labels: FlowLabels,
+    stop: Shutdown,
+) {
+    let (topic, _) = topic_and_side(&flow);
+    let mut created = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        let stopping = stop.sleep(INTERVAL).await;
+        loop {
+            let syncs = outbox.take(PER_REQUEST);
+            if syncs.is_empty() {
+                break;
+            }
+            let result = async {
+                if !created {
+                    remote_topics::create(
+                        &cluster,
+                        NewTopic {
+                            name: topic.clone(),
+                            partitions: 1,
+                            replication_factor: flow.internal.offset_syncs_replication_factor,
+                            configs: vec![("cleanup.policy".into(), "compact".into())],
+                        },
+                    )
+                    .await?;
+                    cluster.refresh_metadata(Some(&[topic.as_str()])).await?;
+                    created = true;
+                }
+                send(&cluster, &topic, &syncs).await
+            }
+            .await;
+            match result {
+                Ok(()) => {
+                    last_error = None;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(&text) {
+                        tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write offset syncs; retrying");
+                        metrics
+                            .errors
+                            .get_or_create(&labels.error("offset_syncs"))
+                            .inc();
+                        last_error = Some(text);
+                    }
+                    outbox.put_back(syncs);
+                    break;
+                }
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+async fn send(cluster: &KafkaCluster, topic: &str, syncs: &[OffsetSync]) -> Result<(), KafkaError> {
+    let now = super::now_ms();
+    let records = syncs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            Ok(Record {
+                offset: i as i64,
+                timestamp: now,
+                key: Some(Bytes::from(
+                    s.key().map_err(|e| KafkaError::Config(e.to_string()))?,
+                )),
+                value: Some(Bytes::from(s.value())),
+                headers: vec![],
+            })
+        })
+        .collect::<Result<Vec<_>, KafkaError>>()?;
+    let batch = encode_batch(&records, &BatchOptions::default())
+        .map_err(|e| KafkaError::Config(e.to_string()))?;
+    cluster.produce(topic, 0, &batch).await?;
+    Ok(())
+}
