@@ -2,8 +2,9 @@
 //! on the source) and checkpoints (on the target); a group at a batch boundary translates
 //! exactly, one inside a batch to an earlier offset (never later); the group offset sync commits
 //! translations into the target without rewinding an offset the target holds; `kmirror offsets
-//! translate` prints them, and `offsets apply` refuses while the group has active members on the
-//! target and commits once they are gone.
+//! translate` prints them (as Java's RemoteClusterUtils.translateOffsets does), and `offsets apply` refuses while the group has active members on the
+//! target and commits once they are gone; failback (B->A) moves groups that read `A.orders` on
+//! B back to `orders` on A.
 
 use bytes::Bytes;
 use kmirror_kafka::admin::CommittedOffset;
@@ -259,6 +260,14 @@ async fn checkpoints_group_sync_and_failover_commands() {
     assert_eq!(rows[1]["translated_offset"], 200);
     assert_eq!(rows[1]["target_offset"], 900);
     assert_eq!(rows[1]["action"], "keep");
+    // Java's RemoteClusterUtils.translateOffsets reads kmirror's checkpoints the same way.
+    let java =
+        kmirror_testkit::mirror_interop(&["translate", cb.bootstrap(), "A", "billing"]).unwrap();
+    assert_eq!(
+        java.lines().collect::<Vec<_>>(),
+        vec!["A.orders 0 700", "A.orders 1 200"],
+        "RemoteClusterUtils.translateOffsets"
+    );
 
     // A new group appears on A after the sync; with a member active on B, apply is refused.
     a.commit_group_offsets(
@@ -359,5 +368,61 @@ async fn checkpoints_group_sync_and_failover_commands() {
         committed(&b, "audit", "A.orders", 1).await,
         Some(1000),
         "a group at the end translates to the end"
+    );
+
+    // Failback: consumers that moved to B read A.orders there and committed; with B->A enabled
+    // their offsets go back to A's `orders`, translated with A->B's syncs inverted (MM2 cannot:
+    // no flow copies A.orders back, so it has no syncs for it).
+    b.commit_group_offsets(
+        "returning",
+        &offsets(&[("A.orders", 0, 450), ("A.orders", 1, 600)]),
+    )
+    .await
+    .unwrap();
+    let both = dir.path().join("both.properties");
+    std::fs::write(
+        &both,
+        std::fs::read_to_string(&config).unwrap().replace(
+            "A->B.enabled = true",
+            "A->B.enabled = true\nB->A.enabled = true",
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("kmirror3.log")).unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["run", both.to_str().unwrap(), "--metrics-address", "off"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !(committed(&a, "returning", "orders", 0).await == Some(400)
+        && committed(&a, "returning", "orders", 1).await == Some(600))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "returning group not back on A: {:?} {:?}; log:\n{}",
+            committed(&a, "returning", "orders", 0).await,
+            committed(&a, "returning", "orders", 1).await,
+            std::fs::read_to_string(dir.path().join("kmirror3.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(run.wait().unwrap().success());
+    let back: Vec<Checkpoint> = read_partition(&a, "B.checkpoints.internal", 0)
+        .await
+        .iter()
+        .filter_map(|(_, r)| Checkpoint::decode(r.key.as_deref()?, r.value.as_deref()?).ok())
+        .filter(|c| c.group == "returning")
+        .collect();
+    assert!(
+        back.iter()
+            .any(|c| c.topic == "orders" && c.upstream_offset == 450 && c.downstream_offset == 400),
+        "{back:?}"
     );
 }

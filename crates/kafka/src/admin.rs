@@ -4,7 +4,7 @@
 use crate::cluster::KafkaCluster;
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
-use kafka_protocol::error::ParseResponseErrorCode;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
@@ -388,9 +388,24 @@ impl KafkaCluster {
         Ok(out)
     }
 
+    /// A group the coordinator does not know is described as `Dead` with no members, as
+    /// brokers before Kafka 4.0 answered (4.x answers GROUP_ID_NOT_FOUND).
     pub async fn describe_group(&self, group: &str) -> Result<GroupDescription> {
-        self.retrying("", true, || self.describe_group_once(group))
+        match self
+            .retrying("", true, || self.describe_group_once(group))
             .await
+        {
+            Err(KafkaError::Broker {
+                error: ResponseError::GroupIdNotFound,
+                ..
+            }) => Ok(GroupDescription {
+                group: group.into(),
+                state: "Dead".into(),
+                protocol_type: String::new(),
+                members: 0,
+            }),
+            other => other,
+        }
     }
 
     async fn describe_group_once(&self, group: &str) -> Result<GroupDescription> {
@@ -421,8 +436,17 @@ impl KafkaCluster {
         &self,
         group: &str,
     ) -> Result<BTreeMap<String, BTreeMap<i32, CommittedOffset>>> {
-        self.retrying("", true, || self.fetch_group_offsets_once(group))
+        match self
+            .retrying("", true, || self.fetch_group_offsets_once(group))
             .await
+        {
+            // An unknown group has no offsets.
+            Err(KafkaError::Broker {
+                error: ResponseError::GroupIdNotFound,
+                ..
+            }) => Ok(BTreeMap::new()),
+            other => other,
+        }
     }
 
     async fn fetch_group_offsets_once(

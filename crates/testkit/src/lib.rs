@@ -453,6 +453,31 @@ impl Drop for Cluster {
     }
 }
 
+/// Runs MirrorMaker 2's own Java classes through `java/MirrorInterop.java` (a single-file
+/// program) on the harness's MM2 classpath; returns its standard output.
+pub fn mirror_interop(args: &[&str]) -> Result<String, HarnessError> {
+    let out = check(
+        "kafka-harness classpath --mm2",
+        run(
+            "kafka-harness classpath",
+            harness(&["classpath", "--mm2"]),
+            None,
+        )?,
+    )?;
+    let classpath = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("java/MirrorInterop.java");
+    let mut java = Command::new("java");
+    java.arg("-cp").arg(classpath).arg(source).args(args);
+    let what = format!("java MirrorInterop {}", args.join(" "));
+    let out = check(&what, run(&what, java, None)?)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// A MirrorMaker 2 process (dedicated mode, from the harness's jars), stopped on drop.
 #[derive(Debug)]
 pub struct Mm2 {

@@ -2,12 +2,14 @@
 //! §6): every `emit.checkpoints.interval.seconds`, the committed offsets of A's groups that match
 //! `groups` are translated through the offset syncs and written to `A.checkpoints.internal` on B
 //! in MM2's format; with `sync.group.offsets.enabled`, translated offsets are also committed into
-//! B for groups with no active members there, never rewinding a B offset.
+//! B for groups with no active members there, never rewinding a B offset. Groups on A that read
+//! topics copied from B (consumers that failed over to A) are checkpointed back to B's own topic
+//! names with B->A's syncs inverted, so failback works.
 
 use super::log_reader::read_to_end;
 use super::offset_syncs::topic_and_side;
 use super::{remote_topics, Shutdown};
-use crate::config::model::FlowConfig;
+use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::checkpoint_rules::CheckpointRules;
@@ -35,6 +37,11 @@ pub(super) struct CheckpointTask {
 struct State {
     store: SyncStore,
     syncs_next: Option<i64>,
+    /// Syncs of the opposite flow (B->A for this A->B), inverted: for groups on A that read
+    /// B's topics copied into A (`B.t`), i.e. consumers failing back (mm2-spec §10 notes MM2
+    /// cannot translate these).
+    reverse: SyncStore,
+    reverse_next: Option<i64>,
     rules: CheckpointRules,
     groups: Vec<String>,
     groups_listed: Option<Instant>,
@@ -50,6 +57,8 @@ impl CheckpointTask {
         let mut state = State {
             store: SyncStore::default(),
             syncs_next: None,
+            reverse: SyncStore::default(),
+            reverse_next: None,
             rules: CheckpointRules::default(),
             groups: vec![],
             groups_listed: None,
@@ -136,7 +145,7 @@ impl CheckpointTask {
             state.groups_listed = Some(Instant::now());
         }
         let mut fresh = Vec::new();
-        let mut remote_of: HashMap<String, Option<String>> = HashMap::new();
+        let mut remote_of: HashMap<String, Option<(String, bool)>> = HashMap::new();
         for group in state.groups.clone() {
             let offsets = match self.source.fetch_group_offsets(&group).await {
                 Ok(o) => o,
@@ -146,22 +155,23 @@ impl CheckpointTask {
                 }
             };
             for (src_topic, parts) in offsets {
-                let remote = remote_of
+                let route = remote_of
                     .entry(src_topic.clone())
-                    .or_insert_with(|| {
-                        discovery::decide(&self.flow, [src_topic.as_str()])
-                            .pop()
-                            .and_then(|d| d.remote)
-                    })
+                    .or_insert_with(|| self.route(&src_topic))
                     .clone();
-                let Some(remote) = remote else { continue };
+                let Some((remote, reverse)) = route else {
+                    continue;
+                };
                 for (p, committed) in parts {
                     if committed.offset < 0 {
                         continue;
                     }
-                    let Translation::Offset(down) =
+                    let translation = if reverse {
+                        state.reverse.translate(&remote, p, committed.offset)
+                    } else {
                         state.store.translate(&src_topic, p, committed.offset)
-                    else {
+                    };
+                    let Translation::Offset(down) = translation else {
                         continue;
                     };
                     if state
@@ -206,24 +216,64 @@ impl CheckpointTask {
         Ok(())
     }
 
-    /// Applies offset syncs written since the last read.
+    /// Where a group's source topic is checkpointed: a topic this flow replicates goes to its
+    /// remote name, translated with this flow's syncs; a topic that came from the target
+    /// (`B.t` on A for A->B) goes back to its name there (`t`), translated with the opposite
+    /// flow's syncs inverted. None: not checkpointed.
+    fn route(&self, topic: &str) -> Option<(String, bool)> {
+        if let Some(remote) = discovery::decide(&self.flow, [topic])
+            .pop()
+            .and_then(|d| d.remote)
+        {
+            return Some((remote, false));
+        }
+        let policy = &self.flow.policy;
+        let from_target =
+            policy.topic_source(topic).as_deref() == Some(self.flow.id.target.as_str());
+        if from_target && self.flow.topics.accepts(topic) {
+            return policy
+                .upstream_topic(topic)
+                .filter(|t| t != topic)
+                .map(|t| (t, true));
+        }
+        None
+    }
+
+    /// Applies offset syncs written since the last read: this flow's, and the opposite flow's
+    /// (inverted) when that flow writes them.
     async fn read_syncs(&self, state: &mut State) -> Result<(), KafkaError> {
-        let (topic, _) = topic_and_side(&self.flow);
-        if !self.syncs_cluster.metadata().topics.contains_key(&topic) {
-            self.syncs_cluster.refresh_metadata(Some(&[&topic])).await?;
-            if !self.syncs_cluster.metadata().topics.contains_key(&topic) {
-                return Ok(()); // nothing replicated yet
-            }
+        let (topic, side) = topic_and_side(&self.flow);
+        if let Some(next) = read_syncs_from(&self.syncs_cluster, &topic, state.syncs_next, |s| {
+            state.store.apply(&s)
+        })
+        .await?
+        {
+            state.syncs_next = Some(next);
         }
-        let (records, next) = read_to_end(&self.syncs_cluster, &topic, 0, state.syncs_next).await?;
-        for r in records {
-            if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
-                if let Ok(s) = OffsetSync::decode(k, v) {
-                    state.store.apply(&s);
-                }
-            }
+        // The opposite flow T->S keeps its syncs on its source (our target), named after its
+        // target (our source) — or on its target (our source) named after our target.
+        let (topic, cluster) = match side {
+            Side::Source => (
+                self.flow.policy.offset_syncs_topic(&self.flow.id.source),
+                &self.target,
+            ),
+            Side::Target => (
+                self.flow.policy.offset_syncs_topic(&self.flow.id.target),
+                &self.source,
+            ),
+        };
+        if let Some(next) = read_syncs_from(cluster, &topic, state.reverse_next, |s| {
+            state.reverse.apply(&OffsetSync {
+                topic: s.topic,
+                partition: s.partition,
+                upstream_offset: s.downstream_offset,
+                downstream_offset: s.upstream_offset,
+            })
+        })
+        .await?
+        {
+            state.reverse_next = Some(next);
         }
-        state.syncs_next = Some(next);
         Ok(())
     }
 
@@ -329,4 +379,28 @@ impl CheckpointTask {
         }
         Ok(None)
     }
+}
+
+/// Reads offset syncs from `from` to the end, if the topic exists; the offset to read from next.
+async fn read_syncs_from(
+    cluster: &KafkaCluster,
+    topic: &str,
+    from: Option<i64>,
+    mut apply: impl FnMut(OffsetSync),
+) -> Result<Option<i64>, KafkaError> {
+    if !cluster.metadata().topics.contains_key(topic) {
+        cluster.refresh_metadata(Some(&[topic])).await?;
+        if !cluster.metadata().topics.contains_key(topic) {
+            return Ok(None); // nothing replicated yet
+        }
+    }
+    let (records, next) = read_to_end(cluster, topic, 0, from).await?;
+    for r in records {
+        if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+            if let Ok(s) = OffsetSync::decode(k, v) {
+                apply(s);
+            }
+        }
+    }
+    Ok(Some(next))
 }
