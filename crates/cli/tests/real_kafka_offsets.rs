@@ -1,6 +1,6 @@
 //! Consumer-group migration against real clusters: `kmirror run` writes offset syncs (MM2 format,
 //! on the source) and checkpoints (on the target); a group at a batch boundary translates
-//! exactly, one inside a batch to an earlier offset (never later); the group offset sync commits
+//! exactly, and so does one inside a batch (from what this process copied); the group offset sync commits
 //! translations into the target without rewinding an offset the target holds; `kmirror offsets
 //! translate` prints them (as Java's RemoteClusterUtils.translateOffsets does), and `offsets apply` refuses while the group has active members on the
 //! target and commits once they are gone; failback (B->A) moves groups that read `A.orders` on
@@ -173,7 +173,8 @@ async fn checkpoints_group_sync_and_failover_commands() {
         committed(&b, "billing", "A.orders", 0).await == Some(300)
     })
     .await;
-    // Exact at the batch boundary; inside a batch, the start of the batch (never later).
+    // Exact at a batch boundary and inside a batch (this process copied the records around both
+    // positions, so it knows them one for one).
     let checkpoints: Vec<Checkpoint> = read_partition(&b, "A.checkpoints.internal", 0)
         .await
         .iter()
@@ -186,7 +187,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
             .map(|c| (c.upstream_offset, c.downstream_offset))
     };
     assert_eq!(find(0), Some((300, 300)));
-    assert_eq!(find(1), Some((250, 200)));
+    assert_eq!(find(1), Some((250, 250)));
     assert!(
         !checkpoints
             .iter()
@@ -257,7 +258,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
     assert_eq!(rows[0]["topic"], "A.orders");
     assert_eq!(rows[0]["translated_offset"], 700);
     assert_eq!(rows[0]["action"], "same");
-    assert_eq!(rows[1]["translated_offset"], 200);
+    assert_eq!(rows[1]["translated_offset"], 250);
     assert_eq!(rows[1]["target_offset"], 900);
     assert_eq!(rows[1]["action"], "keep");
     // Java's RemoteClusterUtils.translateOffsets reads kmirror's checkpoints the same way.
@@ -265,7 +266,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
         kmirror_testkit::mirror_interop(&["translate", cb.bootstrap(), "A", "billing"]).unwrap();
     assert_eq!(
         java.lines().collect::<Vec<_>>(),
-        vec!["A.orders 0 700", "A.orders 1 200"],
+        vec!["A.orders 0 700", "A.orders 1 250"],
         "RemoteClusterUtils.translateOffsets"
     );
 

@@ -13,6 +13,7 @@ use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::checkpoint_rules::CheckpointRules;
+use crate::offsets::runs::Runs;
 use crate::offsets::sync_store::{SyncStore, Translation};
 use crate::wire::internal::{Checkpoint, OffsetSync};
 use bytes::Bytes;
@@ -21,7 +22,7 @@ use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub(super) struct CheckpointTask {
@@ -32,6 +33,8 @@ pub(super) struct CheckpointTask {
     pub(super) syncs_cluster: Arc<KafkaCluster>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
+    /// What this process copied: exact translation where it covers a group's position.
+    pub(super) runs: Arc<Mutex<Runs>>,
 }
 
 struct State {
@@ -166,10 +169,18 @@ impl CheckpointTask {
                     if committed.offset < 0 {
                         continue;
                     }
-                    let translation = if reverse {
-                        state.reverse.translate(&remote, p, committed.offset)
-                    } else {
-                        state.store.translate(&src_topic, p, committed.offset)
+                    let exact = (!reverse)
+                        .then(|| {
+                            self.runs
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .translate(&src_topic, p, committed.offset)
+                        })
+                        .flatten();
+                    let translation = match exact {
+                        Some(d) => Translation::Offset(d),
+                        None if reverse => state.reverse.translate(&remote, p, committed.offset),
+                        None => state.store.translate(&src_topic, p, committed.offset),
                     };
                     let Translation::Offset(down) = translation else {
                         continue;

@@ -14,11 +14,12 @@ use super::{EngineError, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
+use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 struct Running {
@@ -190,6 +191,7 @@ async fn replicate(
         ))),
         _ => None,
     };
+    let runs = Arc::new(Mutex::new(Runs::default()));
     let checkpoints_stop = Shutdown::default();
     let checkpoints = match &syncs_cluster {
         Some(c) if flow.emit_checkpoints.enabled => Some(tokio::spawn(
@@ -200,6 +202,7 @@ async fn replicate(
                 syncs_cluster: c.clone(),
                 metrics: metrics.clone(),
                 labels: labels.clone(),
+                runs: runs.clone(),
             }
             .run(checkpoints_stop.clone()),
         )),
@@ -212,6 +215,7 @@ async fn replicate(
         producer,
         board,
         offset_syncs: outbox,
+        runs,
         metrics: metrics.clone(),
         labels: labels.clone(),
     });

@@ -8,6 +8,7 @@ use super::positions::Board;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
+use crate::offsets::runs::Runs;
 use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
@@ -17,7 +18,7 @@ use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The longest an idle partition waits before fetching again: it bounds the latency added to
@@ -34,6 +35,8 @@ pub(super) struct Context {
     pub(super) board: Arc<Board>,
     /// Where offset syncs go (`emit.offset-syncs.enabled`).
     pub(super) offset_syncs: Option<Arc<Outbox>>,
+    /// What this process copied, for exact checkpoints.
+    pub(super) runs: Arc<Mutex<Runs>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
 }
@@ -204,6 +207,11 @@ impl PartitionTask {
                     if let Some(outbox) = &self.ctx.offset_syncs {
                         outbox.push(rules.on_batch(&ups, a.base_offset));
                     }
+                    self.ctx
+                        .runs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .record(&self.topic, self.partition, &ups, a.base_offset);
                 }
             }
         };
