@@ -1,6 +1,7 @@
 //! Consumer-group migration against real clusters: `kmirror run` writes offset syncs (MM2 format,
 //! on the source) and checkpoints (on the target); a group at a batch boundary translates
-//! exactly, and so does one inside a batch (from what this process copied); the group offset sync commits
+//! exactly, and so does one inside a batch (from what this process copied); the group offset sync
+//! leaves groups with active members on the target alone (and says so), and commits
 //! translations into the target without rewinding an offset the target holds; `kmirror offsets
 //! translate` prints them (as Java's RemoteClusterUtils.translateOffsets does), and `offsets apply` refuses while the group has active members on the
 //! target and commits once they are gone; failback (B->A) moves groups that read `A.orders` on
@@ -144,6 +145,26 @@ async fn checkpoints_group_sync_and_failover_commands() {
         .await
         .unwrap();
 
+    // A group that is consuming on B (an active member) while kmirror syncs: never touched.
+    a.commit_group_offsets("watched", &offsets(&[("orders", 0, 100)]))
+        .await
+        .unwrap();
+    let watcher = GroupMember::join(
+        b.clone(),
+        GroupConfig {
+            group_id: "watched".into(),
+            protocol_type: "consumer".into(),
+            session_timeout: Duration::from_secs(45),
+            rebalance_timeout: Duration::from_secs(45),
+        },
+        Arc::new(RangeAssignor {
+            topics: vec!["A.orders".into()],
+            partition_counts: [("A.orders".to_string(), 2)].into(),
+        }),
+    )
+    .await
+    .unwrap();
+
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mm2.properties");
     std::fs::write(
@@ -199,6 +220,22 @@ async fn checkpoints_group_sync_and_failover_commands() {
         Some(900),
         "an offset the target holds past the translation is never rewound"
     );
+    assert!(
+        checkpoints.iter().any(|c| c.group == "watched"),
+        "the active group is checkpointed"
+    );
+    assert_eq!(
+        committed(&b, "watched", "A.orders", 0).await,
+        None,
+        "a group with active members on the target is not touched"
+    );
+    let log_text = std::fs::read_to_string(dir.path().join("kmirror.log")).unwrap();
+    assert!(
+        log_text.contains("group=\"watched\"")
+            && log_text.contains("1 active member(s) on the target"),
+        "the skip is reported: {log_text}"
+    );
+    watcher.leave().await.unwrap();
     // Offset syncs in MM2's format on the source.
     let syncs: Vec<OffsetSync> = read_partition(&a, "mm2-offset-syncs.B.internal", 0)
         .await

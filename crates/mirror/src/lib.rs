@@ -12,4 +12,5 @@ pub mod names;
 pub mod offsets;
 pub mod plan;
 pub mod policy;
+pub mod topic_sync;
 pub mod wire;

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub positions_stored: Family<FlowLabels, Counter>,
     pub checkpoints: Family<FlowLabels, Counter>,
     pub group_offsets_synced: Family<FlowLabels, Counter>,
+    pub configs_synced: Family<FlowLabels, Counter>,
+    pub acls_created: Family<FlowLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -97,6 +99,8 @@ impl Metrics {
             positions_stored: Family::default(),
             checkpoints: Family::default(),
             group_offsets_synced: Family::default(),
+            configs_synced: Family::default(),
+            acls_created: Family::default(),
         };
         registry.register(
             "record_count",
@@ -164,6 +168,16 @@ impl Metrics {
             "group_offsets_synced",
             "Group partition offsets committed into the target",
             m.group_offsets_synced.clone(),
+        );
+        registry.register(
+            "topic_configs_synced",
+            "Topic config changes applied to remote topics",
+            m.configs_synced.clone(),
+        );
+        registry.register(
+            "acls_created",
+            "ACL bindings created on the target",
+            m.acls_created.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -148,6 +148,7 @@ pub fn build(
     let emit_checkpoints = periodic(&mut r, "emit.checkpoints", true, 60);
     let sync_group_offsets = periodic(&mut r, "sync.group.offsets", false, 60);
     let admin_timeout = r.millis("admin.timeout.ms", 60_000);
+    let sync_group_acls = r.bool("kmirror.sync.group.acls.enabled", false);
     let on_truncation = match r.choice("kmirror.source.truncation", "stop", &["stop", "continue"]) {
         "continue" => OnTruncation::Continue,
         _ => OnTruncation::Stop,
@@ -279,6 +280,7 @@ pub fn build(
         exactly_once,
         admin_timeout,
         on_truncation,
+        sync_group_acls,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

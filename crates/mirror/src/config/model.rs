@@ -120,6 +120,9 @@ pub struct FlowConfig {
     pub admin_timeout: Duration,
     /// `kmirror.source.truncation`: a stored position below the source's log start.
     pub on_truncation: OnTruncation,
+    /// `kmirror.sync.group.acls.enabled`: with ACL sync, also copy consumer-group READ ACLs of
+    /// groups matching `groups` (default off).
+    pub sync_group_acls: bool,
     pub clients: FlowClients,
 }
 

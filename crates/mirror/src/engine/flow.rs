@@ -10,6 +10,7 @@ use super::offset_syncs::{self, Outbox};
 use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
+use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
@@ -219,8 +220,24 @@ async fn replicate(
         metrics: metrics.clone(),
         labels: labels.clone(),
     });
+    let replicated: Replicated = Arc::default();
+    let sync_stop = Shutdown::default();
+    let topic_sync = (flow.sync_topic_configs.enabled || flow.sync_topic_acls.enabled).then(|| {
+        tokio::spawn(
+            TopicSync {
+                flow: flow.clone(),
+                source: source.clone(),
+                target: target.clone(),
+                replicated: replicated.clone(),
+                metrics: metrics.clone(),
+                labels: labels.clone(),
+            }
+            .run(sync_stop.clone()),
+        )
+    });
     let mut control = Control {
         ctx,
+        replicated,
         stored,
         running: BTreeMap::new(),
         topic_ids: HashMap::new(),
@@ -242,6 +259,10 @@ async fn replicate(
         }
         let _ = target.refresh_metadata(None).await;
     }
+    sync_stop.trigger();
+    if let Some(t) = topic_sync {
+        let _ = t.await;
+    }
     control.stop_all().await;
     writer_stop.trigger();
     let _ = writer.await;
@@ -258,6 +279,8 @@ async fn replicate(
 
 struct Control {
     ctx: Arc<Context>,
+    /// Source → remote topic of every topic being replicated (read by topic sync).
+    replicated: Replicated,
     stored: HashMap<(String, i32), i64>,
     running: BTreeMap<(String, i32), Running>,
     topic_ids: HashMap<String, TopicId>,
@@ -330,6 +353,10 @@ impl Control {
             };
             topics += 1;
             partitions += n;
+            self.replicated
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(d.source.clone(), remote.clone());
             let new_topic = !self.running.keys().any(|(t, _)| *t == d.source);
             if new_topic {
                 tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, "replicating topic");

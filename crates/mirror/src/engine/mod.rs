@@ -21,6 +21,7 @@ mod offset_syncs;
 mod partition;
 mod positions;
 pub mod remote_topics;
+mod topic_sync;
 
 pub(crate) use log_reader::read_to_end;
 
