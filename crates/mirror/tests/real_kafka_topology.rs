@@ -387,6 +387,65 @@ async fn active_active_truncation_and_same_cluster() {
     }
     assert!(!b.metadata().topics.contains_key("A.ledger.eu"));
 
+    // A source topic deleted and re-created while running: its new records are copied from
+    // the start of the new log, after the old ones.
+    ca.create_topic("recycled", 1).unwrap();
+    produce(&ca, "recycled", 100);
+    let recycle = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = recycled\n\
+         refresh.topics.interval.seconds = 1\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+         emit.heartbeats.enabled = false\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let shutdown = Shutdown::default();
+    let task = {
+        let (c, s) = (load(&recycle), shutdown.clone());
+        tokio::spawn(async move { engine::run(&c, s, Arc::new(Metrics::new())).await })
+    };
+    eventually(30, "recycled copied", || async {
+        let _ = b.refresh_metadata(None).await;
+        end(&b, "A.recycled").await == 100
+    })
+    .await;
+    a.delete_topics(&["recycled"]).await.unwrap();
+    eventually(30, "recycled deleted", || async {
+        let md = a.refresh_metadata(None).await.unwrap();
+        !md.topics.contains_key("recycled")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // a refresh sees it gone
+    ca.create_topic("recycled", 1).unwrap();
+    let input: String = (0..30).map(|i| format!("new-{i}\n")).collect();
+    let cfg = ca.client_config(None);
+    ca.tool(
+        "console-producer",
+        &[
+            "--bootstrap-server",
+            ca.bootstrap(),
+            "--command-config",
+            cfg.to_str().unwrap(),
+            "--topic",
+            "recycled",
+        ],
+        Some(input.as_bytes()),
+    )
+    .unwrap();
+    eventually(60, "the re-created topic copied", || async {
+        end(&b, "A.recycled").await == 130
+    })
+    .await;
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+    let values: Vec<String> = read_partition(&b, "A.recycled", 0)
+        .await
+        .iter()
+        .map(|(_, r)| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+        .collect();
+    assert_eq!(values[99], "recycled-99");
+    assert_eq!(values[100], "new-0");
+    assert_eq!(values[129], "new-29");
+
     // The same cluster under two aliases (two spellings of its address) is refused at start.
     let port = ca.bootstrap().rsplit(':').next().unwrap();
     let same = load(&format!(

@@ -102,7 +102,7 @@ impl CheckpointTask {
     /// Creates the checkpoints topic and reads back the checkpoints already in it, so no
     /// checkpoint moves backwards across restarts (mm2-spec §6.2).
     async fn prepare(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
-        remote_topics::create(
+        remote_topics::create_internal(
             &self.target,
             NewTopic {
                 name: topic.into(),
@@ -202,12 +202,16 @@ impl CheckpointTask {
             }
         }
         if !fresh.is_empty() {
-            if let Err(e) = self.write(topic, &fresh).await {
-                // Forget them, so they are emitted again next time.
-                for c in &fresh {
-                    state.rules.forget(&c.group, &c.topic, c.partition);
+            // In batches well below the broker's default max.message.bytes (1 MiB): a
+            // checkpoint with its commit metadata is at most a few KiB.
+            for chunk in fresh.chunks(200) {
+                if let Err(e) = self.write(topic, chunk).await {
+                    // Forget the unwritten ones, so they are emitted again next time.
+                    for c in chunk {
+                        state.rules.forget(&c.group, &c.topic, c.partition);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
             self.metrics
                 .checkpoints
@@ -273,7 +277,8 @@ impl CheckpointTask {
                 &self.source,
             ),
         };
-        if let Some(next) = read_syncs_from(cluster, &topic, state.reverse_next, |s| {
+        // Optional (failback only): a failure here must not hold up this flow's checkpoints.
+        match read_syncs_from(cluster, &topic, state.reverse_next, |s| {
             state.reverse.apply(&OffsetSync {
                 topic: s.topic,
                 partition: s.partition,
@@ -281,9 +286,13 @@ impl CheckpointTask {
                 downstream_offset: s.upstream_offset,
             })
         })
-        .await?
+        .await
         {
-            state.reverse_next = Some(next);
+            Ok(Some(next)) => state.reverse_next = Some(next),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(flow = %self.flow.id, topic, error = %e, "opposite flow's offset syncs unreadable; failback checkpoints skipped")
+            }
         }
         Ok(())
     }
@@ -313,7 +322,15 @@ impl CheckpointTask {
     /// Commits translated offsets into B for every checkpointed group with no active members
     /// there; an offset B already holds that is at or past the translation is left alone.
     async fn sync_group_offsets(&self, state: &mut State) {
-        for group in state.rules.groups() {
+        // Only groups the filter accepts and the source still has (the checkpoints read back at
+        // start may hold others, e.g. written by MM2 with other settings).
+        let groups: Vec<String> = state
+            .rules
+            .groups()
+            .into_iter()
+            .filter(|g| state.groups.contains(g))
+            .collect();
+        for group in groups {
             let outcome = self.sync_group(&group, &state.rules).await;
             let reason = match outcome {
                 Ok(None) => {

@@ -19,7 +19,7 @@ use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
@@ -52,17 +52,18 @@ pub(super) async fn run(
         ));
         (stop, task)
     });
-    if flow.replication {
-        replicate(&flow, source, target, &shutdown, &metrics, &labels).await?;
+    let result = if flow.replication {
+        replicate(&flow, source, target, &shutdown, &metrics, &labels).await
     } else {
         shutdown.wait().await;
-    }
+        Ok(())
+    };
     if let Some((stop, task)) = heartbeats {
         stop.trigger();
         let _ = task.await;
     }
     tracing::info!(flow = %name, "flow stopped");
-    Ok(())
+    result
 }
 
 /// Connects to both clusters, retrying transient failures with backoff until shutdown.
@@ -128,29 +129,29 @@ async fn replicate(
         flow: name.clone(),
         source,
     };
-    // Positions topic (MM2's Connect offsets topic) and the positions stored in it.
     let positions_topic = flow.internal.positions_topic.clone();
-    if !target.metadata().topics.contains_key(&positions_topic) {
-        remote_topics::create(
-            &target,
-            NewTopic {
-                name: positions_topic.clone(),
-                partitions: flow.internal.positions_partitions,
-                replication_factor: flow.internal.positions_replication_factor,
-                configs: vec![("cleanup.policy".into(), "compact".into())],
-            },
-        )
-        .await
-        .map_err(k)?;
-        target
-            .refresh_metadata(Some(&[positions_topic.as_str()]))
-            .await
-            .map_err(k)?;
-    }
-    let stored = positions::load(&target, &positions_topic, flow.id.source.as_str())
-        .await
-        .map_err(k)?;
-    let producer = IdempotentProducer::new(target.clone()).await.map_err(k)?;
+    // Transient failures here (a broker restarting, a coordinator loading) are retried with
+    // backoff; only what retrying cannot fix ends the flow.
+    let mut attempt = 0;
+    let Setup {
+        stored,
+        producer,
+        syncs_cluster,
+    } = loop {
+        match setup(flow, &target).await {
+            Ok(s) => break s,
+            Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                metrics.errors.get_or_create(&labels.error("setup")).inc();
+                let wait = super::backoff(attempt);
+                attempt += 1;
+                tracing::warn!(flow = %name, error = %e, retry_in = ?wait, "flow setup failed; retrying");
+                if shutdown.sleep(wait).await {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(k(e)),
+        }
+    };
     let board = Arc::new(Board::default());
     let writer_stop = Shutdown::default();
     let writer = tokio::spawn(
@@ -165,21 +166,7 @@ async fn replicate(
         )
         .run(writer_stop.clone()),
     );
-    // Offset syncs, written where offset-syncs.topic.location says (the source by default).
-    let (outbox, syncs_cluster) = if flow.internal.emit_offset_syncs {
-        let (_, side) = offset_syncs::topic_and_side(flow);
-        let cluster = match side {
-            Side::Target => target.clone(),
-            Side::Source => Arc::new(
-                KafkaCluster::connect(flow.clients.offset_syncs_producer.clone())
-                    .await
-                    .map_err(k)?,
-            ),
-        };
-        (Some(Arc::new(Outbox::default())), Some(cluster))
-    } else {
-        (None, None)
-    };
+    let outbox = syncs_cluster.is_some().then(|| Arc::new(Outbox::default()));
     let syncs_stop = Shutdown::default();
     let syncs_writer = match (&outbox, &syncs_cluster) {
         (Some(o), Some(c)) => Some(tokio::spawn(offset_syncs::run(
@@ -238,6 +225,7 @@ async fn replicate(
     let mut control = Control {
         ctx,
         replicated,
+        started: HashSet::new(),
         stored,
         running: BTreeMap::new(),
         topic_ids: HashMap::new(),
@@ -277,10 +265,59 @@ async fn replicate(
     Ok(())
 }
 
+/// What a flow loads before it copies anything.
+struct Setup {
+    stored: HashMap<(String, i32), i64>,
+    producer: Arc<IdempotentProducer>,
+    /// The cluster of the offset-syncs topic, when syncs are emitted.
+    syncs_cluster: Option<Arc<KafkaCluster>>,
+}
+
+async fn setup(flow: &FlowConfig, target: &Arc<KafkaCluster>) -> Result<Setup, KafkaError> {
+    // Positions topic (MM2's Connect offsets topic) and the positions stored in it.
+    let positions_topic = &flow.internal.positions_topic;
+    if !target.metadata().topics.contains_key(positions_topic) {
+        remote_topics::create_internal(
+            target,
+            NewTopic {
+                name: positions_topic.clone(),
+                partitions: flow.internal.positions_partitions,
+                replication_factor: flow.internal.positions_replication_factor,
+                configs: vec![("cleanup.policy".into(), "compact".into())],
+            },
+        )
+        .await?;
+        target
+            .refresh_metadata(Some(&[positions_topic.as_str()]))
+            .await?;
+    }
+    let stored = positions::load(target, positions_topic, flow.id.source.as_str()).await?;
+    let producer = IdempotentProducer::new(target.clone()).await?;
+    // Offset syncs, written where offset-syncs.topic.location says (the source by default).
+    let syncs_cluster = if flow.internal.emit_offset_syncs {
+        let (_, side) = offset_syncs::topic_and_side(flow);
+        Some(match side {
+            Side::Target => target.clone(),
+            Side::Source => {
+                Arc::new(KafkaCluster::connect(flow.clients.offset_syncs_producer.clone()).await?)
+            }
+        })
+    } else {
+        None
+    };
+    Ok(Setup {
+        stored,
+        producer,
+        syncs_cluster,
+    })
+}
+
 struct Control {
     ctx: Arc<Context>,
     /// Source → remote topic of every topic being replicated (read by topic sync).
     replicated: Replicated,
+    /// Partitions started before in this flow (a restarted one needs its own producer id).
+    started: HashSet<(String, i32)>,
     stored: HashMap<(String, i32), i64>,
     running: BTreeMap<(String, i32), Running>,
     topic_ids: HashMap<String, TopicId>,
@@ -311,7 +348,7 @@ impl Control {
             let n = t.partitions.len() as i32;
             if let Some(old) = self.topic_ids.get(&d.source) {
                 if *old != t.id && !t.id.is_nil() {
-                    self.recreated(&d.source, *old, t.id);
+                    self.recreated(&d.source, *old, t.id).await;
                 }
             }
             self.topic_ids.insert(d.source.clone(), t.id);
@@ -412,6 +449,8 @@ impl Control {
             partition: key.1,
             stored: self.stored.get(&key).copied(),
             stop: stop.clone(),
+            // The shared producer id already holds sequence numbers for this partition.
+            own_producer: !self.started.insert(key.clone()),
         };
         self.running.insert(
             key,
@@ -422,11 +461,30 @@ impl Control {
         );
     }
 
-    /// A source topic deleted and re-created: its partitions' positions and remote data belong to
-    /// the old topic. Report it; the partition tasks stop on their own when the stored position
-    /// is beyond the new log's end (and copy the new records otherwise).
-    fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) {
-        tracing::error!(flow = %self.ctx.flow.id, topic, old_topic_id = %old, new_topic_id = %new, "source topic was deleted and re-created; its remote topic keeps the old records and positions may not match the new log");
+    /// A source topic deleted and re-created: positions and translation runs belong to the old
+    /// log. Its tasks are stopped and start again on the new log from `auto.offset.reset`
+    /// (earliest by default); the remote topic keeps the old records, followed by the new ones.
+    async fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) {
+        tracing::error!(flow = %self.ctx.flow.id, topic, old_topic_id = %old, new_topic_id = %new, "source topic was deleted and re-created; copying the new topic from its start (the remote topic keeps the old records)");
+        let keys: Vec<(String, i32)> = self
+            .running
+            .keys()
+            .filter(|(t, _)| t == topic)
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(r) = self.running.remove(&key) {
+                r.stop.trigger();
+                let _ = r.task.await;
+            }
+        }
+        self.stored.retain(|(t, _), _| t != topic);
+        self.ctx.board.forget(topic);
+        self.ctx
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(topic);
         self.ctx
             .metrics
             .errors

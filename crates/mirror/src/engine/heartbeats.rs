@@ -28,7 +28,7 @@ pub(super) async fn emit(
         let result = async {
             if !created {
                 // MM2 creates the topic at start; one that already exists is fine.
-                remote_topics::create(
+                remote_topics::create_internal(
                     &target,
                     NewTopic {
                         name: topic.clone(),

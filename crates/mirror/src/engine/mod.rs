@@ -84,24 +84,23 @@ pub async fn run(
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
 ) -> Result<(), EngineError> {
-    let mut tasks = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for flow in config.served_flows() {
         if !flow.replication && !flow.emit_heartbeats.enabled {
             continue;
         }
         let flow = flow.clone();
         let (shutdown, metrics) = (shutdown.clone(), metrics.clone());
-        tasks.push(tokio::spawn(async move {
-            flow::run(flow, shutdown, metrics).await
-        }));
+        tasks.spawn(async move { flow::run(flow, shutdown, metrics).await });
     }
     let mut first_error = None;
-    for t in tasks {
-        match t.await {
+    // As flows end: one that cannot run (same cluster twice, bad credentials) stops the others
+    // at once, since an operator must fix the configuration.
+    while let Some(ended) = tasks.join_next().await {
+        match ended {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                // A flow that cannot run (same cluster twice, bad credentials) stops the process:
-                // an operator must fix the configuration.
+                tracing::error!(error = %e, "flow failed; stopping");
                 shutdown.trigger();
                 first_error.get_or_insert(e);
             }

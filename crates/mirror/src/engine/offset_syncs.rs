@@ -16,8 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(super) const INTERVAL: Duration = Duration::from_millis(100);
-/// Syncs per produce request at most (a record is about 40 bytes).
-const PER_REQUEST: usize = 10_000;
+/// Syncs per produce request at most: a sync is 28 bytes plus its topic name (≤ 249), so a
+/// request stays well below the broker's default max.message.bytes (1 MiB).
+const PER_REQUEST: usize = 2_000;
+/// Syncs queued at most; older ones are dropped first (safe: a missing sync only makes
+/// translation less precise, never wrong).
+const MAX_QUEUED: usize = 200_000;
 
 /// The name of a flow's offset-syncs topic and the side it lives on.
 pub(super) fn topic_and_side(flow: &FlowConfig) -> (String, Side) {
@@ -39,10 +43,12 @@ pub(super) struct Outbox {
 impl Outbox {
     pub(super) fn push(&self, syncs: Vec<OffsetSync>) {
         if !syncs.is_empty() {
-            self.queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(syncs);
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.extend(syncs);
+            if q.len() > MAX_QUEUED {
+                let excess = q.len() - MAX_QUEUED;
+                q.drain(..excess);
+            }
         }
     }
     fn take(&self, max: usize) -> Vec<OffsetSync> {
@@ -53,6 +59,10 @@ impl Outbox {
     fn put_back(&self, mut syncs: Vec<OffsetSync>) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         syncs.append(&mut q);
+        if syncs.len() > MAX_QUEUED {
+            let excess = syncs.len() - MAX_QUEUED;
+            syncs.drain(..excess);
+        }
         *q = syncs;
     }
 }
@@ -78,7 +88,7 @@ pub(super) async fn run(
             }
             let result = async {
                 if !created {
-                    remote_topics::create(
+                    remote_topics::create_internal(
                         &cluster,
                         NewTopic {
                             name: topic.clone(),

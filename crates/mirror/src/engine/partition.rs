@@ -77,6 +77,9 @@ pub(super) struct PartitionTask {
     pub(super) partition: i32,
     pub(super) stored: Option<i64>,
     pub(super) stop: Shutdown,
+    /// Start with a producer id of its own (the partition was copied before in this process,
+    /// so the shared producer id's sequence for it has moved on).
+    pub(super) own_producer: bool,
 }
 
 struct Gauges {
@@ -133,12 +136,35 @@ impl PartitionTask {
         };
         let mut acked_through = self.stored.filter(|o| *o >= 0);
         let mut producer = self.ctx.producer.clone();
+        if self.own_producer {
+            loop {
+                match IdempotentProducer::new(self.ctx.target.clone()).await {
+                    Ok(p) => {
+                        producer = p;
+                        break;
+                    }
+                    Err(e) => {
+                        let mut attempt = 0;
+                        if self.retry_wait(&e, &mut attempt).await {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
         let mut attempt = 0u32;
+        // Without a stored position the start is looked up once: a retry before the first
+        // acknowledgement must not jump to a newer `latest` and skip what arrived meanwhile.
+        let mut start: Option<i64> = None;
         loop {
-            let next = match acked_through {
-                Some(o) => o + 1,
-                None => match self.start_offset().await {
-                    Ok(o) => o,
+            let next = match (acked_through, start) {
+                (Some(o), _) => o + 1,
+                (None, Some(s)) => s,
+                (None, None) => match self.start_offset().await {
+                    Ok(o) => {
+                        start = Some(o);
+                        o
+                    }
                     Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                         if self.retry_wait(&e, &mut attempt).await {
                             return Ok(());
@@ -154,6 +180,9 @@ impl PartitionTask {
             {
                 Ok(()) => return Ok(()),
                 Err(Failure::Retry(e)) => {
+                    if acked_through.map(|o| o + 1) != Some(next) && acked_through.is_some() {
+                        attempt = 0; // progress since the last failure: back off from the start
+                    }
                     if self.retry_wait(&e, &mut attempt).await {
                         return Ok(());
                     }
@@ -274,6 +303,8 @@ impl PartitionTask {
                 }
             };
             for b in batches {
+                // (batch, its records' source offsets, the tag: the source offset the position
+                // may move to once the target acknowledged it)
                 let (sent, reencoded) =
                     if b.base_offset() >= next && b.offsets_contiguous() && !b.is_log_append_time()
                     {
@@ -281,23 +312,20 @@ impl PartitionTask {
                             first: b.base_offset(),
                             count: b.record_count() as i64,
                         };
-                        (Some((b.clone(), ups)), false)
+                        (vec![(b.clone(), ups, b.last_offset())], false)
                     } else {
                         (self.reencode(b, next, codec)?, true)
                     };
-                if let Some((batch, ups)) = sent {
+                for (batch, ups, tag) in sent {
                     in_flight.push_back(ups);
                     let size = batch.bytes().len() as u64;
-                    let acked = lane
-                        .send(b.last_offset(), batch)
-                        .await
-                        .map_err(|e| match e {
-                            // Refused before sending: this batch, not an earlier one.
-                            KafkaError::BatchTooLarge { .. } => {
-                                self.lane_failure(&Some(b.base_offset() - 1), start, e)
-                            }
-                            e => self.lane_failure(acked_through, start, e),
-                        })?;
+                    let acked = lane.send(tag, batch).await.map_err(|e| match e {
+                        // Refused before sending: this batch, not an earlier one.
+                        KafkaError::BatchTooLarge { .. } => {
+                            self.lane_failure(&Some(b.base_offset() - 1), start, e)
+                        }
+                        e => self.lane_failure(acked_through, start, e),
+                    })?;
                     report(acked, acked_through, &mut in_flight);
                     g.bytes.inc_by(size);
                     if reencoded {
@@ -345,40 +373,60 @@ impl PartitionTask {
 
     /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
     /// codec. None when nothing is left.
+    /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
+    /// codec, in as many batches as `max.request.size` needs (a compressed source batch may not
+    /// fit once re-encoded with another codec). The last batch carries the source batch's last
+    /// offset as its tag, so the position passes records compaction removed at its end.
     fn reencode(
         &self,
         b: &RawBatch,
         next: i64,
         codec: Codec,
-    ) -> Result<Option<(RawBatch, SourceOffsets)>, Failure> {
-        let mut ups = Vec::new();
+    ) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+        let bad = |e: String| Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e)));
         let kept: Vec<Record> = decode_batch(b)
-            .map_err(|e| {
-                Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
-            })?
+            .map_err(|e| bad(e.to_string()))?
             .into_iter()
             .filter(|r| r.offset >= next)
-            .enumerate()
-            .map(|(i, mut r)| {
-                ups.push(r.offset);
-                r.offset = i as i64;
-                r
-            })
             .collect();
-        if kept.is_empty() {
-            return Ok(None);
+        let limit = self.ctx.flow.clients.producer_tuning.max_request_size as usize;
+        let mut out = Vec::new();
+        let mut pending: Vec<&[Record]> = vec![&kept[..]];
+        while let Some(chunk) = pending.pop() {
+            if chunk.is_empty() {
+                continue;
+            }
+            let renumbered: Vec<Record> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Record {
+                    offset: i as i64,
+                    ..r.clone()
+                })
+                .collect();
+            let batch = encode_batch(
+                &renumbered,
+                &BatchOptions {
+                    codec,
+                    ..BatchOptions::default()
+                },
+            )
+            .map_err(|e| bad(e.to_string()))?;
+            if batch.bytes().len() > limit && chunk.len() > 1 {
+                // Halves, the second pushed first so the first is encoded next.
+                let (left, right) = chunk.split_at(chunk.len() / 2);
+                pending.push(right);
+                pending.push(left);
+                continue;
+            }
+            let ups: Vec<i64> = chunk.iter().map(|r| r.offset).collect();
+            let tag = *ups.last().expect("non-empty chunk");
+            out.push((batch, SourceOffsets::Listed(ups), tag));
         }
-        let batch = encode_batch(
-            &kept,
-            &BatchOptions {
-                codec,
-                ..BatchOptions::default()
-            },
-        )
-        .map_err(|e| {
-            Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e.to_string())))
-        })?;
-        Ok(Some((batch, SourceOffsets::Listed(ups))))
+        if let Some(last) = out.last_mut() {
+            last.2 = b.last_offset();
+        }
+        Ok(out)
     }
 
     async fn start_offset(&self) -> Result<i64, KafkaError> {

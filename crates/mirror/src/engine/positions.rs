@@ -69,6 +69,14 @@ impl Board {
         }
     }
 
+    /// Drops a topic's positions (it was re-created: its old offsets mean nothing now).
+    pub(super) fn forget(&self, topic: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(t, _), _| t != topic);
+    }
+
     /// The positions not stored yet (marked stored; [`Board::unstored`] puts back failures).
     fn take_dirty(&self) -> Vec<(String, i32, i64)> {
         let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());

@@ -106,6 +106,25 @@ pub async fn cleanup_policy_mismatch(
     Ok((s != t).then_some((s, t)))
 }
 
+/// Creates one of kmirror's (MM2's) internal topics. As MM2 does (KAFKA-15465, mm2-spec §2), a
+/// refusal for lack of permission or an old broker is taken to mean the operator created the
+/// topic: later reads and writes tell if it is really missing.
+pub async fn create_internal(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
+    use kafka_protocol::error::ResponseError::*;
+    let name = topic.name.clone();
+    match create(k, topic).await {
+        Err(KafkaError::Broker {
+            error: e @ (TopicAuthorizationFailed | ClusterAuthorizationFailed | UnsupportedVersion),
+            ..
+        }) => {
+            tracing::debug!(topic = %name, error = ?e, "cannot create internal topic; assuming it exists");
+            Ok(false)
+        }
+        Err(KafkaError::UnsupportedVersion { .. }) => Ok(false),
+        other => other,
+    }
+}
+
 /// Creates a topic; false if it already existed (another process or a race).
 pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
     let result = k.create_topics(&[topic], false).await?.into_iter().next();

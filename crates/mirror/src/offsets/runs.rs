@@ -84,6 +84,11 @@ impl Runs {
         }
     }
 
+    /// Drops a topic's runs (it was re-created).
+    pub fn forget(&mut self, topic: &str) {
+        self.partitions.retain(|(t, _), _| t != topic);
+    }
+
     /// The exact target offset for a group at source offset `g`, when this process copied the
     /// records around it: the target offset of the first copied record at or after `g`, or the
     /// next target offset when the group is past everything copied.
