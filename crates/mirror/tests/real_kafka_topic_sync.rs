@@ -1,8 +1,10 @@
 //! Topic config and ACL sync between two SASL clusters with an authorizer, checked with the Java
 //! kafka-configs and kafka-acls tools: the source's topic configs (minus excluded keys) arrive on
 //! the target and follow changes; topic ACLs follow MM2's rules (WRITE dropped, ALL as READ);
-//! with kmirror.sync.group.acls.enabled the group's READ ACL too, so a user allowed to read
-//! `orders` on A consumes `A.orders` on B with the same group.
+//! with kmirror.sync.group.acls.enabled the group's READ ACL too, so a SCRAM user allowed to
+//! read `orders` on A consumes `A.orders` on B with the same group. Then kmirror runs as an
+//! ordinary user holding only the ACLs docs/permissions.md lists, and everything works; without
+//! some of them, each missing permission is reported once and replication goes on.
 
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_mirror::config::mm2;
@@ -42,9 +44,15 @@ fn jaas(c: &Cluster) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configs_and_acls_follow_the_source() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let (ca, cb) = std::thread::scope(|s| {
-        let a = s.spawn(|| Cluster::start("sync-a", Security::SaslAcl).unwrap());
-        let b = s.spawn(|| Cluster::start("sync-b", Security::SaslAcl).unwrap());
+        let a = s.spawn(|| Cluster::start("sync-a", Security::ScramAcl).unwrap());
+        let b = s.spawn(|| Cluster::start("sync-b", Security::ScramAcl).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
     admin_tool(
@@ -245,8 +253,9 @@ async fn configs_and_acls_follow_the_source() {
         });
     }
 
-    // alice, with the same password on both clusters, reads A.orders on B in group billing.
-    let alice = cb.client_config(Some("alice"));
+    // alice, a SCRAM user with the same password on both clusters, reads A.orders on B in
+    // group billing.
+    let alice = cb.client_config(Some("alice-scram512"));
     let out = cb
         .tool_output(
             "console-consumer",
@@ -279,9 +288,355 @@ async fn configs_and_acls_follow_the_source() {
     task.await.unwrap().unwrap();
     assert!(metrics.sum("kmirror_acls_created_total", &[]) >= 3.0);
     assert!(metrics.sum("kmirror_topic_configs_synced_total", &[]) >= 2.0);
-    // The admin used by the harness is a super user: no permission errors.
     let b = KafkaCluster::connect(cb.client_settings(None))
         .await
         .unwrap();
     assert!(b.metadata().topics.contains_key("A.orders"));
+
+    // kmirror as alice, with exactly the ACLs docs/permissions.md lists (principal User:alice).
+    let grant = |c: &Cluster, args: &[&str]| {
+        let mut all = vec!["--add", "--allow-principal", "User:alice"];
+        all.extend(args);
+        admin_tool(c, "acls", &all);
+    };
+    let ops = |list: &[&'static str]| -> Vec<&'static str> {
+        list.iter().flat_map(|o| ["--operation", *o]).collect()
+    };
+    admin_tool(
+        &ca,
+        "topics",
+        &[
+            "--create",
+            "--topic",
+            "invoices",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+        ],
+    );
+    grant(
+        &ca,
+        &[
+            ops(&["Describe", "Read", "DescribeConfigs"]),
+            vec!["--topic", "invoices"],
+        ]
+        .concat(),
+    );
+    grant(
+        &ca,
+        &[
+            ops(&["Create", "Describe", "Write", "Read"]),
+            vec!["--topic", "mm2-offset-syncs.B.internal"],
+        ]
+        .concat(),
+    );
+    grant(&ca, &[ops(&["Describe"]), vec!["--group", "*"]].concat());
+    grant(&ca, &[ops(&["Describe"]), vec!["--cluster"]].concat());
+    grant(
+        &cb,
+        &[
+            ops(&[
+                "Create",
+                "Describe",
+                "Write",
+                "Alter",
+                "Read",
+                "DescribeConfigs",
+                "AlterConfigs",
+            ]),
+            vec!["--topic", "A.", "--resource-pattern-type", "prefixed"],
+        ]
+        .concat(),
+    );
+    grant(
+        &cb,
+        &[
+            ops(&["Create", "Describe", "Write", "Read"]),
+            vec![
+                "--topic",
+                "mm2-offsets.A.internal",
+                "--topic",
+                "A.checkpoints.internal",
+                "--topic",
+                "heartbeats",
+            ],
+        ]
+        .concat(),
+    );
+    grant(
+        &cb,
+        &[ops(&["Describe", "Read"]), vec!["--group", "*"]].concat(),
+    );
+    grant(
+        &cb,
+        &[
+            ops(&["Describe", "Alter", "IdempotentWrite"]),
+            vec!["--cluster"],
+        ]
+        .concat(),
+    );
+    let input: String = (0..50).map(|i| format!("invoice-{i}\n")).collect();
+    ca.tool(
+        "console-producer",
+        &[
+            "--bootstrap-server",
+            ca.bootstrap(),
+            "--command-config",
+            cfg.to_str().unwrap(),
+            "--topic",
+            "invoices",
+        ],
+        Some(input.as_bytes()),
+    )
+    .unwrap();
+    let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"alice-secret\";";
+    let text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+         security.protocol = SASL_PLAINTEXT\nsasl.mechanism = SCRAM-SHA-512\nsasl.jaas.config = {scram}\n\
+         A->B.enabled = true\nA->B.topics = invoices\nA->B.groups = billing\nB->A.emit.heartbeats.enabled = false\n\
+         sync.topic.configs.interval.seconds = 1\nsync.topic.acls.interval.seconds = 1\n\
+         emit.checkpoints.interval.seconds = 1\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+         heartbeats.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let config = mm2::load(
+        &Properties::parse(&text, "alice.properties").unwrap(),
+        &[],
+        &SystemEnvironment,
+    )
+    .unwrap();
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (c, s, m) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
+    };
+    let t0 = Instant::now();
+    loop {
+        let _ = b.refresh_metadata(None).await;
+        let copied = b
+            .list_offset(
+                "A.invoices",
+                0,
+                kmirror_kafka::cluster::LATEST,
+                kmirror_kafka::IsolationLevel::ReadCommitted,
+            )
+            .await
+            .unwrap_or(0);
+        if copied == 50 && metrics.sum("kmirror_heartbeats_total", &[]) >= 2.0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "as alice: {copied} copied\n{}",
+            metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // a few sync rounds
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[]),
+        0.0,
+        "no permission is missing:\n{}",
+        metrics.render()
+    );
+    assert!(
+        admin_tool(&cb, "acls", &["--list", "--topic", "A.invoices"]).contains("User:alice"),
+        "ACL sync worked as alice"
+    );
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+
+    // bob holds the data permissions but neither ALTER_CONFIGS on the remote topics nor ALTER on
+    // B's cluster: each missing permission is reported once, and replication goes on.
+    let grant = |c: &Cluster, args: &[&str]| {
+        let mut all = vec!["--add", "--allow-principal", "User:bob"];
+        all.extend(args);
+        admin_tool(c, "acls", &all);
+    };
+    admin_tool(
+        &ca,
+        "topics",
+        &[
+            "--create",
+            "--topic",
+            "receipts",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=1000000",
+        ],
+    );
+    grant(
+        &ca,
+        &[
+            ops(&["Describe", "Read", "DescribeConfigs"]),
+            vec!["--topic", "receipts"],
+        ]
+        .concat(),
+    );
+    grant(
+        &ca,
+        &[
+            ops(&["Create", "Describe", "Write", "Read"]),
+            vec!["--topic", "mm2-offset-syncs.B.internal"],
+        ]
+        .concat(),
+    );
+    grant(&ca, &[ops(&["Describe"]), vec!["--group", "*"]].concat());
+    grant(&ca, &[ops(&["Describe"]), vec!["--cluster"]].concat());
+    grant(
+        &cb,
+        &[
+            ops(&[
+                "Create",
+                "Describe",
+                "Write",
+                "Alter",
+                "Read",
+                "DescribeConfigs",
+            ]),
+            vec!["--topic", "A.", "--resource-pattern-type", "prefixed"],
+        ]
+        .concat(),
+    );
+    grant(
+        &cb,
+        &[
+            ops(&["Create", "Describe", "Write", "Read"]),
+            vec![
+                "--topic",
+                "mm2-offsets.A.internal",
+                "--topic",
+                "A.checkpoints.internal",
+                "--topic",
+                "heartbeats",
+            ],
+        ]
+        .concat(),
+    );
+    grant(
+        &cb,
+        &[ops(&["Describe", "Read"]), vec!["--group", "*"]].concat(),
+    );
+    grant(
+        &cb,
+        &[ops(&["Describe", "IdempotentWrite"]), vec!["--cluster"]].concat(),
+    );
+    acl(
+        &ca,
+        &[
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--topic",
+            "receipts",
+        ],
+    );
+    let bob = text
+        .replace(
+            "username=\"alice\" password=\"alice-secret\"",
+            "username=\"bob\" password=\"bob-secret\"",
+        )
+        .replace("A->B.topics = invoices", "A->B.topics = receipts");
+    let config = mm2::load(
+        &Properties::parse(&bob, "bob.properties").unwrap(),
+        &[],
+        &SystemEnvironment,
+    )
+    .unwrap();
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (c, s, m) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
+    };
+    ca.tool(
+        "console-producer",
+        &[
+            "--bootstrap-server",
+            ca.bootstrap(),
+            "--command-config",
+            cfg.to_str().unwrap(),
+            "--topic",
+            "receipts",
+        ],
+        Some(b"r-1\nr-2\nr-3\n"),
+    )
+    .unwrap();
+    // The remote topic exists and has the data; then a config change on A it cannot apply.
+    let t0 = Instant::now();
+    while b
+        .list_offset(
+            "A.receipts",
+            0,
+            kmirror_kafka::cluster::LATEST,
+            kmirror_kafka::IsolationLevel::ReadCommitted,
+        )
+        .await
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "as bob: not copied\n{}",
+            metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    admin_tool(
+        &ca,
+        "configs",
+        &[
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "receipts",
+            "--add-config",
+            "retention.ms=2000000",
+        ],
+    );
+    let t0 = Instant::now();
+    loop {
+        let copied = b
+            .list_offset(
+                "A.receipts",
+                0,
+                kmirror_kafka::cluster::LATEST,
+                kmirror_kafka::IsolationLevel::ReadCommitted,
+            )
+            .await
+            .unwrap_or(0);
+        let reported = metrics.sum("kmirror_errors_total", &[("kind", "acl_sync")]) >= 1.0
+            && metrics.sum("kmirror_errors_total", &[("kind", "config_sync")]) >= 1.0;
+        if copied == 3 && reported {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "as bob: {copied} copied\n{}",
+            metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // three more sync rounds
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[("kind", "acl_sync")]),
+        1.0,
+        "reported once"
+    );
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[("kind", "config_sync")]),
+        1.0,
+        "reported once"
+    );
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
 }

@@ -41,6 +41,8 @@ pub enum Security {
     Scram,
     /// SASL/PLAIN with the StandardAuthorizer; `admin` is a super user, nobody else has rights.
     SaslAcl,
+    /// As SaslAcl, with SCRAM-SHA-256/512 users as well.
+    ScramAcl,
     /// TLS with a test CA.
     Ssl,
     /// TLS requiring a client certificate.
@@ -56,6 +58,7 @@ impl Security {
             Security::SaslPlain => &["--sasl"],
             Security::Scram => &["--scram"],
             Security::SaslAcl => &["--acl"],
+            Security::ScramAcl => &["--scram", "--acl"],
             Security::Ssl => &["--ssl"],
             Security::Mtls => &["--mtls"],
             Security::SaslSsl => &["--ssl", "--sasl"],

@@ -96,7 +96,12 @@ impl TopicSync {
                 Ok(x) => x,
                 Err((op, cluster, e)) => {
                     let msg = format!("topic config sync: cannot {op} the configs of a topic on {cluster} (needs DESCRIBE_CONFIGS on the topic): {e}");
-                    self.report(state, "config_sync", format!("{cluster}:{e}"), &msg);
+                    self.report(
+                        state,
+                        "config_sync",
+                        format!("describe:{cluster}:{}", cause(&e)),
+                        &msg,
+                    );
                     continue;
                 }
             };
@@ -132,7 +137,12 @@ impl TopicSync {
                 Err(e) => {
                     let cluster = self.flow.id.target.to_string();
                     let msg = format!("topic config sync: cannot alter configs of {remote} on {cluster} (needs ALTER_CONFIGS on the topic): {e}");
-                    self.report(state, "config_sync", format!("alter:{cluster}:{e}"), &msg);
+                    self.report(
+                        state,
+                        "config_sync",
+                        format!("alter:{cluster}:{}", cause(&e)),
+                        &msg,
+                    );
                 }
             }
         }
@@ -181,7 +191,7 @@ impl TopicSync {
             }
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.source);
-                self.report(state, "acl_sync", format!("describe:{e}"), &msg);
+                self.report(state, "acl_sync", format!("describe:{}", cause(&e)), &msg);
                 return;
             }
         };
@@ -197,7 +207,7 @@ impl TopicSync {
                         "ACL sync: cannot describe group ACLs on {}: {e}",
                         self.flow.id.source
                     );
-                    self.report(state, "acl_sync", format!("groups:{e}"), &msg);
+                    self.report(state, "acl_sync", format!("groups:{}", cause(&e)), &msg);
                 }
             }
         }
@@ -210,7 +220,7 @@ impl TopicSync {
             Ok(b) => b.into_iter().collect(),
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.target);
-                self.report(state, "acl_sync", format!("target:{e}"), &msg);
+                self.report(state, "acl_sync", format!("target:{}", cause(&e)), &msg);
                 return;
             }
         };
@@ -234,7 +244,7 @@ impl TopicSync {
                     "ACL sync: cannot create ACLs on {} (needs ALTER on the CLUSTER resource): {e}",
                     self.flow.id.target
                 );
-                self.report(state, "acl_sync", format!("create:{e}"), &msg);
+                self.report(state, "acl_sync", format!("create:{}", cause(&e)), &msg);
             }
         }
     }
@@ -246,4 +256,13 @@ fn is_error(e: &KafkaError, code: ResponseError) -> bool {
 
 fn is_invalid(e: &KafkaError) -> bool {
     is_error(e, ResponseError::InvalidConfig) || is_error(e, ResponseError::InvalidRequest)
+}
+
+/// What a failure is about, without the details that vary from call to call (broker address,
+/// message text), so each cause is reported once.
+fn cause(e: &KafkaError) -> String {
+    match e {
+        KafkaError::Broker { api, error, .. } => format!("{api:?}:{error:?}"),
+        other => other.to_string(),
+    }
 }
