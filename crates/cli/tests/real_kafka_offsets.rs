@@ -14,7 +14,7 @@ use kmirror_kafka::group::consumer_protocol::RangeAssignor;
 use kmirror_kafka::group::{GroupConfig, GroupMember};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_mirror::wire::internal::{Checkpoint, OffsetSync};
-use kmirror_testkit::{read_partition, Cluster, Security};
+use kmirror_testkit::{eventually, read_partition, Cluster, Security};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -42,21 +42,6 @@ async fn committed(k: &KafkaCluster, group: &str, topic: &str, p: i32) -> Option
         .get(topic)?
         .get(&p)
         .map(|c| c.offset)
-}
-
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let t0 = Instant::now();
-    while !check().await {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 fn kmirror(args: &[&str]) -> std::process::Output {

@@ -142,12 +142,7 @@ async fn assert_same(a: &KafkaCluster, b: &KafkaCluster, src: &str, dst: &str, p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() {
     // Engine logs on failure (RUST_LOG=kmirror_mirror=debug for more).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    kmirror_testkit::init_logging();
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("eng-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("eng-b", Security::Plaintext).unwrap());

@@ -44,12 +44,7 @@ fn jaas(c: &Cluster) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configs_and_acls_follow_the_source() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    kmirror_testkit::init_logging();
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("sync-a", Security::ScramAcl).unwrap());
         let b = s.spawn(|| Cluster::start("sync-b", Security::ScramAcl).unwrap());

@@ -16,9 +16,9 @@ use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::engine::{self, EngineError, Shutdown};
 use kmirror_mirror::metrics::Metrics;
-use kmirror_testkit::{read_partition, Cluster, Security};
+use kmirror_testkit::{eventually, read_partition, Cluster, Security};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn load(text: &str) -> MirrorConfig {
     mm2::load(
@@ -53,30 +53,9 @@ async fn end(k: &KafkaCluster, topic: &str) -> i64 {
         .unwrap_or(-1)
 }
 
-/// Polls `check` every 300 ms for up to `secs` seconds.
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let t0 = Instant::now();
-    while !check().await {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_active_truncation_and_same_cluster() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    kmirror_testkit::init_logging();
     let (ca, cb) = std::thread::scope(|s| {
         // The log cleaner runs every half second, so a compacted topic gets gaps quickly.
         let a = s.spawn(|| {

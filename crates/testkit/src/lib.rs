@@ -588,3 +588,30 @@ pub async fn read_partition(
     }
     out
 }
+
+/// Polls `check` every 300 ms until it holds; fails the test after `secs` seconds, naming `what`.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    while !check().await {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs} s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Logs of the code under test, through the test writer (shown for failing tests), filtered by
+/// RUST_LOG (default `info`).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
