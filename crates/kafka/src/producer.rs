@@ -324,7 +324,16 @@ impl PartitionLane {
         loop {
             match self.outcome().await {
                 Outcome::Acked(base_offset) => {
-                    let e = self.in_flight.pop_front().expect("an entry was in flight");
+                    let Some(e) = self.in_flight.pop_front() else {
+                        return Err(KafkaError::Protocol {
+                            broker: String::new(),
+                            api: ApiKey::Produce,
+                            message: format!(
+                                "{}-{}: an acknowledgement with nothing in flight",
+                                self.topic, self.partition
+                            ),
+                        });
+                    };
                     self.acked_end = Some(base_offset + e.batch.last_offset_delta() as i64 + 1);
                     return Ok(Acked {
                         tag: e.tag,
@@ -367,10 +376,10 @@ impl PartitionLane {
                     // A restarted broker deduplicates only the last batch of a producer, so
                     // first find in the log which unacknowledged batches were written.
                     match self.resolve_from_log().await {
-                        Ok(found) if !found.is_empty() => {
-                            return Ok(found.into_iter().next().expect("non-empty"))
-                        }
-                        Ok(_) => self.resend_all().await,
+                        Ok(found) => match found.into_iter().next() {
+                            Some(first) => return Ok(first),
+                            None => self.resend_all().await,
+                        },
                         Err(err) => {
                             tracing::debug!(error = %err, "cannot read the log yet; will retry")
                         }
@@ -426,7 +435,9 @@ impl PartitionLane {
             let Some(&base_offset) = written.get(&front.sequence) else {
                 break;
             };
-            let e = self.in_flight.pop_front().expect("front exists");
+            let Some(e) = self.in_flight.pop_front() else {
+                break;
+            };
             self.acked_end = Some(base_offset + e.batch.last_offset_delta() as i64 + 1);
             found.push(Acked {
                 tag: e.tag,

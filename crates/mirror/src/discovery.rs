@@ -63,20 +63,7 @@ pub fn decide<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::mm2;
-    use crate::config::properties::Properties;
-    use crate::config::providers::SystemEnvironment;
-
-    fn flow(extra: &str) -> FlowConfig {
-        let text = format!("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n{extra}");
-        let c = mm2::load(
-            &Properties::parse(&text, "t").unwrap(),
-            &[],
-            &SystemEnvironment,
-        )
-        .unwrap();
-        c.flows.into_iter().find(|f| f.replication).unwrap()
-    }
+    use crate::test_support::flow;
 
     fn table(f: &FlowConfig, topics: &[&str]) -> Vec<(String, Option<String>, Option<Skip>)> {
         decide(f, topics.iter().copied())

@@ -14,3 +14,6 @@ pub mod plan;
 pub mod policy;
 pub mod topic_sync;
 pub mod wire;
+
+#[cfg(test)]
+mod test_support;

@@ -134,29 +134,13 @@ pub fn group_acls(flow: &FlowConfig, source: &[AclBinding]) -> Vec<AclBinding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::mm2;
-    use crate::config::properties::Properties;
-    use crate::config::providers::SystemEnvironment;
+    use crate::test_support::entry;
 
     fn flow(extra: &str) -> FlowConfig {
-        let text = format!("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\nA->B.topics = orders, pay.*\n{extra}");
-        let c = mm2::load(
-            &Properties::parse(&text, "t").unwrap(),
-            &[],
-            &SystemEnvironment,
-        )
-        .unwrap();
-        c.flows.into_iter().find(|f| f.replication).unwrap()
-    }
-
-    fn entry(name: &str, value: &str, source: i8) -> ConfigEntry {
-        ConfigEntry {
-            name: name.into(),
-            value: Some(value.into()),
-            source,
-            read_only: false,
-            sensitive: false,
-        }
+        crate::test_support::flow(&format!(
+            "A->B.topics = orders, pay.*
+{extra}"
+        ))
     }
 
     #[test]

@@ -420,7 +420,7 @@ impl PartitionTask {
                 continue;
             }
             let ups: Vec<i64> = chunk.iter().map(|r| r.offset).collect();
-            let tag = *ups.last().expect("non-empty chunk");
+            let Some(&tag) = ups.last() else { continue };
             out.push((batch, SourceOffsets::Listed(ups), tag));
         }
         if let Some(last) = out.last_mut() {

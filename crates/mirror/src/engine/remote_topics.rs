@@ -141,30 +141,7 @@ pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::mm2;
-    use crate::config::properties::Properties;
-    use crate::config::providers::SystemEnvironment;
-
-    fn flow(extra: &str) -> FlowConfig {
-        let text = format!("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n{extra}");
-        let c = mm2::load(
-            &Properties::parse(&text, "t").unwrap(),
-            &[],
-            &SystemEnvironment,
-        )
-        .unwrap();
-        c.flows.into_iter().find(|f| f.replication).unwrap()
-    }
-
-    fn entry(name: &str, value: &str, source: i8) -> ConfigEntry {
-        ConfigEntry {
-            name: name.into(),
-            value: Some(value.into()),
-            source,
-            read_only: false,
-            sensitive: false,
-        }
-    }
+    use crate::test_support::{entry, flow};
 
     #[test]
     fn copies_non_default_entries_minus_excluded_static_read_only_and_sensitive() {

@@ -117,22 +117,22 @@ impl TopicSync {
             }
             match self.target.alter_topic_configs(&remote, &ops, false).await {
                 Ok(()) => self.synced(&remote, &ops),
-                Err(e) if ops.len() > 1 && is_invalid(&e) => {
-                    // One key was refused: find which, keep the rest.
-                    for op in ops {
-                        match self
-                            .target
-                            .alter_topic_configs(&remote, std::slice::from_ref(&op), false)
-                            .await
-                        {
-                            Ok(()) => self.synced(&remote, &[op]),
-                            Err(e) => self.refused(state, &topic, &remote, op, e),
+                Err(e) if is_invalid(&e) => {
+                    if let [op] = ops.as_slice() {
+                        self.refused(state, &topic, &remote, op.clone(), e);
+                    } else {
+                        // One key was refused: find which, keep the rest.
+                        for op in ops {
+                            match self
+                                .target
+                                .alter_topic_configs(&remote, std::slice::from_ref(&op), false)
+                                .await
+                            {
+                                Ok(()) => self.synced(&remote, &[op]),
+                                Err(e) => self.refused(state, &topic, &remote, op, e),
+                            }
                         }
                     }
-                }
-                Err(e) if ops.len() == 1 && is_invalid(&e) => {
-                    let op = ops.into_iter().next().expect("one op");
-                    self.refused(state, &topic, &remote, op, e);
                 }
                 Err(e) => {
                     let cluster = self.flow.id.target.to_string();

@@ -16,7 +16,8 @@ pub struct SourcePosition {
 }
 
 fn json_str(s: &str) -> String {
-    serde_json::to_string(s).expect("a string always serializes")
+    // JSON text of a string value (Value's Display cannot fail).
+    serde_json::Value::from(s).to_string()
 }
 
 /// `["MirrorSourceConnector",{"cluster":"A","partition":0,"topic":"t"}]`
