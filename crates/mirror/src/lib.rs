@@ -13,6 +13,7 @@ pub mod offsets;
 pub mod plan;
 pub mod policy;
 pub mod topic_sync;
+pub mod transform;
 pub mod wire;
 
 #[cfg(test)]
