@@ -138,6 +138,17 @@ pub(crate) struct LegacyCmd {
     pub(crate) consumer_rebalance_listener: Option<String>,
     #[arg(long = "rebalance.listener.args")]
     pub(crate) rebalance_listener_args: Option<String>,
+    /// Create missing target topics with the source's partition count and configs (default
+    /// true); false relies on the target's auto.create.topics.enable, as MM1 did.
+    #[arg(long = "create.topics", value_name = "true|false")]
+    pub(crate) create_topics: Option<String>,
+    /// Built-in record transforms in Kafka Connect's SMT syntax (Filter with predicates,
+    /// DropHeaders, InsertHeader, RegexRouter): the replacement for --message.handler.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) transforms: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics ("off" to disable; port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
+    pub(crate) metrics_address: String,
     /// Accepted and ignored, as in MM1.
     #[arg(long = "new.consumer")]
     pub(crate) new_consumer: bool,

@@ -75,12 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             metrics_address,
         } => {
-            let metrics_address = match metrics_address.as_str() {
-                "off" => None,
-                a => Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
-                    anyhow::anyhow!("--metrics-address '{a}': expected HOST:PORT with an IP address, or off ({e})")
-                })?),
-            };
+            let metrics_address = parse_metrics_address(&metrics_address)?;
             let cfg = load(&config)?;
             preflight(&cfg)?;
             report(&cfg);
@@ -100,12 +95,56 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn parse_metrics_address(a: &str) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match a {
+        "off" => Ok(None),
+        a => Ok(Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
+            anyhow::anyhow!(
+                "--metrics-address '{a}': expected HOST:PORT with an IP address, or off ({e})"
+            )
+        })?)),
+    }
+}
+
 /// Replicates until SIGINT or SIGTERM, then drains in-flight writes and stores positions.
 async fn run_engine(
     cfg: MirrorConfig,
     metrics_address: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
-    use kmirror_mirror::engine::{self, Shutdown};
+    let (shutdown, metrics) = serve_process(metrics_address).await?;
+    kmirror_mirror::engine::run(&cfg, shutdown, metrics.clone()).await?;
+    tracing::info!(
+        records = metrics.sum("kmirror_record_count_total", &[]),
+        batches_forwarded = metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
+        batches_reencoded = metrics.sum("kmirror_batches_total", &[("mode", "record")]),
+        "stopped"
+    );
+    Ok(())
+}
+
+/// MM1 mode until SIGINT or SIGTERM, then flushes, commits and leaves the group.
+async fn run_legacy(
+    cfg: legacy::LegacyConfig,
+    metrics_address: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    let (shutdown, metrics) = serve_process(metrics_address).await?;
+    kmirror_mirror::legacy::run(std::sync::Arc::new(cfg), shutdown, metrics.clone()).await?;
+    tracing::info!(
+        records = metrics.sum("kmirror_record_count_total", &[]),
+        "stopped"
+    );
+    Ok(())
+}
+
+/// What every replicating command sets up first: the shutdown signal on SIGTERM/SIGINT and the
+/// metrics endpoint.
+async fn serve_process(
+    metrics_address: Option<std::net::SocketAddr>,
+) -> anyhow::Result<(
+    kmirror_mirror::engine::Shutdown,
+    std::sync::Arc<kmirror_mirror::metrics::Metrics>,
+)> {
+    use kmirror_mirror::engine::Shutdown;
     use kmirror_mirror::metrics::Metrics;
     let shutdown = Shutdown::default();
     let metrics = std::sync::Arc::new(Metrics::new());
@@ -129,14 +168,7 @@ async fn run_engine(
         tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
         tokio::spawn(metrics_http::serve(listener, metrics.clone()));
     }
-    engine::run(&cfg, shutdown, metrics.clone()).await?;
-    tracing::info!(
-        records = metrics.sum("kmirror_record_count_total", &[]),
-        batches_forwarded = metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
-        batches_reencoded = metrics.sum("kmirror_batches_total", &[("mode", "record")]),
-        "stopped"
-    );
-    Ok(())
+    Ok((shutdown, metrics))
 }
 
 /// `kmirror offsets translate|apply`.
@@ -293,7 +325,15 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         abort_on_send_failure: cmd.abort_on_send_failure,
         message_handler: cmd.message_handler,
         rebalance_listener: cmd.consumer_rebalance_listener,
+        create_topics: cmd.create_topics,
+        transforms: cmd
+            .transforms
+            .as_ref()
+            .map(|p| Properties::load(p))
+            .transpose()
+            .context("--transforms")?,
     };
+    let metrics_address = parse_metrics_address(&cmd.metrics_address)?;
     let cfg = legacy::load(&consumer, &producer, &args, &SystemEnvironment)?;
     if cmd.check && (cfg.diagnostics.warnings().next().is_some() || !cfg.ignored.is_empty()) {
         eprintln!(
@@ -356,6 +396,20 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
                     "  start         {:?} when the group has no committed offset",
                     cfg.consumer_tuning.auto_offset_reset
                 );
+                println!(
+                    "  partitions    Java's default partitioner on the target (murmur2 of the key; keyless records sticky per batch)"
+                );
+                println!(
+                    "  target topics {}",
+                    if cfg.create_topics {
+                        "created when missing, with the source's partition count and configs"
+                    } else {
+                        "not created (the target's auto.create.topics.enable decides)"
+                    }
+                );
+                for t in cfg.transforms.describe() {
+                    println!("  transform     {t}");
+                }
                 for i in &cfg.ignored {
                     let hint = i
                         .did_you_mean
@@ -371,5 +425,21 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    anyhow::bail!("the MM1 command line is valid, but this build of kmirror has no replication engine yet; add --plan to see what it means")
+    for w in cfg.diagnostics.warnings() {
+        tracing::warn!("{w}");
+    }
+    for i in &cfg.ignored {
+        tracing::info!(key = %i.origin.key, "ignored: {}: {}", i.origin, i.reason);
+    }
+    tracing::info!(
+        source = %describe_security(&cfg.consumer),
+        target = %describe_security(&cfg.producer),
+        group = %cfg.group_id,
+        "MM1 mode configured"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_legacy(cfg, metrics_address))?;
+    Ok(ExitCode::SUCCESS)
 }

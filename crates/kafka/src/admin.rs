@@ -525,13 +525,33 @@ impl KafkaCluster {
         group: &str,
         offsets: &BTreeMap<String, BTreeMap<i32, CommittedOffset>>,
     ) -> Result<()> {
-        self.retrying("", true, || self.commit_group_offsets_once(group, offsets))
-            .await
+        self.retrying("", true, || {
+            self.commit_group_offsets_once(group, None, offsets)
+        })
+        .await
+    }
+
+    /// Commits offsets as a member of the group in `generation` (a Java consumer's commit): the
+    /// coordinator refuses it once the member was removed or the group moved to a new
+    /// generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS), so a member
+    /// that lost its partitions cannot move them.
+    pub async fn commit_member_offsets(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &BTreeMap<String, BTreeMap<i32, CommittedOffset>>,
+    ) -> Result<()> {
+        self.retrying("", true, || {
+            self.commit_group_offsets_once(group, Some((generation, member_id)), offsets)
+        })
+        .await
     }
 
     async fn commit_group_offsets_once(
         &self,
         group: &str,
+        member: Option<(i32, &str)>,
         offsets: &BTreeMap<String, BTreeMap<i32, CommittedOffset>>,
     ) -> Result<()> {
         let conn = self.coordinator(group).await?;
@@ -557,8 +577,8 @@ impl KafkaCluster {
             .collect();
         let req = OffsetCommitRequest::default()
             .with_group_id(GroupId(s(group)))
-            .with_generation_id_or_member_epoch(-1)
-            .with_member_id(StrBytes::default())
+            .with_generation_id_or_member_epoch(member.map_or(-1, |m| m.0))
+            .with_member_id(member.map_or_else(StrBytes::default, |m| s(m.1)))
             .with_retention_time_ms(-1)
             .with_topics(topics);
         let resp = conn.submit(&req, version).await?.wait().await?;

@@ -167,8 +167,17 @@ impl KafkaCluster {
     }
 
     async fn load_metadata(&self, conn: &Connection, topics: Option<&[&str]>) -> Result<()> {
+        self.load_metadata_with(conn, topics, false).await
+    }
+
+    async fn load_metadata_with(
+        &self,
+        conn: &Connection,
+        topics: Option<&[&str]>,
+        auto_create: bool,
+    ) -> Result<()> {
         let req = MetadataRequest::default()
-            .with_allow_auto_topic_creation(false)
+            .with_allow_auto_topic_creation(auto_create)
             .with_topics(topics.map(|t| {
                 t.iter()
                     .map(|name| {
@@ -242,6 +251,15 @@ impl KafkaCluster {
     pub async fn refresh_metadata(&self, topics: Option<&[&str]>) -> Result<Arc<Metadata>> {
         let conn = self.any_broker().await?;
         self.load_metadata(&conn, topics).await?;
+        Ok(self.metadata())
+    }
+
+    /// Reloads the named topics' metadata asking the broker to create missing ones with its
+    /// defaults, as a Java producer does when `auto.create.topics.enable` is on (MM1's way of
+    /// getting its target topics).
+    pub async fn refresh_metadata_auto_creating(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        let conn = self.any_broker().await?;
+        self.load_metadata_with(&conn, Some(topics), true).await?;
         Ok(self.metadata())
     }
 

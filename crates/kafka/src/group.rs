@@ -219,9 +219,26 @@ impl GroupMember {
         Ok(())
     }
 
+    /// Replaces what this member offers at its next (re)join: a changed subscription makes the
+    /// coordinator rebalance the group.
+    pub fn set_assignor(&mut self, assignor: Arc<dyn Assignor>) {
+        self.assignor = assignor;
+    }
+
     /// Sends a heartbeat; when the group rebalances, rejoins and returns the new assignment.
     /// Call it more often than the session timeout (a third of it is usual).
     pub async fn poll(&mut self) -> Result<Option<Bytes>> {
+        if self.heartbeat().await? {
+            self.rejoin().await?;
+            return Ok(Some(self.assignment.clone()));
+        }
+        Ok(None)
+    }
+
+    /// Sends a heartbeat; true when the member must rejoin (the group is rebalancing, or this
+    /// member was removed). It does not rejoin, so that the caller can first stop its work and
+    /// commit offsets with the generation it still holds (as a Java consumer's revocation).
+    pub async fn heartbeat(&mut self) -> Result<bool> {
         let req = HeartbeatRequest::default()
             .with_group_id(GroupId(s(&self.config.group_id)))
             .with_generation_id(self.generation)
@@ -240,7 +257,7 @@ impl GroupMember {
             Err(e) => return Err(e),
         };
         match result {
-            None => Ok(None),
+            None => Ok(false),
             Some(
                 ResponseError::RebalanceInProgress
                 | ResponseError::IllegalGeneration
@@ -252,8 +269,7 @@ impl GroupMember {
                 if result == Some(ResponseError::UnknownMemberId) {
                     self.member_id.clear();
                 }
-                self.rejoin().await?;
-                Ok(Some(self.assignment.clone()))
+                Ok(true)
             }
             Some(e) => Err(self.err(ApiKey::Heartbeat, e)),
         }

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod engine;
 pub mod failover;
 pub mod filter;
+pub mod legacy;
 pub mod metrics;
 pub mod names;
 pub mod offsets;

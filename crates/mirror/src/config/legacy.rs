@@ -9,6 +9,7 @@ use super::properties::Properties;
 use super::providers::{Environment, Providers};
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::PatternList;
+use crate::transform::{self, Chain};
 use kmirror_kafka::{ClientSettings, ConsumerTuning, ProducerTuning};
 use serde::Serialize;
 use std::sync::Arc;
@@ -24,6 +25,11 @@ pub struct LegacyArgs {
     pub abort_on_send_failure: Option<String>,
     pub message_handler: Option<String>,
     pub rebalance_listener: Option<String>,
+    /// `--create.topics`: create missing target topics (default true); false keeps MM1's
+    /// reliance on the target's auto-creation.
+    pub create_topics: Option<String>,
+    /// `--transforms FILE`: built-in transforms in Connect's SMT syntax.
+    pub transforms: Option<Properties>,
 }
 
 /// A validated MM1-style configuration.
@@ -43,6 +49,19 @@ pub struct LegacyConfig {
     pub consumer_tuning: ConsumerTuning,
     pub producer: ClientSettings,
     pub producer_tuning: ProducerTuning,
+    /// Group membership timings from the consumer file (Java consumer defaults).
+    #[serde(serialize_with = "ms")]
+    pub session_timeout: Duration,
+    #[serde(serialize_with = "ms")]
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms`: how long the coordinator waits for members to rejoin.
+    #[serde(serialize_with = "ms")]
+    pub rebalance_timeout: Duration,
+    /// How often the topic list is read again for new matching topics and partitions.
+    #[serde(serialize_with = "ms")]
+    pub metadata_refresh: Duration,
+    pub create_topics: bool,
+    pub transforms: Chain,
     pub ignored: Vec<IgnoredKey>,
     pub diagnostics: Diagnostics,
 }
@@ -116,6 +135,7 @@ pub fn load(
         ("num.streams", &args.num_streams),
         ("offset.commit.interval.ms", &args.offset_commit_interval_ms),
         ("abort.on.send.failure", &args.abort_on_send_failure),
+        ("create.topics", &args.create_topics),
     ] {
         if let Some(v) = v {
             flags.insert(
@@ -131,11 +151,12 @@ pub fn load(
     let num_streams = r.int("num.streams", 1, 1, 1024) as u32;
     let offset_commit_interval = r.millis("offset.commit.interval.ms", 60_000);
     let abort_on_send_failure = r.bool("abort.on.send.failure", true);
+    let create_topics = r.bool("create.topics", true);
     if let Some(h) = &args.message_handler {
         diags.error(
             Some(&flag("--message.handler")),
             Some(h),
-            "Java message handlers cannot be loaded by kmirror; it copies records unchanged (filtering and renaming transforms are planned as built-ins)",
+            "Java message handlers cannot be loaded by kmirror; use its built-in transforms instead (--transforms FILE: Filter by topic, key or header, DropHeaders, InsertHeader, RegexRouter; see docs/transforms.md)",
         );
     }
     if let Some(l) = &args.rebalance_listener {
@@ -151,7 +172,7 @@ pub fn load(
         consumer,
         env,
         &mut diags,
-        &[keys::CONSUMER_KEYS, &["exclude.internal.topics"]].concat(),
+        &[keys::CONSUMER_KEYS, LEGACY_CONSUMER_KEYS].concat(),
         &mut ignored,
     );
     let pmap = resolve(producer, env, &mut diags, keys::PRODUCER_KEYS, &mut ignored);
@@ -178,13 +199,57 @@ pub fn load(
         "bootstrap.servers",
         &mut diags,
     );
+    // Group tools show members by client id; Java names them consumer-<group>-<n>.
+    let consumer_settings = consumer_settings.map(|mut c| {
+        if c.client_id.is_none() {
+            c.client_id = Some(format!("kmirror-{group_id}"));
+        }
+        c
+    });
     let consumer_tuning = client::consumer_tuning(&cmap, &mut diags);
     let producer_tuning = client::producer_tuning(&pmap, &mut diags);
     // MM1's old `latest` default lost the first records of new topics; kmirror starts at the
     // beginning unless the consumer file says otherwise (client::consumer_tuning's default).
 
-    let exclude_internal_topics =
-        Reader::new(&cmap, &mut diags).bool("exclude.internal.topics", true);
+    let mut cr = Reader::new(&cmap, &mut diags);
+    let exclude_internal_topics = cr.bool("exclude.internal.topics", true);
+    // The Java consumer's defaults; MM1 processes and Java consumers share these groups.
+    let session_timeout = cr.millis("session.timeout.ms", 45_000);
+    let heartbeat_interval = cr.millis("heartbeat.interval.ms", 3_000);
+    let rebalance_timeout = cr.millis("max.poll.interval.ms", 300_000);
+    // Java's 5-minute metadata.max.age.ms would leave a new topic uncopied for minutes.
+    let metadata_refresh = cr.millis("metadata.max.age.ms", 30_000);
+    if let Some(s) = cr.get("partition.assignment.strategy") {
+        if !s.value.contains("RangeAssignor") && !s.value.split(',').any(|v| v.trim() == "range") {
+            cr.diags.warning(
+                Some(&s.origin),
+                Some(&s.value),
+                "kmirror's members offer only the range assignor; a group needs one strategy all its members offer, so list org.apache.kafka.clients.consumer.RangeAssignor too",
+            );
+        }
+    }
+    if let Some(s) = cr.get("group.protocol") {
+        if !s.value.trim().eq_ignore_ascii_case("classic") {
+            cr.diags.warning(
+                Some(&s.origin),
+                Some(&s.value),
+                "kmirror joins groups with the classic protocol (JoinGroup/SyncGroup)",
+            );
+        }
+    }
+    if heartbeat_interval >= session_timeout {
+        if let Some(s) = cr.get("heartbeat.interval.ms") {
+            cr.diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                "must be lower than session.timeout.ms (a third of it is usual)",
+            );
+        }
+    }
+    let transforms = match &args.transforms {
+        Some(p) => transform::parse(&settings_of(p), &mut diags),
+        None => Chain::default(),
+    };
     if let (Some(c), Some(p)) = (&consumer_settings, &producer_settings) {
         let shared = super::flow::shared_addresses(&c.bootstrap, &p.bootstrap);
         if !shared.is_empty() {
@@ -209,11 +274,49 @@ pub fn load(
             consumer_tuning,
             producer: p,
             producer_tuning,
+            session_timeout,
+            heartbeat_interval,
+            rebalance_timeout,
+            metadata_refresh,
+            create_topics,
+            transforms,
             ignored,
             diagnostics: diags,
         }),
         _ => Err(ConfigError(diags)),
     }
+}
+
+/// Consumer keys that only MM1 mode reads (it is a member of an ordinary consumer group).
+const LEGACY_CONSUMER_KEYS: &[&str] = &[
+    "exclude.internal.topics",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "metadata.max.age.ms",
+    "partition.assignment.strategy",
+    "group.protocol",
+];
+
+/// A file's entries as settings, unresolved (transform files hold no secrets).
+fn settings_of(props: &Properties) -> SettingMap {
+    let file: Arc<str> = Arc::from(props.source.as_str());
+    props
+        .iter()
+        .map(|p| {
+            (
+                p.key.clone(),
+                Setting {
+                    value: p.value.clone(),
+                    origin: Origin {
+                        file: file.clone(),
+                        line: p.line,
+                        key: p.key.clone(),
+                    },
+                },
+            )
+        })
+        .collect()
 }
 
 fn resolve(

@@ -4,6 +4,7 @@
 //! deleting anything.
 
 use crate::config::model::{FlowConfig, Side};
+use crate::filter::PatternList;
 use kmirror_kafka::admin::ConfigEntry;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
 use kmirror_kafka::KafkaError;
@@ -15,11 +16,24 @@ const STATIC_BROKER_CONFIG: i8 = 4;
 /// the source's non-default entries (defaults too with `use.defaults.from=source`), minus
 /// read-only, sensitive, static-broker and `config.properties.exclude` keys.
 pub fn creation_configs(flow: &FlowConfig, source: &[ConfigEntry]) -> Vec<(String, String)> {
+    copied_configs(
+        flow.use_defaults_from == Side::Source,
+        &flow.config_properties_exclude,
+        source,
+    )
+}
+
+/// [`creation_configs`] without a flow (MM1 mode uses MM2's default exclude list).
+pub fn copied_configs(
+    with_defaults: bool,
+    exclude: &PatternList,
+    source: &[ConfigEntry],
+) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = source
         .iter()
         .filter(|e| !e.read_only && !e.sensitive && e.source != STATIC_BROKER_CONFIG)
-        .filter(|e| !e.is_default() || flow.use_defaults_from == Side::Source)
-        .filter(|e| !flow.config_properties_exclude.matches(&e.name))
+        .filter(|e| !e.is_default() || with_defaults)
+        .filter(|e| !exclude.matches(&e.name))
         .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
         .collect();
     out.sort();

@@ -82,6 +82,17 @@ impl PatternList {
     }
 }
 
+impl Default for PatternList {
+    /// The empty list: matches nothing.
+    fn default() -> Self {
+        PatternList {
+            items: Vec::new(),
+            regex: None,
+            notes: java_regex::Notes::default(),
+        }
+    }
+}
+
 impl fmt::Debug for PatternList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(&self.items).finish()

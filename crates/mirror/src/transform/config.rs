@@ -34,7 +34,10 @@ pub fn parse(map: &SettingMap, diags: &mut Diagnostics) -> Chain {
     }
     // Keys of aliases that are not listed: a transform left out of `transforms` by mistake.
     for (key, s) in map {
-        for (root, listed) in [("transforms.", &aliases), ("predicates.", &predicate_aliases)] {
+        for (root, listed) in [
+            ("transforms.", &aliases),
+            ("predicates.", &predicate_aliases),
+        ] {
             if let Some(rest) = key.strip_prefix(root) {
                 let alias = rest.split('.').next().unwrap_or_default();
                 if !listed.iter().any(|a| a == alias) {
@@ -117,7 +120,11 @@ fn full_regex(s: &Setting, diags: &mut Diagnostics) -> Option<String> {
     match java_regex::translate(s.value.trim()) {
         Ok(r) => Some(format!("^(?:{r})$")),
         Err(e) => {
-            diags.error(Some(&s.origin), Some(&s.value), format!("invalid regex {e}"));
+            diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                format!("invalid regex {e}"),
+            );
             None
         }
     }
@@ -126,14 +133,26 @@ fn full_regex(s: &Setting, diags: &mut Diagnostics) -> Option<String> {
 fn text_regex(s: &Setting, diags: &mut Diagnostics) -> Option<regex::Regex> {
     let r = full_regex(s, diags)?;
     regex::Regex::new(&r)
-        .map_err(|e| diags.error(Some(&s.origin), Some(&s.value), format!("invalid regex: {e}")))
+        .map_err(|e| {
+            diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                format!("invalid regex: {e}"),
+            )
+        })
         .ok()
 }
 
 fn bytes_regex(s: &Setting, diags: &mut Diagnostics) -> Option<regex::bytes::Regex> {
     let r = full_regex(s, diags)?;
     regex::bytes::Regex::new(&r)
-        .map_err(|e| diags.error(Some(&s.origin), Some(&s.value), format!("invalid regex: {e}")))
+        .map_err(|e| {
+            diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                format!("invalid regex: {e}"),
+            )
+        })
         .ok()
 }
 
@@ -158,7 +177,11 @@ fn step(
     )?;
     let class = ty.value.trim();
     let (kind, known, description) = match simple_name(class, CONNECT) {
-        "Filter" => (Some(Kind::Filter), &[][..], "Filter: drop the record".to_string()),
+        "Filter" => (
+            Some(Kind::Filter),
+            &[][..],
+            "Filter: drop the record".to_string(),
+        ),
         "DropHeaders" => {
             let names = required(
                 map,
@@ -247,7 +270,9 @@ fn step(
             diags.error(
                 Some(&ty.origin),
                 Some(class),
-                format!("kmirror cannot load Java transform classes; built-in transforms: {TRANSFORMS}"),
+                format!(
+                    "kmirror cannot load Java transform classes; built-in transforms: {TRANSFORMS}"
+                ),
             );
             return None;
         }
@@ -350,7 +375,9 @@ fn predicate(map: &SettingMap, diags: &mut Diagnostics, alias: &str) -> Option<P
             diags.error(
                 Some(&ty.origin),
                 Some(class),
-                format!("kmirror cannot load Java predicate classes; built-in predicates: {PREDICATES}"),
+                format!(
+                    "kmirror cannot load Java predicate classes; built-in predicates: {PREDICATES}"
+                ),
             );
             return None;
         }
@@ -390,7 +417,8 @@ mod tests {
         let e = errors("transforms = a\n");
         assert!(has(&e, "transforms.a.type is required"), "{e:?}");
 
-        let e = errors("transforms = r\ntransforms.r.type = RegexRouter\ntransforms.r.regex = (.*)\n");
+        let e =
+            errors("transforms = r\ntransforms.r.type = RegexRouter\ntransforms.r.regex = (.*)\n");
         assert!(has(&e, "transforms.r.replacement is required"), "{e:?}");
 
         let e = errors(
@@ -425,7 +453,8 @@ mod tests {
 
         let e = errors("transforms = d\ntransforms.d.type = DropHeaders\n");
         assert!(has(&e, "transforms.d.headers is required"), "{e:?}");
-        let e = errors("transforms = i\ntransforms.i.type = InsertHeader\ntransforms.i.header = h\n");
+        let e =
+            errors("transforms = i\ntransforms.i.type = InsertHeader\ntransforms.i.header = h\n");
         assert!(has(&e, "transforms.i.value.literal is required"), "{e:?}");
     }
 

@@ -151,11 +151,11 @@ impl Chain {
                 Some(Condition {
                     predicate: Predicate::TopicNameMatches(re),
                     negate,
-                }) => {
-                    if re.is_match(&out) == *negate {
-                        continue;
-                    }
-                }
+                }) if re.is_match(&out) == *negate => continue,
+                Some(Condition {
+                    predicate: Predicate::TopicNameMatches(_),
+                    ..
+                }) => {}
                 Some(_) => return None,
             }
             if let Some(caps) = regex.captures(&out) {
@@ -294,7 +294,9 @@ mod tests {
         assert!(c
             .apply("t", rec(None, Some("v"), &[("region-eu", "")]))
             .is_some());
-        assert!(c.apply("t", rec(None, Some("v"), &[("other", "")])).is_none());
+        assert!(c
+            .apply("t", rec(None, Some("v"), &[("other", "")]))
+            .is_none());
         let all = chain("transforms = f\ntransforms.f.type = Filter\n");
         assert!(all.apply("t", rec(None, Some("v"), &[])).is_none());
     }
@@ -352,7 +354,10 @@ mod tests {
             "dr.orders.from-prod"
         );
         // No whole match: the name stays.
-        assert_eq!(c.apply("test.prod.orders", r).unwrap().0, "test.prod.orders");
+        assert_eq!(
+            c.apply("test.prod.orders", r).unwrap().0,
+            "test.prod.orders"
+        );
         assert_eq!(c.route_topic("prod.x").unwrap(), "dr.x.from-prod");
     }
 

@@ -117,7 +117,10 @@ mod tests {
             run("(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)", "$10", "abcdefghij").unwrap(),
             "j"
         );
-        assert_eq!(run("(?P<env>\\w+)-x", "${env}.y", "prod-x").unwrap(), "prod.y");
+        assert_eq!(
+            run("(?P<env>\\w+)-x", "${env}.y", "prod-x").unwrap(),
+            "prod.y"
+        );
         assert_eq!(run("(a)", "\\$1\\\\", "a").unwrap(), "$1\\");
         assert_eq!(run(".*", "fixed", "anything").unwrap(), "fixed");
     }

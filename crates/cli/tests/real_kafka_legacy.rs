@@ -1,0 +1,540 @@
+//! MM1 mode (`kmirror legacy`) against real clusters:
+//! - MM1's own command line, with SASL/PLAIN in both files, copies keyed records to the partition
+//!   the Java producer picks (checked against the same keys written by the Java console
+//!   producer into a control topic), from 100 source partitions into 50 target partitions,
+//!   creates a missing target topic with the source's partition count, and loses nothing across
+//!   `kill -9` and a restart;
+//! - two processes with the same files split the partitions; a Java console consumer in the same
+//!   group gets a consistent share; killing one process hands its partitions to the other
+//!   within the session timeout; transforms filter, rename and change headers.
+
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_testkit::{eventually, read_partition, Cluster, Security};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `kmirror legacy` process, killed when dropped (a failing test leaves nothing running).
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn kill_9(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn legacy(args: &[&str], log: &Path) -> Proc {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("legacy")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A Java client file for `user` plus `extra` lines (bootstrap, group...).
+fn client_file(c: &Cluster, user: Option<&str>, extra: &str, path: &Path) -> PathBuf {
+    let base = std::fs::read_to_string(c.client_config(user)).unwrap();
+    std::fs::write(
+        path,
+        format!("bootstrap.servers={}\n{base}\n{extra}", c.bootstrap()),
+    )
+    .unwrap();
+    path.to_path_buf()
+}
+
+fn produce_keyed(c: &Cluster, topic: &str, lines: &[String]) {
+    let cfg = c.client_config(None);
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let out = c
+        .tool_output(
+            "console-producer",
+            &[
+                "--bootstrap-server",
+                c.bootstrap(),
+                "--producer.config",
+                cfg.to_str().unwrap(),
+                "--topic",
+                topic,
+                "--property",
+                "parse.key=true",
+                "--property",
+                "key.separator=:",
+            ],
+            Some(input.as_bytes()),
+        )
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// key → partition, and every value, of a topic.
+async fn layout(k: &KafkaCluster, topic: &str) -> (BTreeMap<String, BTreeSet<i32>>, Vec<String>) {
+    k.refresh_metadata(Some(&[topic])).await.unwrap();
+    let n = k.metadata().topics[topic].partitions.len() as i32;
+    let mut keys: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    let mut values = Vec::new();
+    for p in 0..n {
+        for (_, r) in read_partition(k, topic, p).await {
+            if let Some(key) = &r.key {
+                keys.entry(String::from_utf8_lossy(key).into_owned())
+                    .or_default()
+                    .insert(p);
+            }
+            values
+                .push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    (keys, values)
+}
+
+async fn total(k: &KafkaCluster, topic: &str) -> i64 {
+    use kmirror_kafka::cluster::LATEST;
+    if k.refresh_metadata(Some(&[topic])).await.is_err() {
+        return 0;
+    }
+    let Some(t) = k.metadata().topics.get(topic).cloned() else {
+        return 0;
+    };
+    let mut sum = 0;
+    for p in &t.partitions {
+        sum += k
+            .list_offset(
+                topic,
+                p.partition,
+                LATEST,
+                kmirror_kafka::IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap_or(0);
+    }
+    sum
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mm1_command_line_with_sasl_keeps_javas_partitioning_and_survives_kill_9() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("mm1-a", Security::SaslPlain).unwrap());
+        let b = s.spawn(|| Cluster::start("mm1-b", Security::SaslPlain).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("projects.alpha", 100).unwrap();
+    ca.create_topic("projects.beta", 3).unwrap();
+    ca.create_topic("other", 1).unwrap();
+    cb.create_topic("projects.alpha", 50).unwrap();
+    cb.create_topic("control", 50).unwrap();
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let consumer = client_file(
+        &ca,
+        Some("mm2"),
+        "group.id=mm1-group\nauto.offset.reset=earliest\n",
+        &dir.path().join("consumer.properties"),
+    );
+    let producer = client_file(
+        &cb,
+        Some("mm2"),
+        "acks=all\ncompression.type=lz4\nbatch.size=65536\nlinger.ms=10\nretries=2147483647\n",
+        &dir.path().join("producer.properties"),
+    );
+    let log = dir.path().join("kmirror.log");
+    // The command line of a typical MM1 deployment, unchanged.
+    let args = [
+        "--consumer.config",
+        consumer.to_str().unwrap(),
+        "--producer.config",
+        producer.to_str().unwrap(),
+        "--whitelist",
+        "projects.*",
+        "--num.streams",
+        "2",
+        "--offset.commit.interval.ms",
+        "5000",
+    ];
+
+    let first: Vec<String> = (0..3000).map(|i| format!("key-{}:v{i}", i % 700)).collect();
+    produce_keyed(&ca, "projects.alpha", &first);
+    produce_keyed(&ca, "projects.beta", &first[..300]);
+    produce_keyed(&ca, "other", &first[..10]);
+
+    let mut p = legacy(&args, &log);
+    eventually(60, "some records copied", || async {
+        total(&b, "projects.alpha").await >= 500
+    })
+    .await;
+    p.kill_9();
+    let second: Vec<String> = (3000..5000)
+        .map(|i| format!("key-{}:v{i}", i % 700))
+        .collect();
+    produce_keyed(&ca, "projects.alpha", &second);
+    let p = legacy(&args, &log);
+    eventually(90, "every record copied after the restart", || async {
+        let (_, values) = layout(&b, "projects.alpha").await;
+        let have: BTreeSet<&String> = values.iter().collect();
+        (0..5000).all(|i| have.contains(&format!("v{i}")))
+    })
+    .await;
+    eventually(60, "projects.beta created and copied", || async {
+        total(&b, "projects.beta").await >= 300
+    })
+    .await;
+    let status = p.terminate();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "exit {status}:\n{text}");
+    assert!(!text.contains("mm2-secret"), "a password reached the log");
+
+    // Java's partitioner: the same keys, produced by the Java console producer into a control
+    // topic with the target's partition count, land on the same partitions.
+    produce_keyed(&cb, "control", &first[..700]);
+    let (control, _) = layout(&b, "control").await;
+    let (mirrored, values) = layout(&b, "projects.alpha").await;
+    assert_eq!(control.len(), 700);
+    for (key, parts) in &mirrored {
+        assert_eq!(parts.len(), 1, "{key} is on several partitions: {parts:?}");
+        assert_eq!(
+            Some(parts),
+            control.get(key),
+            "{key}: kmirror and the Java producer disagree"
+        );
+    }
+    let used: BTreeSet<i32> = mirrored.values().flatten().copied().collect();
+    assert!(
+        used.len() > 40,
+        "keys spread over {} of 50 partitions",
+        used.len()
+    );
+    let distinct: BTreeSet<&String> = values.iter().collect();
+    println!(
+        "MM1 mode: 5000 records from 100 into 50 partitions; {} copied, {} twice after kill -9",
+        values.len(),
+        values.len() - distinct.len()
+    );
+
+    // Missing target topics are created with the source's partition count; others not copied.
+    b.refresh_metadata(None).await.unwrap();
+    let md = b.metadata();
+    assert_eq!(md.topics["projects.beta"].partitions.len(), 3);
+    assert!(!md.topics.contains_key("other"));
+    // Offsets were committed to the source group, up to the end.
+    let committed = a.fetch_group_offsets("mm1-group").await.unwrap();
+    let sum: i64 = committed["projects.alpha"].values().map(|c| c.offset).sum();
+    assert_eq!(sum, 5000, "committed offsets reach the end after SIGTERM");
+}
+
+/// Rows of `kafka-consumer-groups --describe --members --verbose`: member → partitions.
+fn members(c: &Cluster, group: &str) -> Vec<(String, BTreeSet<(String, i32)>)> {
+    let cfg = c.client_config(None);
+    let out = c
+        .tool_output(
+            "consumer-groups",
+            &[
+                "--bootstrap-server",
+                c.bootstrap(),
+                "--command-config",
+                cfg.to_str().unwrap(),
+                "--describe",
+                "--group",
+                group,
+                "--members",
+                "--verbose",
+            ],
+            None,
+        )
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Fixed-width columns under a header; CLIENT-ID may be empty, so cut at the header's
+    // positions. The assignment reads `topic:0,1,2` (Kafka 4.x) or `topic(0,1,2)` (3.x).
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("GROUP"));
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let bytes = header.as_bytes();
+    let starts: Vec<usize> = (0..bytes.len())
+        .filter(|&i| bytes[i] != b' ' && (i == 0 || bytes[i - 1] == b' '))
+        .collect();
+    let names: Vec<&str> = header.split_whitespace().collect();
+    let cell = |line: &str, name: &str| -> String {
+        let Some(i) = names.iter().position(|n| *n == name) else {
+            return String::new();
+        };
+        let end = starts
+            .get(i + 1)
+            .copied()
+            .unwrap_or(line.len())
+            .min(line.len());
+        line.get(starts[i].min(end)..end)
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let assignment_col = if header.contains("CURRENT-ASSIGNMENT") {
+        "CURRENT-ASSIGNMENT"
+    } else {
+        "ASSIGNMENT"
+    };
+    let mut rows = Vec::new();
+    for line in lines.filter(|l| l.starts_with(group)) {
+        let assignment = cell(line, assignment_col);
+        let mut parts = BTreeSet::new();
+        if assignment != "-" && !assignment.is_empty() {
+            let (topic, list) = assignment
+                .trim_end_matches(')')
+                .split_once([':', '('])
+                .unwrap();
+            for p in list.split(',').filter(|p| !p.is_empty()) {
+                parts.insert((topic.to_string(), p.parse().unwrap()));
+            }
+        }
+        rows.push((cell(line, "CONSUMER-ID"), parts));
+    }
+    rows
+}
+
+fn consistent(rows: &[(String, BTreeSet<(String, i32)>)], all: usize) -> bool {
+    let mut seen = BTreeSet::new();
+    for (_, parts) in rows {
+        if parts.is_empty() {
+            return false;
+        }
+        for p in parts {
+            if !seen.insert(p.clone()) {
+                return false;
+            }
+        }
+    }
+    seen.len() == all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_transforms() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("mm1-share-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("mm1-share-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("shared", 6).unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let consumer = client_file(
+        &ca,
+        None,
+        "group.id=shared-group\nsession.timeout.ms=6000\nheartbeat.interval.ms=1000\n",
+        &dir.path().join("consumer.properties"),
+    );
+    let producer = client_file(&cb, None, "", &dir.path().join("producer.properties"));
+    let transforms = dir.path().join("transforms.properties");
+    std::fs::write(
+        &transforms,
+        "transforms = dropTest, strip, tag, rename\n\
+         transforms.dropTest.type = Filter\n\
+         transforms.dropTest.predicate = testKey\n\
+         transforms.strip.type = DropHeaders\n\
+         transforms.strip.headers = secret\n\
+         transforms.tag.type = InsertHeader\n\
+         transforms.tag.header = via\n\
+         transforms.tag.value.literal = kmirror\n\
+         transforms.rename.type = org.apache.kafka.connect.transforms.RegexRouter\n\
+         transforms.rename.regex = (.*)\n\
+         transforms.rename.replacement = $1.mirror\n\
+         predicates = testKey\n\
+         predicates.testKey.type = KeyMatches\n\
+         predicates.testKey.pattern = test-.*\n",
+    )
+    .unwrap();
+    let args = [
+        "--consumer.config",
+        consumer.to_str().unwrap(),
+        "--producer.config",
+        producer.to_str().unwrap(),
+        "--include",
+        "shared",
+        "--transforms",
+        transforms.to_str().unwrap(),
+        "--metrics-address",
+        "127.0.0.1:0",
+    ];
+    let lines: Vec<String> = (0..600)
+        .map(|i| {
+            if i % 10 == 0 {
+                format!("test-{i}:v{i}")
+            } else {
+                format!("k{i}:v{i}")
+            }
+        })
+        .collect();
+    produce_keyed(&ca, "shared", &lines);
+    // One record with headers, from kmirror's own client (the console producer cannot).
+    {
+        use bytes::Bytes;
+        use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+        let a = KafkaCluster::connect(ca.client_settings(None))
+            .await
+            .unwrap();
+        let batch = encode_batch(
+            &[Record {
+                offset: 0,
+                timestamp: 1_700_000_000_000,
+                key: Some(Bytes::from_static(b"with-headers")),
+                value: Some(Bytes::from_static(b"h")),
+                headers: vec![
+                    (
+                        Bytes::from_static(b"secret"),
+                        Some(Bytes::from_static(b"s")),
+                    ),
+                    (Bytes::from_static(b"keep"), Some(Bytes::from_static(b"k"))),
+                ],
+            }],
+            &BatchOptions::default(),
+        )
+        .unwrap();
+        a.produce("shared", 0, &batch).await.unwrap();
+    }
+
+    let log1 = dir.path().join("kmirror-1.log");
+    let log2 = dir.path().join("kmirror-2.log");
+    let mut p1 = legacy(&args, &log1);
+    let p2 = legacy(&args, &log2);
+    eventually(60, "two kmirror members share the 6 partitions", || async {
+        let rows = members(&ca, "shared-group");
+        rows.len() == 2 && consistent(&rows, 6)
+    })
+    .await;
+
+    // A Java consumer joins the same group: three members, a consistent split.
+    let mut java = ca
+        .spawn_tool(
+            "console-consumer",
+            &[
+                "--bootstrap-server",
+                ca.bootstrap(),
+                "--topic",
+                "shared",
+                "--group",
+                "shared-group",
+                "--timeout-ms",
+                "120000",
+            ],
+        )
+        .unwrap();
+    eventually(
+        60,
+        "kmirror and a Java consumer share the group",
+        || async {
+            let rows = members(&ca, "shared-group");
+            rows.len() == 3 && consistent(&rows, 6)
+        },
+    )
+    .await;
+    let _ = java.kill();
+    let _ = java.wait();
+    eventually(
+        60,
+        "the Java consumer's partitions return to kmirror",
+        || async {
+            let rows = members(&ca, "shared-group");
+            rows.len() == 2 && consistent(&rows, 6)
+        },
+    )
+    .await;
+
+    // kill -9 one process: the other owns every partition after the session timeout.
+    p1.kill_9();
+    let t0 = Instant::now();
+    eventually(40, "the survivor owns all 6 partitions", || async {
+        let rows = members(&ca, "shared-group");
+        rows.len() == 1 && consistent(&rows, 6)
+    })
+    .await;
+    let handover = t0.elapsed();
+    println!("handover after kill -9: {handover:?} (session.timeout.ms=6000)");
+    assert!(
+        handover < Duration::from_secs(6 + 5),
+        "handover took {handover:?}"
+    );
+
+    let more: Vec<String> = (600..700).map(|i| format!("k{i}:v{i}")).collect();
+    produce_keyed(&ca, "shared", &more);
+    let expected: BTreeSet<String> = (0..700)
+        .filter(|i| i >= &600 || i % 10 != 0)
+        .map(|i| format!("v{i}"))
+        .chain(["h".to_string()])
+        .collect();
+    eventually(60, "every kept record on shared.mirror", || async {
+        let (_, values) = layout(&b, "shared.mirror").await;
+        let have: BTreeSet<String> = values.into_iter().collect();
+        expected.is_subset(&have)
+    })
+    .await;
+    let status = p2.terminate();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log2).unwrap()
+    );
+
+    // Transforms: test-* keys dropped, `secret` header removed, `via` added, topic renamed.
+    b.refresh_metadata(None).await.unwrap();
+    assert!(!b.metadata().topics.contains_key("shared"));
+    assert_eq!(b.metadata().topics["shared.mirror"].partitions.len(), 6);
+    let mut seen = 0;
+    for p in 0..6 {
+        for (_, r) in read_partition(&b, "shared.mirror", p).await {
+            let key = String::from_utf8_lossy(r.key.as_deref().unwrap()).into_owned();
+            assert!(!key.starts_with("test-"), "{key} should have been filtered");
+            let names: Vec<&[u8]> = r.headers.iter().map(|(k, _)| &k[..]).collect();
+            assert!(!names.contains(&&b"secret"[..]), "{key}: {names:?}");
+            assert_eq!(names.last(), Some(&&b"via"[..]), "{key}: {names:?}");
+            if key == "with-headers" {
+                assert_eq!(names, [&b"keep"[..], b"via"]);
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= expected.len(), "{seen} records");
+}

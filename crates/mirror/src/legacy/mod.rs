@@ -1,0 +1,223 @@
+//! MirrorMaker 1 mode (`kmirror legacy`, mm2-spec §9): members of an ordinary consumer group on
+//! the source share the matching topics' partitions (`--num.streams` members per process, and
+//! every process started with the same files), and each record goes to the same topic name on
+//! the target, to the partition Java's default partitioner picks for its key. Offsets are
+//! committed to the source group, only for records the target acknowledged, so a crash or
+//! `kill -9` loses nothing; records after the last commit may be copied again (at-least-once,
+//! as MM1).
+//!
+//! Unlike MM1: missing target topics are created with the source's partition count and
+//! configs, new matching topics are picked up while running, and the built-in transforms
+//! replace Java message handlers. Records are always decoded and re-encoded (the target
+//! partition depends on each key), with the producer file's `compression.type`.
+
+mod ledger;
+mod route;
+mod stream;
+mod targets;
+
+use crate::config::legacy::LegacyConfig;
+use crate::engine::Shutdown;
+use crate::metrics::{FlowLabels, Metrics};
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::KafkaError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use stream::{Shared, TopicSet};
+use targets::Targets;
+
+/// Failures that stop MM1 mode.
+#[derive(Debug, thiserror::Error)]
+pub enum LegacyError {
+    #[error("connecting to the {side} cluster: {source}")]
+    Connect {
+        side: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("the consumer and the producer reach the same cluster (cluster id {0}); mirroring a cluster into itself would copy its data forever")]
+    SameCluster(String),
+    #[error("consumer group {group}: {source}")]
+    Group {
+        group: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error(
+        "{topic}-{partition}: group {group} has no committed offset and auto.offset.reset is none"
+    )]
+    NoOffset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    #[error("sending to {topic}-{partition} failed: {source} (with --abort.on.send.failure true the process stops; records not acknowledged were not committed and are copied on restart)")]
+    Send {
+        topic: String,
+        partition: i32,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("{topic}-{partition} at source offset {offset}: {message}")]
+    Records {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        message: String,
+    },
+    #[error("a stream task panicked: {0}")]
+    Panicked(String),
+}
+
+/// The labels MM1 mode's metrics carry (it has no cluster aliases).
+pub fn labels() -> FlowLabels {
+    FlowLabels {
+        source: "source".into(),
+        target: "target".into(),
+    }
+}
+
+/// The matching source topics (full-match Java regex; Kafka's internal topics excluded unless
+/// `exclude.internal.topics=false`) and their partition counts.
+fn matching(cfg: &LegacyConfig, source: &KafkaCluster) -> TopicSet {
+    Arc::new(
+        source
+            .metadata()
+            .topics
+            .values()
+            .filter(|t| t.error.is_none() && !t.partitions.is_empty())
+            .filter(|t| !(cfg.exclude_internal_topics && t.is_internal))
+            .filter(|t| cfg.topics.matches(&t.name))
+            .map(|t| (t.name.clone(), t.partitions.len() as i32))
+            .collect::<BTreeMap<_, _>>(),
+    )
+}
+
+/// Replicates until `shutdown`, then flushes, commits and leaves the group.
+pub async fn run(
+    cfg: Arc<LegacyConfig>,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+) -> Result<(), LegacyError> {
+    let source = Arc::new(
+        KafkaCluster::connect(cfg.consumer.clone())
+            .await
+            .map_err(|source| LegacyError::Connect {
+                side: "source",
+                source,
+            })?,
+    );
+    let target = Arc::new(
+        KafkaCluster::connect(cfg.producer.clone())
+            .await
+            .map_err(|source| LegacyError::Connect {
+                side: "target",
+                source,
+            })?,
+    );
+    if let (Some(a), Some(b)) = (
+        source.metadata().cluster_id.clone(),
+        target.metadata().cluster_id.clone(),
+    ) {
+        if a == b {
+            return Err(LegacyError::SameCluster(a));
+        }
+    }
+    let targets = Arc::new(Targets::new(
+        source.clone(),
+        target.clone(),
+        cfg.create_topics,
+    ));
+    let first = matching(&cfg, &source);
+    tracing::info!(topics = first.len(), group = %cfg.group_id, streams = cfg.num_streams, "MM1 mode started");
+    let (topics_tx, topics_rx) = tokio::sync::watch::channel(first.clone());
+    let labels = labels();
+    let shared = Arc::new(Shared {
+        cfg: cfg.clone(),
+        source: source.clone(),
+        target,
+        targets: targets.clone(),
+        topics: topics_rx,
+        metrics: metrics.clone(),
+        labels: labels.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..cfg.num_streams {
+        tasks.spawn(stream::run(shared.clone(), i));
+    }
+    let discovery = tokio::spawn(discover(
+        cfg.clone(),
+        source,
+        targets,
+        topics_tx,
+        shutdown.clone(),
+        metrics,
+        labels,
+    ));
+    let mut first_error = None;
+    while let Some(ended) = tasks.join_next().await {
+        let result = ended
+            .map_err(|e| LegacyError::Panicked(e.to_string()))
+            .and_then(|r| r);
+        if let Err(e) = result {
+            shutdown.trigger();
+            first_error.get_or_insert(e);
+        }
+    }
+    shutdown.trigger();
+    let _ = discovery.await;
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Re-reads the source's topics every `metadata.max.age.ms`: new matching topics and added
+/// partitions reach the group (its members rejoin), and their target topics are created ahead
+/// of the data when their name does not depend on the records.
+async fn discover(
+    cfg: Arc<LegacyConfig>,
+    source: Arc<KafkaCluster>,
+    targets: Arc<Targets>,
+    topics: tokio::sync::watch::Sender<TopicSet>,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    labels: FlowLabels,
+) {
+    let mut known: TopicSet = Arc::new(BTreeMap::new());
+    loop {
+        let now = topics.borrow().clone();
+        metrics.topics.get_or_create(&labels).set(now.len() as i64);
+        metrics
+            .partitions
+            .get_or_create(&labels)
+            .set(now.values().map(|n| *n as i64).sum());
+        if cfg.create_topics {
+            for t in now.keys().filter(|t| !known.contains_key(*t)) {
+                let Some(remote) = cfg.transforms.route_topic(t) else {
+                    continue;
+                };
+                if let Err(e) = targets.partitions(&remote, t).await {
+                    tracing::warn!(error = %e, "cannot create the target topic yet; will retry");
+                }
+            }
+        }
+        known = now;
+        if shutdown.sleep(cfg.metadata_refresh).await {
+            return;
+        }
+        match source.refresh_metadata(None).await {
+            Ok(_) => {
+                targets.refresh();
+                topics.send_if_modified(|current| {
+                    let next = matching(&cfg, &source);
+                    if next != *current {
+                        *current = next;
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "refreshing the source's topics failed"),
+        }
+    }
+}
