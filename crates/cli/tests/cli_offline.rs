@@ -229,6 +229,78 @@ fn mm1_command_line() {
         ),
         "{err}"
     );
+    assert!(
+        err.contains("use its built-in transforms instead (--transforms FILE"),
+        "{err}"
+    );
+
+    // Transforms: shown by --plan; a misconfigured one is named with file, line and key.
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("transforms.properties");
+    std::fs::write(
+        &good,
+        "transforms = noTest, rename\n\
+         transforms.noTest.type = Filter\n\
+         transforms.noTest.predicate = isTest\n\
+         transforms.rename.type = RegexRouter\n\
+         transforms.rename.regex = (.*)\n\
+         transforms.rename.replacement = dr.$1\n\
+         predicates = isTest\n\
+         predicates.isTest.type = KeyMatches\n\
+         predicates.isTest.pattern = test-.*\n",
+    )
+    .unwrap();
+    let mut plan = base.to_vec();
+    plan.extend([
+        "--whitelist",
+        "x",
+        "--transforms",
+        good.to_str().unwrap(),
+        "--create.topics",
+        "false",
+        "--plan",
+    ]);
+    let o = kmirror(&plan);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains("transform     noTest: Filter: drop the record when isTest"),
+        "{out}"
+    );
+    assert!(
+        out.contains("transform     rename: RegexRouter: (.*) -> dr.$1"),
+        "{out}"
+    );
+    assert!(out.contains("not created (the target's auto.create.topics.enable decides)"));
+    let bad_file = dir.path().join("bad.properties");
+    std::fs::write(
+        &bad_file,
+        "transforms = route\n\
+         transforms.route.type = com.acme.MyRouter\n",
+    )
+    .unwrap();
+    let mut bad = base.to_vec();
+    bad.extend([
+        "--whitelist",
+        "x",
+        "--transforms",
+        bad_file.to_str().unwrap(),
+        "--create.topics",
+        "sometimes",
+        "--plan",
+    ]);
+    let o = kmirror(&bad);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        err.contains("bad.properties:2: transforms.route.type = 'com.acme.MyRouter': kmirror cannot load Java transform classes"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--create.topics = 'sometimes': expected true or false"),
+        "{err}"
+    );
+
     let mut check = base.to_vec();
     check.extend(["--whitelist", "x", "--check"]);
     assert_eq!(

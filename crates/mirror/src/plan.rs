@@ -310,6 +310,12 @@ impl Plan {
                     ExactlyOnce::Requested => "requested",
                     ExactlyOnce::Required => "required",
                 };
+                if !f.transforms.is_empty() {
+                    let _ = writeln!(o, "  transforms     (every batch decoded and re-encoded)");
+                    for t in f.transforms.describe() {
+                        let _ = writeln!(o, "    {t}");
+                    }
+                }
                 let _ = writeln!(o, "  exactly-once   {eos}");
                 let _ = writeln!(o, "  clients");
                 let _ = writeln!(

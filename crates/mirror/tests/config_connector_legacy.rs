@@ -95,6 +95,35 @@ fn mm1_defaults_and_flags() {
     assert_eq!(cfg.producer_tuning.linger.as_millis(), 7);
     let ignored: Vec<&str> = cfg.ignored.iter().map(|i| i.origin.key.as_str()).collect();
     assert_eq!(ignored, ["max.poll.records", "retries"]);
+    // Group timings: the Java consumer's defaults; a client id to tell members apart.
+    assert_eq!(cfg.session_timeout.as_millis(), 45_000);
+    assert_eq!(cfg.heartbeat_interval.as_millis(), 3_000);
+    assert_eq!(cfg.rebalance_timeout.as_millis(), 300_000);
+    assert_eq!(cfg.consumer.client_id.as_deref(), Some("kmirror-mm1"));
+    assert!(cfg.create_topics && cfg.transforms.is_empty());
+
+    let tuned = props(
+        "consumer.properties",
+        "bootstrap.servers=old:9092\ngroup.id=mm1\nsession.timeout.ms=10000\nheartbeat.interval.ms=20000\n\
+         partition.assignment.strategy=org.apache.kafka.clients.consumer.RoundRobinAssignor\n",
+    );
+    let e = legacy::load(&tuned, &p, &args, &SystemEnvironment)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("consumer.properties:4: heartbeat.interval.ms = '20000': must be lower than session.timeout.ms"),
+        "{e}"
+    );
+    let round_robin = props(
+        "consumer.properties",
+        "bootstrap.servers=old:9092\ngroup.id=mm1\n\
+         partition.assignment.strategy=org.apache.kafka.clients.consumer.RoundRobinAssignor\n",
+    );
+    let cfg = legacy::load(&round_robin, &p, &args, &SystemEnvironment).unwrap();
+    assert!(cfg
+        .diagnostics
+        .warnings()
+        .any(|w| w.to_string().contains("only the range assignor")));
 
     let both = LegacyArgs {
         include: Some("a".into()),

@@ -383,3 +383,107 @@ async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() 
         assert_eq!(sv, dv, "orders-{p} after the restart");
     }
 }
+
+/// MM2 mode with Connect-style transforms: the flow copies in record mode, filtered records are
+/// not written, headers are changed, and the stored position passes filtered records at the end
+/// of the partition (a restart copies nothing again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
+    kmirror_testkit::init_logging();
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("eng-tr-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("eng-tr-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = events\n\
+         replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+         A->B.transforms = noTest, tag\n\
+         A->B.transforms.noTest.type = org.apache.kafka.connect.transforms.Filter\n\
+         A->B.transforms.noTest.predicate = isTest\n\
+         A->B.transforms.tag.type = org.apache.kafka.connect.transforms.InsertHeader\n\
+         A->B.transforms.tag.header = via\n\
+         A->B.transforms.tag.value.literal = kmirror\n\
+         A->B.predicates = isTest\n\
+         A->B.predicates.isTest.type = KeyMatches\n\
+         A->B.predicates.isTest.pattern = test-.*\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let props = Properties::parse(&text, "mm2.properties").unwrap();
+    let config = mm2::load(&props, &[], &SystemEnvironment).unwrap();
+    assert!(config.ignored.is_empty(), "{:?}", config.ignored);
+    ca.create_topic("events", 1).unwrap();
+    // Every third record is a test record, and so are the last ones.
+    let mut lines: Vec<String> = (0..300)
+        .map(|i| {
+            if i % 3 == 0 {
+                format!("test-{i}:v{i}")
+            } else {
+                format!("k{i}:v{i}")
+            }
+        })
+        .collect();
+    lines.extend((300..310).map(|i| format!("test-{i}:v{i}")));
+    produce(&ca, "events", "lz4", &lines);
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+
+    let running = start(&config);
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(60), "not copied");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = b.refresh_metadata(None).await;
+        if b.list_offset("A.events", 0, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap_or(0)
+            >= 200
+        {
+            break;
+        }
+    }
+    // Let the position reach the filtered tail and be stored.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let metrics = running.stop().await;
+    assert_eq!(
+        metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
+        0.0
+    );
+    let copied = read_partition(&b, "A.events", 0).await;
+    assert_eq!(copied.len(), 200);
+    for (_, r) in &copied {
+        let key = String::from_utf8_lossy(r.key.as_deref().unwrap()).into_owned();
+        assert!(!key.starts_with("test-"), "{key}");
+        assert_eq!(
+            r.headers.last().map(|(k, v)| (&k[..], v.as_deref())),
+            Some((&b"via"[..], Some(&b"kmirror"[..])))
+        );
+    }
+    let end = a
+        .list_offset("events", 0, LATEST, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    let mut last = None;
+    for p in 0..25 {
+        for (_, r) in read_partition(&b, "mm2-offsets.A.internal", p).await {
+            if let Some(pos) = SourcePosition::decode(r.key.as_deref().unwrap(), r.value.as_deref())
+            {
+                if pos.topic == "events" {
+                    last = last.max(Some(pos.offset));
+                }
+            }
+        }
+    }
+    assert_eq!(last, Some(end - 1), "the position passes the filtered tail");
+
+    // A restart copies nothing again.
+    let running = start(&config);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    running.stop().await;
+    assert_eq!(read_partition(&b, "A.events", 0).await.len(), 200);
+}

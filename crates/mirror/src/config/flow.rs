@@ -100,12 +100,16 @@ pub fn build(
             }
         }
     }
-    for key in ["transforms", "predicates"] {
-        if let Some(s) = r.get(key).filter(|s| !s.value.trim().is_empty()) {
+    let transforms = crate::transform::parse(r.map, r.diags);
+    if transforms.renames() {
+        if let Some(s) = r.get("transforms") {
             r.diags.error(
                 Some(&s.origin),
                 Some(&s.value),
-                "Kafka Connect single message transforms cannot run in kmirror; it copies records unchanged",
+                format!(
+                    "RegexRouter ({}) cannot rename topics in MM2 mode: checkpoints, offset translation and cycle detection need remote names the replication policy can read back; name topics with replication.policy.class / replication.policy.separator, or use kmirror legacy",
+                    transforms.renaming_aliases().join(", ")
+                ),
             );
         }
     }
@@ -281,6 +285,7 @@ pub fn build(
         admin_timeout,
         on_truncation,
         sync_group_acls,
+        transforms,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

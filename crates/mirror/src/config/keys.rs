@@ -103,6 +103,12 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "predicates",
 ];
 
+/// `transforms.<alias>.*` and `predicates.<alias>.*`: Connect's SMT keys, read (and checked key
+/// by key) by `transform::parse`.
+pub fn is_transform_key(key: &str) -> bool {
+    key.starts_with("transforms.") || key.starts_with("predicates.")
+}
+
 /// Connector and Connect keys kmirror accepts but does not use, with the reason.
 pub fn ignored_connector_key(key: &str) -> Option<&'static str> {
     Some(match key {

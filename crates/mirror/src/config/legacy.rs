@@ -247,7 +247,7 @@ pub fn load(
         }
     }
     let transforms = match &args.transforms {
-        Some(p) => transform::parse(&settings_of(p), &mut diags),
+        Some(p) => transform::parse(&super::values::settings_of(p), &mut diags),
         None => Chain::default(),
     };
     if let (Some(c), Some(p)) = (&consumer_settings, &producer_settings) {
@@ -297,27 +297,6 @@ const LEGACY_CONSUMER_KEYS: &[&str] = &[
     "partition.assignment.strategy",
     "group.protocol",
 ];
-
-/// A file's entries as settings, unresolved (transform files hold no secrets).
-fn settings_of(props: &Properties) -> SettingMap {
-    let file: Arc<str> = Arc::from(props.source.as_str());
-    props
-        .iter()
-        .map(|p| {
-            (
-                p.key.clone(),
-                Setting {
-                    value: p.value.clone(),
-                    origin: Origin {
-                        file: file.clone(),
-                        line: p.line,
-                        key: p.key.clone(),
-                    },
-                },
-            )
-        })
-        .collect()
-}
 
 fn resolve(
     props: &Properties,

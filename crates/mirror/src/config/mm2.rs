@@ -285,7 +285,8 @@ pub fn connector_props(
     for (k, v) in all {
         let connector_key = CONNECTOR_KEYS.contains(&k.as_str())
             || k.starts_with("config.providers")
-            || k.starts_with("replication.policy");
+            || k.starts_with("replication.policy")
+            || keys::is_transform_key(k);
         if connector_key && !is_flow_or_cluster_key(k, aliases) {
             p.insert(k.clone(), v.clone());
         }
@@ -402,6 +403,7 @@ fn classify_top_key(k: &str) -> Classified {
     }
     if k == "clusters"
         || k.starts_with("config.providers")
+        || keys::is_transform_key(k)
         || CONNECTOR_KEYS.contains(&k)
         || POSITION_KEYS.contains(&k)
     {
@@ -501,7 +503,9 @@ fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
 
 /// Keys inside a flow (`A->B.<key>`) or a connector file.
 pub fn classify_connector_key(k: &str) -> Classified {
-    if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") {
+    // transforms.<alias>.* / predicates.<alias>.*: checked key by key by transform::parse.
+    if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") || keys::is_transform_key(k)
+    {
         return None;
     }
     if let Some(r) = keys::ignored_connector_key(k) {

@@ -123,6 +123,9 @@ pub struct FlowConfig {
     /// `kmirror.sync.group.acls.enabled`: with ACL sync, also copy consumer-group READ ACLs of
     /// groups matching `groups` (default off).
     pub sync_group_acls: bool,
+    /// `transforms` / `predicates` (Connect's SMT syntax; no renaming in MM2 mode): any
+    /// transform makes the flow copy in record mode.
+    pub transforms: crate::transform::Chain,
     pub clients: FlowClients,
 }
 

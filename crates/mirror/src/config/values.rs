@@ -30,6 +30,28 @@ impl std::fmt::Debug for Setting {
 /// Effective settings of one scope (a flow's connector settings, or one client's settings).
 pub type SettingMap = BTreeMap<String, Setting>;
 
+/// A file's entries as settings, without provider resolution (for files that hold no secrets,
+/// such as `--transforms`).
+pub fn settings_of(props: &super::properties::Properties) -> SettingMap {
+    let file: std::sync::Arc<str> = std::sync::Arc::from(props.source.as_str());
+    props
+        .iter()
+        .map(|p| {
+            (
+                p.key.clone(),
+                Setting {
+                    value: p.value.clone(),
+                    origin: Origin {
+                        file: file.clone(),
+                        line: p.line,
+                        key: p.key.clone(),
+                    },
+                },
+            )
+        })
+        .collect()
+}
+
 /// Typed reads from a [`SettingMap`].
 pub struct Reader<'a> {
     pub map: &'a SettingMap,

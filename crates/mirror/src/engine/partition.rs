@@ -305,17 +305,34 @@ impl PartitionTask {
             for b in batches {
                 // (batch, its records' source offsets, the tag: the source offset the position
                 // may move to once the target acknowledged it)
-                let (sent, reencoded) =
-                    if b.base_offset() >= next && b.offsets_contiguous() && !b.is_log_append_time()
-                    {
-                        let ups = SourceOffsets::Contiguous {
-                            first: b.base_offset(),
-                            count: b.record_count() as i64,
-                        };
-                        (vec![(b.clone(), ups, b.last_offset())], false)
-                    } else {
-                        (self.reencode(b, next, codec)?, true)
+                let (sent, reencoded) = if flow.transforms.is_empty()
+                    && b.base_offset() >= next
+                    && b.offsets_contiguous()
+                    && !b.is_log_append_time()
+                {
+                    let ups = SourceOffsets::Contiguous {
+                        first: b.base_offset(),
+                        count: b.record_count() as i64,
                     };
+                    (vec![(b.clone(), ups, b.last_offset())], false)
+                } else {
+                    (self.reencode(b, next, codec)?, true)
+                };
+                if sent.is_empty() && b.last_offset() >= next {
+                    // Every record was filtered out (or compacted away): once what is in flight
+                    // is acknowledged, the position may pass this batch.
+                    report(
+                        lane.flush()
+                            .await
+                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                        acked_through,
+                        &mut in_flight,
+                    );
+                    *acked_through = Some(b.last_offset());
+                    self.ctx
+                        .board
+                        .acknowledged(&self.topic, self.partition, b.last_offset());
+                }
                 for (batch, ups, tag) in sent {
                     in_flight.push_back(ups);
                     let size = batch.bytes().len() as u64;
@@ -384,10 +401,13 @@ impl PartitionTask {
         codec: Codec,
     ) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
         let bad = |e: String| Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e)));
+        let transforms = &self.ctx.flow.transforms;
         let kept: Vec<Record> = decode_batch(b)
             .map_err(|e| bad(e.to_string()))?
             .into_iter()
             .filter(|r| r.offset >= next)
+            // MM2 mode refuses renaming transforms, so the topic stays the remote one.
+            .filter_map(|r| transforms.apply(&self.topic, r).map(|(_, r)| r))
             .collect();
         let limit = self.ctx.flow.clients.producer_tuning.max_request_size as usize;
         let mut out = Vec::new();

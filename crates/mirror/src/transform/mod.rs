@@ -189,27 +189,11 @@ mod tests {
     use super::*;
     use crate::config::diagnostics::Diagnostics;
     use crate::config::properties::Properties;
-    use crate::config::values::{Setting, SettingMap};
+    use crate::config::values::{settings_of, SettingMap};
     use bytes::Bytes;
 
     pub(super) fn settings(text: &str) -> SettingMap {
-        let props = Properties::parse(text, "t.properties").unwrap();
-        props
-            .iter()
-            .map(|p| {
-                (
-                    p.key.clone(),
-                    Setting {
-                        value: p.value.clone(),
-                        origin: crate::config::diagnostics::Origin {
-                            file: "t.properties".into(),
-                            line: p.line,
-                            key: p.key.clone(),
-                        },
-                    },
-                )
-            })
-            .collect()
+        settings_of(&Properties::parse(text, "t.properties").unwrap())
     }
 
     pub(super) fn chain(text: &str) -> Chain {
