@@ -6,7 +6,9 @@
 //!   `kill -9` and a restart;
 //! - two processes with the same files split the partitions; a Java console consumer in the same
 //!   group gets a consistent share; killing one process hands its partitions to the other
-//!   within the session timeout; transforms filter, rename and change headers.
+//!   within the session timeout; transforms filter, rename and change headers;
+//! - `--abort.on.send.failure`: true stops the process on a refused record without committing
+//!   past it; false logs, counts and skips it, and copies the records after it.
 
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_testkit::{eventually, read_partition, Cluster, Security};
@@ -351,23 +353,19 @@ fn consistent(rows: &[(String, BTreeSet<(String, i32)>)], all: usize) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_transforms() {
-    let (ca, cb) = std::thread::scope(|s| {
-        let a = s.spawn(|| Cluster::start("mm1-share-a", Security::Plaintext).unwrap());
-        let b = s.spawn(|| Cluster::start("mm1-share-b", Security::Plaintext).unwrap());
-        (a.join().unwrap(), b.join().unwrap())
-    });
+    let (ca, cb) = kmirror_testkit::shared_pair();
     ca.create_topic("shared", 6).unwrap();
     let b = KafkaCluster::connect(cb.client_settings(None))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let consumer = client_file(
-        &ca,
+        ca,
         None,
         "group.id=shared-group\nsession.timeout.ms=6000\nheartbeat.interval.ms=1000\n",
         &dir.path().join("consumer.properties"),
     );
-    let producer = client_file(&cb, None, "", &dir.path().join("producer.properties"));
+    let producer = client_file(cb, None, "", &dir.path().join("producer.properties"));
     let transforms = dir.path().join("transforms.properties");
     std::fs::write(
         &transforms,
@@ -408,7 +406,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
             }
         })
         .collect();
-    produce_keyed(&ca, "shared", &lines);
+    produce_keyed(ca, "shared", &lines);
     // One record with headers, from kmirror's own client (the console producer cannot).
     {
         use bytes::Bytes;
@@ -441,7 +439,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
     let mut p1 = legacy(&args, &log1);
     let p2 = legacy(&args, &log2);
     eventually(60, "two kmirror members share the 6 partitions", || async {
-        let rows = members(&ca, "shared-group");
+        let rows = members(ca, "shared-group");
         rows.len() == 2 && consistent(&rows, 6)
     })
     .await;
@@ -466,7 +464,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
         60,
         "kmirror and a Java consumer share the group",
         || async {
-            let rows = members(&ca, "shared-group");
+            let rows = members(ca, "shared-group");
             rows.len() == 3 && consistent(&rows, 6)
         },
     )
@@ -477,7 +475,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
         60,
         "the Java consumer's partitions return to kmirror",
         || async {
-            let rows = members(&ca, "shared-group");
+            let rows = members(ca, "shared-group");
             rows.len() == 2 && consistent(&rows, 6)
         },
     )
@@ -487,7 +485,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
     p1.kill_9();
     let t0 = Instant::now();
     eventually(40, "the survivor owns all 6 partitions", || async {
-        let rows = members(&ca, "shared-group");
+        let rows = members(ca, "shared-group");
         rows.len() == 1 && consistent(&rows, 6)
     })
     .await;
@@ -499,7 +497,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
     );
 
     let more: Vec<String> = (600..700).map(|i| format!("k{i}:v{i}")).collect();
-    produce_keyed(&ca, "shared", &more);
+    produce_keyed(ca, "shared", &more);
     let expected: BTreeSet<String> = (0..700)
         .filter(|i| i >= &600 || i % 10 != 0)
         .map(|i| format!("v{i}"))
@@ -537,4 +535,118 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
         }
     }
     assert!(seen >= expected.len(), "{seen} records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_record_stops_or_is_skipped_as_abort_on_send_failure_says() {
+    let (ca, cb) = kmirror_testkit::shared_pair();
+    ca.create_topic("big", 1).unwrap();
+    let cfg = cb.client_config(None);
+    cb.tool(
+        "topics",
+        &[
+            "--bootstrap-server",
+            cb.bootstrap(),
+            "--command-config",
+            cfg.to_str().unwrap(),
+            "--create",
+            "--topic",
+            "big",
+            "--partitions",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
+        None,
+    )
+    .unwrap();
+    let small =
+        |from: usize| -> Vec<String> { (from..from + 5).map(|i| format!("k{i}:v{i}")).collect() };
+    produce_keyed(ca, "big", &small(0));
+    produce_keyed(ca, "big", &[format!("huge:{}", "x".repeat(5000))]);
+    produce_keyed(ca, "big", &small(6));
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let consumer = client_file(
+        ca,
+        None,
+        "group.id=big-group\n",
+        &dir.path().join("c.properties"),
+    );
+    // One record per batch, so that only the refused record's batch fails.
+    let producer = client_file(cb, None, "batch.size=1\n", &dir.path().join("p.properties"));
+    let base = [
+        "--consumer.config",
+        consumer.to_str().unwrap(),
+        "--producer.config",
+        producer.to_str().unwrap(),
+        "--whitelist",
+        "big",
+        "--offset.commit.interval.ms",
+        "500",
+        "--metrics-address",
+        "127.0.0.1:0",
+    ];
+
+    // Default (true): the process stops, naming the partition; nothing past the record is
+    // committed.
+    let log = dir.path().join("abort.log");
+    let mut p = legacy(&base, &log);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "kmirror did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(text.contains("sending to big-0 failed"), "{text}");
+    let committed = a.fetch_group_offsets("big-group").await.unwrap();
+    let at = committed
+        .get("big")
+        .and_then(|m| m.get(&0))
+        .map_or(0, |c| c.offset);
+    assert!(at <= 5, "committed {at}, past the refused record at 5");
+
+    // false: logged, counted, skipped; the records after it are copied; SIGTERM exits 0.
+    let mut args = base.to_vec();
+    args.extend(["--abort.on.send.failure", "false"]);
+    let log = dir.path().join("continue.log");
+    let p = legacy(&args, &log);
+    eventually(60, "the records after the refused one copied", || async {
+        let (_, values) = layout(&b, "big").await;
+        (6..11).all(|i| values.contains(&format!("v{i}")))
+    })
+    .await;
+    eventually(30, "offsets committed past the skipped record", || async {
+        a.fetch_group_offsets("big-group")
+            .await
+            .ok()
+            .and_then(|c| c.get("big").and_then(|m| m.get(&0)).map(|c| c.offset))
+            == Some(11)
+    })
+    .await;
+    let status = p.terminate();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(
+        text.contains("records skipped (--abort.on.send.failure false)"),
+        "{text}"
+    );
+    let (_, values) = layout(&b, "big").await;
+    assert!(
+        values.iter().all(|v| v.len() < 100),
+        "the huge record was not written"
+    );
+    assert!((0..5).all(|i| values.contains(&format!("v{i}"))));
 }

@@ -212,8 +212,9 @@ async fn membership(
 #[derive(Debug)]
 struct LaneState {
     lane: PartitionLane,
-    /// Tags of the batches sent and not yet acknowledged, in send order (acks come in order).
-    unacked: VecDeque<i64>,
+    /// The batches sent and not yet acknowledged, with their tags, in send order (acks come in
+    /// order): what is sent again after a failure that `--abort.on.send.failure false` skips.
+    unacked: VecDeque<(i64, RawBatch)>,
 }
 
 /// Where a source partition is copied from.
@@ -591,21 +592,27 @@ impl Copier {
         }
     }
 
+    /// Sends a batch; with `--abort.on.send.failure false`, a batch the target refuses is given
+    /// up and the batches sent after it go again on a fresh lane.
     async fn send(&mut self, key: Key, tag: i64, batch: RawBatch) -> Result<(), LegacyError> {
-        let producer = self.producer().await?;
-        let max = self.sh.cfg.producer_tuning.max_request_size as usize;
-        let st = self.lanes.entry(key.clone()).or_insert_with(|| LaneState {
-            lane: producer.lane(&key.0, key.1).with_limits(max, 4 << 20),
-            unacked: VecDeque::new(),
-        });
-        st.unacked.push_back(tag);
-        match st.lane.send(tag, batch).await {
-            Ok(acked) => {
-                self.acked(&key, acked);
-                Ok(())
+        let mut queue: VecDeque<(i64, RawBatch)> = VecDeque::from([(tag, batch)]);
+        while let Some((tag, batch)) = queue.pop_front() {
+            let producer = self.producer().await?;
+            let max = self.sh.cfg.producer_tuning.max_request_size as usize;
+            let st = self.lanes.entry(key.clone()).or_insert_with(|| LaneState {
+                lane: producer.lane(&key.0, key.1).with_limits(max, 4 << 20),
+                unacked: VecDeque::new(),
+            });
+            st.unacked.push_back((tag, batch.clone()));
+            match st.lane.send(tag, batch).await {
+                Ok(acked) => self.acked(&key, acked),
+                Err(e) => {
+                    let again = self.send_failed(&key, e)?;
+                    queue = again.into_iter().chain(queue).collect();
+                }
             }
-            Err(e) => self.send_failed(key, e),
         }
+        Ok(())
     }
 
     fn acked(&mut self, key: &Key, acked: Vec<Acked>) {
@@ -617,51 +624,79 @@ impl Copier {
         }
     }
 
-    /// A batch the target refused or never acknowledged (within the delivery timeout).
-    fn send_failed(&mut self, key: Key, e: KafkaError) -> Result<(), LegacyError> {
+    /// A batch the target refused, or did not acknowledge within the delivery timeout. Stops
+    /// the stream (`--abort.on.send.failure true`), or gives that batch up, logged and counted,
+    /// and returns the later unacknowledged batches to send again.
+    fn send_failed(
+        &mut self,
+        key: &Key,
+        e: KafkaError,
+    ) -> Result<Vec<(i64, RawBatch)>, LegacyError> {
         self.count_error("send");
         if self.sh.cfg.abort_on_send_failure {
             return Err(LegacyError::Send {
-                topic: key.0,
+                topic: key.0.clone(),
                 partition: key.1,
                 source: e,
             });
         }
-        // --abort.on.send.failure false: as MM1, log, count and go on. The lane's unacknowledged
-        // batches are given up (their offsets may be committed); a new lane starts afresh.
-        let Some(st) = self.lanes.remove(&key) else {
-            return Ok(());
+        let reason = e.to_string();
+        let (failed, again) = match e {
+            // Refused before sending: the batch just queued; the lane itself is fine.
+            KafkaError::BatchTooLarge { .. } => {
+                let failed = self.lanes.get_mut(key).and_then(|st| st.unacked.pop_back());
+                (failed, Vec::new())
+            }
+            // The oldest unacknowledged batch failed, and the lane gave up: the broker wrote
+            // none of the later ones (their sequence numbers follow the refused batch), so they
+            // go again under a new producer id.
+            _ => {
+                let mut unacked = self
+                    .lanes
+                    .remove(key)
+                    .map(|s| s.unacked)
+                    .unwrap_or_default();
+                self.producer = None;
+                (unacked.pop_front(), unacked.into_iter().collect())
+            }
         };
-        let skipped = st.unacked.len();
-        for tag in st.unacked {
+        if let Some((tag, batch)) = failed {
             self.ledger.ack(tag);
+            self.sh
+                .metrics
+                .errors
+                .get_or_create(&self.sh.labels.error("records_skipped"))
+                .inc_by(batch.record_count().max(0) as u64);
+            tracing::error!(topic = %key.0, partition = key.1, records = batch.record_count(), error = %reason, "send failed; records skipped (--abort.on.send.failure false)");
         }
-        self.sh
-            .metrics
-            .errors
-            .get_or_create(&self.sh.labels.error("send_skipped"))
-            .inc_by(skipped as u64);
-        tracing::error!(topic = %key.0, partition = key.1, batches = skipped, error = %e, "send failed; batches skipped (--abort.on.send.failure false)");
-        Ok(())
+        Ok(again)
     }
 
     async fn flush_all(&mut self) -> Result<(), LegacyError> {
-        let keys: Vec<Key> = self
-            .lanes
-            .iter()
-            .filter(|(_, s)| !s.unacked.is_empty())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in keys {
-            let Some(st) = self.lanes.get_mut(&key) else {
-                continue;
-            };
-            match st.lane.flush().await {
-                Ok(acked) => self.acked(&key, acked),
-                Err(e) => self.send_failed(key, e)?,
+        loop {
+            let keys: Vec<Key> = self
+                .lanes
+                .iter()
+                .filter(|(_, s)| !s.unacked.is_empty())
+                .map(|(k, _)| k.clone())
+                .collect();
+            if keys.is_empty() {
+                return Ok(());
+            }
+            for key in keys {
+                let Some(st) = self.lanes.get_mut(&key) else {
+                    continue;
+                };
+                match st.lane.flush().await {
+                    Ok(acked) => self.acked(&key, acked),
+                    Err(e) => {
+                        for (tag, batch) in self.send_failed(&key, e)? {
+                            self.send(key.clone(), tag, batch).await?;
+                        }
+                    }
+                }
             }
         }
-        Ok(())
     }
 
     /// Commits the offsets whose records the target acknowledged, as this member.
