@@ -10,7 +10,7 @@ use std::path::PathBuf;
     name = "kmirror",
     version,
     about,
-    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys."
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys, 5 verify found differences, 6 verify found data still in flight (and no difference)."
 )]
 pub(crate) struct Cli {
     /// Log format.
@@ -55,6 +55,27 @@ pub(crate) enum Command {
         /// a free port (logged at start).
         #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
         metrics_address: String,
+    },
+    /// Compare source and target of each flow: topics, partition counts, record counts, newest
+    /// timestamps, configs, ACLs, consumer-group translations. Exit 0 when everything matches,
+    /// 5 when something differs, 6 when nothing differs but data is still in flight.
+    Verify {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Only this flow (e.g. A->B); default: every replicating flow this process serves.
+        #[arg(long)]
+        flow: Option<String>,
+        /// Only source topics matching this Java regex (whole name; commas allowed).
+        #[arg(long, value_name = "REGEX")]
+        topics: Option<String>,
+        /// Also compare the last N records of each partition byte for byte.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        deep: usize,
+        /// Also print the rows that match.
+        #[arg(long)]
+        all: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Replicate as MirrorMaker 1 did (kafka-mirror-maker.sh), with its flags.
     Legacy(LegacyCmd),

@@ -2,7 +2,8 @@
 //! configuration files, renders results and maps failures to documented exit codes.
 //!
 //! Exit codes: 0 success; 1 runtime failure; 2 bad command line; 3 invalid configuration;
-//! 4 `plan --check` found warnings or ignored keys.
+//! 4 `plan --check` found warnings or ignored keys; 5 `verify` found differences; 6 `verify`
+//! found data still in flight and no difference.
 
 mod cli;
 mod logging;
@@ -84,6 +85,35 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .build()?;
             runtime.block_on(run_engine(cfg, metrics_address))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify {
+            config,
+            flow,
+            topics,
+            deep,
+            all,
+            format,
+        } => {
+            let cfg = load(&config)?;
+            preflight(&cfg)?;
+            let topics = topics
+                .map(|t| {
+                    kmirror_mirror::filter::PatternList::from_items(vec![legacy::mm1_topic_regex(
+                        &t,
+                    )])
+                    .map_err(|e| anyhow::anyhow!("--topics '{t}': invalid regex: {e}"))
+                })
+                .transpose()?;
+            let options = kmirror_mirror::verify::collect::Options { topics, deep };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let report = runtime.block_on(verify_cmd(&cfg, flow.as_deref(), &options))?;
+            match format {
+                Format::Text => print!("{}", report.render(all)),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            }
+            Ok(ExitCode::from(report.exit_code()))
         }
         Command::Legacy(cmd) => legacy_cmd(cmd),
         Command::Offsets(cmd) => {
@@ -169,6 +199,50 @@ async fn serve_process(
         tokio::spawn(metrics_http::serve(listener, metrics.clone()));
     }
     Ok((shutdown, metrics))
+}
+
+/// `kmirror verify`: every replicating flow served (or the one named).
+async fn verify_cmd(
+    cfg: &MirrorConfig,
+    only: Option<&str>,
+    options: &kmirror_mirror::verify::collect::Options,
+) -> anyhow::Result<kmirror_mirror::verify::Report> {
+    use kmirror_kafka::cluster::KafkaCluster;
+    let t0 = std::time::Instant::now();
+    let flows: Vec<_> = cfg
+        .served_flows()
+        .filter(|f| f.replication)
+        .filter(|f| only.is_none_or(|o| f.id.to_string() == o))
+        .collect();
+    if flows.is_empty() {
+        let known: Vec<String> = cfg
+            .flows
+            .iter()
+            .filter(|f| f.replication)
+            .map(|f| f.id.to_string())
+            .collect();
+        anyhow::bail!(
+            "no replicating flow {} to verify (flows: {})",
+            only.unwrap_or(""),
+            known.join(", ")
+        );
+    }
+    let mut report = kmirror_mirror::verify::Report::default();
+    for f in flows {
+        let source = KafkaCluster::connect(f.clients.source_admin.clone())
+            .await
+            .with_context(|| format!("connecting to {}", f.id.source))?;
+        let target = KafkaCluster::connect(f.clients.target_admin.clone())
+            .await
+            .with_context(|| format!("connecting to {}", f.id.target))?;
+        let (rows, topics, partitions) =
+            kmirror_mirror::verify::collect::flow(f, &source, &target, options).await?;
+        report.rows.extend(rows);
+        report.topics += topics;
+        report.partitions += partitions;
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
 }
 
 /// `kmirror offsets translate|apply`.

@@ -256,6 +256,13 @@ async fn mm1_command_line_with_sasl_keeps_javas_partitioning_and_survives_kill_9
         values.len() - distinct.len()
     );
 
+    // The producer file's compression.type is used for the target's batches.
+    for p in 0..50 {
+        for (codec, _) in read_partition(&b, "projects.alpha", p).await {
+            assert_eq!(codec, kmirror_kafka::batch::Codec::Lz4, "partition {p}");
+        }
+    }
+
     // Missing target topics are created with the source's partition count; others not copied.
     b.refresh_metadata(None).await.unwrap();
     let md = b.metadata();

@@ -137,34 +137,55 @@ pub struct CommittedOffset {
 impl KafkaCluster {
     /// DescribeConfigs of one topic (all keys, with their source).
     pub async fn describe_topic_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
+        let mut all = self.describe_topics_configs(&[topic.to_string()]).await?;
+        all.remove(topic)
+            .ok_or_else(|| KafkaError::Config(format!("no configs returned for {topic}")))?
+    }
+
+    /// DescribeConfigs of many topics, a few hundred per request; each topic's own result (an
+    /// error for one topic does not hide the others).
+    pub async fn describe_topics_configs(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, Result<Vec<ConfigEntry>>>> {
         let conn = self.any_broker().await?;
-        let req = DescribeConfigsRequest::default().with_resources(vec![
-            DescribeConfigsResource::default()
-                .with_resource_type(2)
-                .with_resource_name(s(topic))
-                .with_configuration_keys(None),
-        ]);
-        let resp = conn.send(&req).await?;
-        let r = resp
-            .results
-            .first()
-            .ok_or_else(|| conn.empty_response(ApiKey::DescribeConfigs))?;
-        check(
-            &conn,
-            ApiKey::DescribeConfigs,
-            r.error_code,
-            r.error_message.as_ref(),
-        )?;
-        Ok(r.configs
-            .iter()
-            .map(|c| ConfigEntry {
-                name: c.name.to_string(),
-                value: c.value.as_ref().map(|v| v.to_string()),
-                source: c.config_source,
-                read_only: c.read_only,
-                sensitive: c.is_sensitive,
-            })
-            .collect())
+        let mut out = BTreeMap::new();
+        for chunk in topics.chunks(500) {
+            let req = DescribeConfigsRequest::default().with_resources(
+                chunk
+                    .iter()
+                    .map(|t| {
+                        DescribeConfigsResource::default()
+                            .with_resource_type(2)
+                            .with_resource_name(s(t))
+                            .with_configuration_keys(None)
+                    })
+                    .collect(),
+            );
+            let resp = conn.send(&req).await?;
+            for r in &resp.results {
+                let entries = check(
+                    &conn,
+                    ApiKey::DescribeConfigs,
+                    r.error_code,
+                    r.error_message.as_ref(),
+                )
+                .map(|_| {
+                    r.configs
+                        .iter()
+                        .map(|c| ConfigEntry {
+                            name: c.name.to_string(),
+                            value: c.value.as_ref().map(|v| v.to_string()),
+                            source: c.config_source,
+                            read_only: c.read_only,
+                            sensitive: c.is_sensitive,
+                        })
+                        .collect()
+                });
+                out.insert(r.resource_name.to_string(), entries);
+            }
+        }
+        Ok(out)
     }
 
     /// IncrementalAlterConfigs of one topic.

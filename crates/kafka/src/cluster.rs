@@ -543,6 +543,85 @@ impl KafkaCluster {
         Ok(p.offset)
     }
 
+    /// ListOffsets for many partitions: one request per leader broker, so thousands of
+    /// partitions cost a few round trips. A partition whose batched answer is an error is asked
+    /// again on its own (with the usual retries); one that still fails is left out.
+    pub async fn list_offsets(
+        &self,
+        partitions: &[(String, i32)],
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<HashMap<(String, i32), i64>> {
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<(i32, i32)>>> = BTreeMap::new();
+        let mut retry: Vec<(String, i32)> = Vec::new();
+        for (t, p) in partitions {
+            match self.leader_of(t, *p) {
+                Ok((leader, epoch)) => by_leader
+                    .entry(leader)
+                    .or_default()
+                    .entry(t.clone())
+                    .or_default()
+                    .push((*p, epoch)),
+                Err(_) => retry.push((t.clone(), *p)),
+            }
+        }
+        let mut out = HashMap::new();
+        for (leader, topics) in by_leader {
+            let answered = async {
+                let conn = self.broker(leader).await?;
+                let req = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(isolation_byte(isolation))
+                    .with_topics(
+                        topics
+                            .iter()
+                            .map(|(t, ps)| {
+                                ListOffsetsTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t.clone())))
+                                    .with_partitions(
+                                        ps.iter()
+                                            .map(|(p, epoch)| {
+                                                ListOffsetsPartition::default()
+                                                    .with_partition_index(*p)
+                                                    .with_current_leader_epoch(*epoch)
+                                                    .with_timestamp(at)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                conn.send(&req).await
+            }
+            .await;
+            match answered {
+                Ok(resp) => {
+                    for t in &resp.topics {
+                        for p in &t.partitions {
+                            let key = (t.name.0.to_string(), p.partition_index);
+                            if p.error_code == 0 {
+                                out.insert(key, p.offset);
+                            } else {
+                                retry.push(key);
+                            }
+                        }
+                    }
+                }
+                Err(_) => retry.extend(
+                    topics
+                        .iter()
+                        .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p))),
+                ),
+            }
+        }
+        for (t, p) in retry {
+            if let Ok(o) = self.list_offset(&t, p, at, isolation).await {
+                out.insert((t, p), o);
+            }
+        }
+        Ok(out)
+    }
+
     /// Produces one batch to one partition with acks=all and returns its base offset on the
     /// target. (The pipelined idempotent producer builds on this request shape.)
     /// Retried only on stale leadership (nothing was written then); a timeout is returned, since

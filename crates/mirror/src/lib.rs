@@ -15,6 +15,7 @@ pub mod plan;
 pub mod policy;
 pub mod topic_sync;
 pub mod transform;
+pub mod verify;
 pub mod wire;
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod remote_topics;
 mod topic_sync;
 
 pub(crate) use log_reader::read_to_end;
+pub(crate) use positions::load as load_positions;
 
 use crate::config::model::MirrorConfig;
 use crate::metrics::Metrics;

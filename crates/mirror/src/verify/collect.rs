@@ -1,0 +1,623 @@
+//! Reads what `verify` compares, from both clusters of a flow, with batched requests (offsets
+//! one ListOffsets per broker, configs a few hundred topics per DescribeConfigs) so that thousands
+//! of partitions take seconds.
+
+use super::{judge_deep, judge_freshness, judge_records, PartitionCounts, Row, Status};
+use crate::config::model::FlowConfig;
+use crate::discovery;
+use crate::engine::read_to_end;
+use crate::filter::PatternList;
+use crate::topic_sync::{config_ops, topic_acls};
+use crate::wire::internal::Checkpoint;
+use kafka_protocol::error::ResponseError;
+use kmirror_kafka::admin::{acl, AclBinding, ConfigOp};
+use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::{IsolationLevel, KafkaError};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+/// What to verify of a flow.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Only source topics matching this (whole-name Java regex list).
+    pub topics: Option<PatternList>,
+    /// Compare the last N records of each partition.
+    pub deep: usize,
+}
+
+/// A failure to read a cluster (not a difference: verify cannot tell).
+#[derive(Debug, thiserror::Error)]
+#[error("flow {flow}: {what}: {source}")]
+pub struct CollectError {
+    pub flow: String,
+    pub what: String,
+    #[source]
+    pub source: KafkaError,
+}
+
+struct Ctx<'a> {
+    flow: &'a FlowConfig,
+    rows: Vec<Row>,
+}
+
+impl Ctx<'_> {
+    fn row(
+        &mut self,
+        check: &'static str,
+        subject: &str,
+        partition: Option<i32>,
+        (status, detail): (Status, String),
+    ) {
+        self.rows.push(Row {
+            flow: self.flow.id.to_string(),
+            check,
+            subject: subject.to_string(),
+            partition,
+            status,
+            detail,
+        });
+    }
+}
+
+/// Verifies one flow; returns its rows and how many topics and partitions it covered.
+pub async fn flow(
+    flow: &FlowConfig,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    options: &Options,
+) -> Result<(Vec<Row>, usize, usize), CollectError> {
+    let err = |what: &str| {
+        let flow = flow.id.to_string();
+        let what = what.to_string();
+        move |source| CollectError { flow, what, source }
+    };
+    source
+        .refresh_metadata(None)
+        .await
+        .map_err(err("source metadata"))?;
+    target
+        .refresh_metadata(None)
+        .await
+        .map_err(err("target metadata"))?;
+    let smd = source.metadata();
+    let tmd = target.metadata();
+    let mut cx = Ctx {
+        flow,
+        rows: Vec::new(),
+    };
+
+    // Replicated topics in scope (heartbeats are kmirror's own traffic, never complete).
+    let decided = discovery::decide(flow, smd.topics.keys().map(String::as_str));
+    let topics: Vec<(String, String)> = decided
+        .into_iter()
+        .filter_map(|d| Some((d.source, d.remote?)))
+        .filter(|(s, _)| !flow.policy.is_heartbeats_topic(s))
+        .filter(|(s, _)| options.topics.as_ref().is_none_or(|p| p.matches(s)))
+        .collect();
+
+    // Topics and partition counts.
+    let mut pairs: Vec<(String, String, i32)> = Vec::new();
+    for (src, remote) in &topics {
+        let n = smd.topics[src].partitions.len() as i32;
+        match tmd.topics.get(remote) {
+            None => cx.row(
+                "topic",
+                src,
+                None,
+                (
+                    Status::Failed,
+                    format!("{remote} does not exist on {}", flow.id.target),
+                ),
+            ),
+            Some(t) => {
+                cx.row("topic", src, None, (Status::Ok, format!("as {remote}")));
+                let m = t.partitions.len() as i32;
+                cx.row(
+                    "partitions",
+                    src,
+                    None,
+                    if m == n {
+                        (Status::Ok, format!("{n}"))
+                    } else {
+                        (
+                            Status::Failed,
+                            format!("{n} on the source, {m} on {remote}"),
+                        )
+                    },
+                );
+                pairs.push((src.clone(), remote.clone(), n.min(m)));
+            }
+        }
+    }
+
+    // Record counts per partition, against the stored positions.
+    let positions = crate::engine::load_positions(
+        target,
+        &flow.internal.positions_topic,
+        flow.id.source.as_str(),
+    )
+    .await
+    .unwrap_or_default();
+    let src_parts: Vec<(String, i32)> = pairs
+        .iter()
+        .flat_map(|(s, _, n)| (0..*n).map(move |p| (s.clone(), p)))
+        .collect();
+    let dst_parts: Vec<(String, i32)> = pairs
+        .iter()
+        .flat_map(|(_, r, n)| (0..*n).map(move |p| (r.clone(), p)))
+        .collect();
+    let iso = flow.clients.consumer_tuning.isolation_level;
+    let s_start = source
+        .list_offsets(&src_parts, EARLIEST, iso)
+        .await
+        .map_err(err("source offsets"))?;
+    let s_end = source
+        .list_offsets(&src_parts, LATEST, iso)
+        .await
+        .map_err(err("source offsets"))?;
+    let uncommitted = IsolationLevel::ReadUncommitted;
+    let t_start = target
+        .list_offsets(&dst_parts, EARLIEST, uncommitted)
+        .await
+        .map_err(err("target offsets"))?;
+    let t_end = target
+        .list_offsets(&dst_parts, LATEST, uncommitted)
+        .await
+        .map_err(err("target offsets"))?;
+    for (src, remote, n) in &pairs {
+        for p in 0..*n {
+            let get =
+                |m: &HashMap<(String, i32), i64>, t: &str| m.get(&(t.to_string(), p)).copied();
+            let (Some(ss), Some(se), Some(ts), Some(te)) = (
+                get(&s_start, src),
+                get(&s_end, src),
+                get(&t_start, remote),
+                get(&t_end, remote),
+            ) else {
+                cx.row(
+                    "records",
+                    src,
+                    Some(p),
+                    (Status::Failed, "offsets could not be read".into()),
+                );
+                continue;
+            };
+            let c = PartitionCounts {
+                source_start: ss,
+                source_end: se,
+                target_start: ts,
+                target_end: te,
+                position: positions.get(&(src.clone(), p)).copied(),
+            };
+            let verdict = judge_records(&c);
+            let caught_up = verdict.0 == Status::Ok;
+            cx.row("records", src, Some(p), verdict);
+            if se > ss {
+                let newest_s = newest_timestamp(source, src, p, se, iso).await;
+                let newest_t = newest_timestamp(target, remote, p, te, uncommitted).await;
+                cx.row(
+                    "freshness",
+                    src,
+                    Some(p),
+                    judge_freshness(newest_s, newest_t),
+                );
+            }
+            if options.deep > 0 && caught_up {
+                let s = last_records(source, src, p, ss, se, options.deep, iso).await;
+                let t = last_records(target, remote, p, ts, te, options.deep, uncommitted).await;
+                let verdict = match (s, t) {
+                    (Ok(s), Ok(t)) => judge_deep(&s, &t),
+                    (Err(e), _) | (_, Err(e)) => (Status::Failed, format!("cannot read: {e}")),
+                };
+                cx.row("deep", src, Some(p), verdict);
+            }
+        }
+    }
+
+    configs(&mut cx, source, target, &pairs).await;
+    acls(&mut cx, source, target, &topics).await;
+    groups(&mut cx, source, target, &topics, &s_start).await;
+    let partitions = src_parts.len();
+    Ok((cx.rows, topics.len(), partitions))
+}
+
+/// The newest timestamp of a partition: the max timestamp of the batch holding its last offset.
+async fn newest_timestamp(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    end: i64,
+    iso: IsolationLevel,
+) -> Option<i64> {
+    // Control batches (transaction markers) at the end carry no record: look a little further
+    // back for the last data batch.
+    let from = (end - 1).max(0);
+    let f = k
+        .fetch(topic, partition, from, 64 << 10, Duration::ZERO, iso)
+        .await
+        .ok()?;
+    let newest = f
+        .batches
+        .iter()
+        .filter(|b| !b.is_control())
+        .map(|b| b.max_timestamp())
+        .max();
+    if newest.is_some() || from == 0 {
+        return newest;
+    }
+    let f = k
+        .fetch(
+            topic,
+            partition,
+            (end - 50).max(0),
+            1 << 20,
+            Duration::ZERO,
+            iso,
+        )
+        .await
+        .ok()?;
+    f.batches
+        .iter()
+        .filter(|b| !b.is_control())
+        .map(|b| b.max_timestamp())
+        .max()
+}
+
+/// The last `n` records of a partition (control batches left out).
+async fn last_records(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    start: i64,
+    end: i64,
+    n: usize,
+    iso: IsolationLevel,
+) -> Result<Vec<Record>, KafkaError> {
+    // Transaction markers take offsets: read a little more than n, keep the last n.
+    let from = (end - 2 * n as i64).max(start);
+    let mut offset = from;
+    let mut out = Vec::new();
+    while offset < end {
+        let f = k
+            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
+            .await?;
+        if f.batches.is_empty() {
+            break;
+        }
+        for b in &f.batches {
+            offset = b.last_offset() + 1;
+            if !b.is_control() {
+                out.extend(
+                    decode_batch(b)
+                        .map_err(|e| KafkaError::Config(e.to_string()))?
+                        .into_iter()
+                        .filter(|r| r.offset >= from && r.offset < end),
+                );
+            }
+        }
+    }
+    let skip = out.len().saturating_sub(n);
+    Ok(out.split_off(skip))
+}
+
+fn is(e: &KafkaError, code: ResponseError) -> bool {
+    matches!(e, KafkaError::Broker { error, .. } if *error == code)
+}
+
+async fn configs(
+    cx: &mut Ctx<'_>,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    pairs: &[(String, String, i32)],
+) {
+    if !cx.flow.sync_topic_configs.enabled {
+        for (src, _, _) in pairs {
+            cx.row(
+                "configs",
+                src,
+                None,
+                (Status::Skipped, "sync.topic.configs.enabled = false".into()),
+            );
+        }
+        return;
+    }
+    let names: Vec<String> = pairs.iter().map(|(s, _, _)| s.clone()).collect();
+    let remotes: Vec<String> = pairs.iter().map(|(_, r, _)| r.clone()).collect();
+    let (s, t) = match (
+        source.describe_topics_configs(&names).await,
+        target.describe_topics_configs(&remotes).await,
+    ) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(e), _) | (_, Err(e)) => {
+            for (src, _, _) in pairs {
+                cx.row(
+                    "configs",
+                    src,
+                    None,
+                    (Status::Failed, format!("cannot describe configs: {e}")),
+                );
+            }
+            return;
+        }
+    };
+    for (src, remote, _) in pairs {
+        let verdict = match (s.get(src), t.get(remote)) {
+            (Some(Ok(se)), Some(Ok(te))) => {
+                let ops = config_ops(cx.flow, se, te, &BTreeSet::new());
+                if ops.is_empty() {
+                    (Status::Ok, "as the source (per the sync rules)".into())
+                } else {
+                    let on_target: HashMap<&str, Option<&str>> = te
+                        .iter()
+                        .map(|e| (e.name.as_str(), e.value.as_deref()))
+                        .collect();
+                    let diffs: Vec<String> = ops
+                        .iter()
+                        .map(|op| match op {
+                            ConfigOp::Set(k, v) => format!(
+                                "{k}: source {v}, target {}",
+                                on_target
+                                    .get(k.as_str())
+                                    .copied()
+                                    .flatten()
+                                    .unwrap_or("(unset)")
+                            ),
+                            ConfigOp::Delete(k) => {
+                                format!("{k}: default on the source, set on the target")
+                            }
+                        })
+                        .collect();
+                    (Status::Failed, diffs.join("; "))
+                }
+            }
+            (Some(Err(e)), _) | (_, Some(Err(e))) => {
+                (Status::Failed, format!("cannot describe configs: {e}"))
+            }
+            _ => (Status::Failed, "no configs returned".into()),
+        };
+        cx.row("configs", src, None, verdict);
+    }
+}
+
+async fn acls(
+    cx: &mut Ctx<'_>,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    topics: &[(String, String)],
+) {
+    let subject = format!("{} topic ACLs", cx.flow.id.source);
+    if !cx.flow.sync_topic_acls.enabled {
+        cx.row(
+            "acls",
+            &subject,
+            None,
+            (Status::Skipped, "sync.topic.acls.enabled = false".into()),
+        );
+        return;
+    }
+    let filter = AclBinding {
+        resource_type: acl::RESOURCE_TOPIC,
+        ..AclBinding::any()
+    };
+    let src = match source.describe_acls(&filter).await {
+        Ok(b) => b,
+        Err(e) if is(&e, ResponseError::SecurityDisabled) => {
+            cx.row(
+                "acls",
+                &subject,
+                None,
+                (Status::Skipped, "the source has no authorizer".into()),
+            );
+            return;
+        }
+        Err(e) => {
+            cx.row(
+                "acls",
+                &subject,
+                None,
+                (Status::Failed, format!("cannot describe source ACLs: {e}")),
+            );
+            return;
+        }
+    };
+    let in_scope: BTreeSet<&str> = topics.iter().map(|(s, _)| s.as_str()).collect();
+    let src: Vec<AclBinding> = src
+        .into_iter()
+        .filter(|b| {
+            b.resource_name
+                .as_deref()
+                .is_some_and(|n| n == "*" || in_scope.contains(n))
+        })
+        .collect();
+    let wanted = topic_acls(cx.flow, &src);
+    let have: BTreeSet<AclBinding> = match target.describe_acls(&filter).await {
+        Ok(b) => b.into_iter().collect(),
+        Err(e) => {
+            cx.row(
+                "acls",
+                &subject,
+                None,
+                (Status::Failed, format!("cannot describe target ACLs: {e}")),
+            );
+            return;
+        }
+    };
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|b| !have.contains(b))
+        .map(describe_acl)
+        .collect();
+    cx.row(
+        "acls",
+        &subject,
+        None,
+        if missing.is_empty() {
+            (
+                Status::Ok,
+                format!(
+                    "{} binding(s) present on {}",
+                    wanted.len(),
+                    cx.flow.id.target
+                ),
+            )
+        } else {
+            (
+                Status::Failed,
+                format!("missing on {}: {}", cx.flow.id.target, missing.join("; ")),
+            )
+        },
+    );
+}
+
+fn describe_acl(b: &AclBinding) -> String {
+    let op = match b.operation {
+        acl::OP_READ => "READ",
+        acl::OP_WRITE => "WRITE",
+        acl::OP_ALL => "ALL",
+        acl::OP_CREATE => "CREATE",
+        _ => "other",
+    };
+    let perm = if b.permission == acl::PERMISSION_DENY {
+        "DENY"
+    } else {
+        "ALLOW"
+    };
+    let pattern = if b.pattern_type == acl::PATTERN_PREFIXED {
+        " (prefixed)"
+    } else {
+        ""
+    };
+    format!(
+        "{perm} {op} {} on topic {}{pattern}",
+        b.principal.as_deref().unwrap_or("?"),
+        b.resource_name.as_deref().unwrap_or("?")
+    )
+}
+
+/// Each group the flow's group filter accepts that committed offsets on replicated topics:
+/// every such partition has a checkpoint on the target (its translated offset), and with
+/// `sync.group.offsets.enabled` the group's offset on the target is at least the translation.
+async fn groups(
+    cx: &mut Ctx<'_>,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    topics: &[(String, String)],
+    source_starts: &HashMap<(String, i32), i64>,
+) {
+    if !cx.flow.emit_checkpoints.enabled {
+        cx.row(
+            "group",
+            "(all)",
+            None,
+            (Status::Skipped, "emit.checkpoints.enabled = false".into()),
+        );
+        return;
+    }
+    let remote_of: HashMap<&str, &str> = topics
+        .iter()
+        .map(|(s, r)| (s.as_str(), r.as_str()))
+        .collect();
+    let groups = match source.list_groups().await {
+        Ok(g) => g,
+        Err(e) => {
+            cx.row(
+                "group",
+                "(all)",
+                None,
+                (Status::Failed, format!("cannot list source groups: {e}")),
+            );
+            return;
+        }
+    };
+    let checkpoints_topic = cx.flow.policy.checkpoints_topic(&cx.flow.id.source);
+    let mut newest: BTreeMap<(String, String, i32), Checkpoint> = BTreeMap::new();
+    if target.metadata().topics.contains_key(&checkpoints_topic) {
+        if let Ok((records, _)) = read_to_end(target, &checkpoints_topic, 0, None).await {
+            for r in records {
+                if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+                    if let Ok(c) = Checkpoint::decode(k, v) {
+                        newest.insert((c.group.clone(), c.topic.clone(), c.partition), c);
+                    }
+                }
+            }
+        }
+    }
+    for (group, _) in groups.iter().filter(|(g, _)| cx.flow.groups.accepts(g)) {
+        let Ok(committed) = source.fetch_group_offsets(group).await else {
+            cx.row(
+                "group",
+                group,
+                None,
+                (Status::Failed, "cannot read its committed offsets".into()),
+            );
+            continue;
+        };
+        let mut want: Vec<(String, i32, i64)> = Vec::new();
+        for (t, parts) in &committed {
+            if let Some(remote) = remote_of.get(t.as_str()) {
+                for (p, o) in parts {
+                    // At the log start (e.g. 0 on an empty partition) there is nothing to
+                    // translate: a consumer starting from the beginning on the target reads
+                    // the same records, and neither MM2 nor kmirror writes a checkpoint.
+                    let start = source_starts.get(&(t.clone(), *p)).copied().unwrap_or(0);
+                    if o.offset > start {
+                        want.push((remote.to_string(), *p, o.offset));
+                    }
+                }
+            }
+        }
+        if want.is_empty() {
+            continue;
+        }
+        let on_target = if cx.flow.sync_group_offsets.enabled {
+            target.fetch_group_offsets(group).await.ok()
+        } else {
+            None
+        };
+        let mut missing = Vec::new();
+        let mut stale = Vec::new();
+        let mut behind = Vec::new();
+        for (remote, p, offset) in &want {
+            match newest.get(&(group.clone(), remote.clone(), *p)) {
+                None => missing.push(format!("{remote}-{p}")),
+                Some(c) if c.upstream_offset < *offset => stale.push(format!(
+                    "{remote}-{p} (checkpoint at {}, group at {offset})",
+                    c.upstream_offset
+                )),
+                Some(c) => {
+                    if let Some(t) = &on_target {
+                        let have = t.get(remote).and_then(|m| m.get(p)).map(|o| o.offset);
+                        if have.is_none_or(|h| h < c.downstream_offset) {
+                            behind.push(format!(
+                                "{remote}-{p} (target group at {}, translation {})",
+                                have.map_or("none".to_string(), |h| h.to_string()),
+                                c.downstream_offset
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let verdict = if !missing.is_empty() {
+            (
+                Status::Failed,
+                format!(
+                    "not translated on {}: {}",
+                    cx.flow.id.target,
+                    missing.join(", ")
+                ),
+            )
+        } else if !stale.is_empty() || !behind.is_empty() {
+            let mut all = stale;
+            all.extend(behind);
+            (Status::Pending, all.join(", "))
+        } else {
+            (
+                Status::Ok,
+                format!("{} partition(s) translated", want.len()),
+            )
+        };
+        cx.row("group", group, None, verdict);
+    }
+}
