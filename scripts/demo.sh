@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Demo: two local Kafka clusters (A: PLAINTEXT, B: SASL/PLAIN), sample topics on A (keys,
 # headers, lz4 and zstd, a compacted topic), kmirror's plan for examples/mm2.properties, then
-# kmirror replicating A to B, a peek at its metrics, and a comparison of end offsets and records. Stops its brokers and kmirror on exit.
+# kmirror replicating A to B, a peek at its metrics, a comparison of end offsets and records, and
+# kmirror verify. Stops its brokers and kmirror on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=scripts/kafka/kafka-harness.sh
@@ -93,6 +94,10 @@ for t in $TOPICS; do
     echo "demo: A.$t differs from $t" >&2; diff <(echo "$ra") <(echo "$rb") | head -5 >&2; exit 1
   fi
 done
+echo "== kmirror verify $cfg --deep 5 (topics, partitions, counts, freshness, configs, last records)"
+if ! ./target/debug/kmirror verify "$cfg" --deep 5; then
+  echo "demo: kmirror verify found a difference" >&2; exit 1
+fi
 echo "== example record on B (A.orders):"
 records "$PB" "$BCFG" A.orders | sed -n '1s/^/   /p'
 echo "== topics on B (audit.log was not replicated: topics = orders, payments.*, customers):"

@@ -77,6 +77,19 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Progress of a running kmirror, from its /status endpoint: per flow the partitions
+    /// replicating, records/s, MB/s, lag in records and seconds, time to catch up, errors.
+    Status {
+        /// The running process's --metrics-address.
+        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
+        address: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Show it again every N seconds until interrupted: progress bars on a terminal, one
+        /// line per flow and look otherwise.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+    },
     /// Replicate as MirrorMaker 1 did (kafka-mirror-maker.sh), with its flags.
     Legacy(LegacyCmd),
     /// Consumer-group failover: translated offsets on the target, from the checkpoints there.

@@ -8,6 +8,7 @@
 mod cli;
 mod logging;
 mod metrics_http;
+mod status_cmd;
 
 use anyhow::Context;
 use clap::Parser;
@@ -114,6 +115,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
             }
             Ok(ExitCode::from(report.exit_code()))
+        }
+        Command::Status {
+            address,
+            format,
+            watch,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(status_cmd::run(&address, format, watch))
         }
         Command::Legacy(cmd) => legacy_cmd(cmd),
         Command::Offsets(cmd) => {

@@ -1,20 +1,36 @@
-//! The `/metrics` endpoint: one read-only route, so a plain HTTP/1.1 responder on tokio rather
-//! than a web framework. Each connection gets one response and is closed.
+//! kmirror's HTTP endpoint: `/metrics` (Prometheus text), `/health` (the process is alive),
+//! `/ready` (every flow's clusters answer and no partition is stopped: 200, else 503 with the
+//! reason) and `/status` (JSON that `kmirror status` reads). A few read-only routes, so a plain
+//! HTTP/1.1 responder on tokio rather than a web framework; each connection gets one response.
 
 use kmirror_mirror::metrics::Metrics;
+use kmirror_mirror::status::Sampler;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    let sampler = Arc::new(Sampler::default());
+    {
+        let (sampler, metrics) = (sampler.clone(), metrics.clone());
+        tokio::spawn(async move {
+            loop {
+                sampler.tick(&metrics);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let metrics = metrics.clone();
+                let (metrics, sampler) = (metrics.clone(), sampler.clone());
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &metrics))
-                        .await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        answer(stream, &metrics, &sampler),
+                    )
+                    .await;
                 });
             }
             Err(e) => {
@@ -25,7 +41,11 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     }
 }
 
-async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    sampler: &Sampler,
+) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
@@ -36,14 +56,10 @@ async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()>
         buf.extend_from_slice(&chunk[..n]);
     }
     let request = String::from_utf8_lossy(&buf);
-    let (status, body) = response(request.lines().next().unwrap_or(""), metrics);
+    let (status, content_type, body) =
+        response(request.lines().next().unwrap_or(""), metrics, sampler);
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        if status.starts_with("200") {
-            "application/openmetrics-text; version=1.0.0; charset=utf-8"
-        } else {
-            "text/plain; charset=utf-8"
-        },
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;
@@ -51,13 +67,48 @@ async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()>
     stream.shutdown().await
 }
 
-fn response(request_line: &str, metrics: &Metrics) -> (&'static str, String) {
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn response(
+    request_line: &str,
+    metrics: &Metrics,
+    sampler: &Sampler,
+) -> (&'static str, &'static str, String) {
     let mut parts = request_line.split_whitespace();
     match (parts.next(), parts.next()) {
-        (Some("GET"), Some("/metrics")) => ("200 OK", metrics.render()),
-        (Some("GET"), Some("/")) => ("200 OK", "kmirror: metrics at /metrics\n".into()),
-        (Some("GET"), _) => ("404 Not Found", "not found; try /metrics\n".into()),
-        _ => ("405 Method Not Allowed", "only GET\n".into()),
+        (Some("GET"), Some("/metrics")) => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        (Some("GET"), Some("/health")) => ("200 OK", TEXT, "ok\n".into()),
+        (Some("GET"), Some("/ready")) => {
+            let s = sampler.status(metrics);
+            match s.reason {
+                None if s.ready => ("200 OK", TEXT, "ready\n".into()),
+                reason => (
+                    "503 Service Unavailable",
+                    TEXT,
+                    format!("not ready: {}\n", reason.unwrap_or_default()),
+                ),
+            }
+        }
+        (Some("GET"), Some("/status")) => (
+            "200 OK",
+            "application/json",
+            serde_json::to_string(&sampler.status(metrics)).unwrap_or_default(),
+        ),
+        (Some("GET"), Some("/")) => (
+            "200 OK",
+            TEXT,
+            "kmirror: /metrics /health /ready /status\n".into(),
+        ),
+        (Some("GET"), _) => (
+            "404 Not Found",
+            TEXT,
+            "not found; try /metrics, /health, /ready or /status\n".into(),
+        ),
+        _ => ("405 Method Not Allowed", TEXT, "only GET\n".into()),
     }
 }
 
@@ -68,11 +119,31 @@ mod tests {
     #[test]
     fn routes() {
         let m = Metrics::new();
-        assert_eq!(response("GET /metrics HTTP/1.1", &m).0, "200 OK");
-        assert!(response("GET /metrics HTTP/1.1", &m).1.ends_with("# EOF\n"));
-        assert_eq!(response("GET /x HTTP/1.1", &m).0, "404 Not Found");
+        let s = Sampler::default();
+        assert_eq!(response("GET /metrics HTTP/1.1", &m, &s).0, "200 OK");
+        assert!(response("GET /metrics HTTP/1.1", &m, &s)
+            .2
+            .ends_with("# EOF\n"));
+        assert_eq!(response("GET /health HTTP/1.1", &m, &s).0, "200 OK");
+        // No flow has connected yet.
         assert_eq!(
-            response("POST /metrics HTTP/1.1", &m).0,
+            response("GET /ready HTTP/1.1", &m, &s).0,
+            "503 Service Unavailable"
+        );
+        let labels = kmirror_mirror::metrics::FlowLabels {
+            source: "A".into(),
+            target: "B".into(),
+        };
+        m.flow_connected.get_or_create(&labels).set(1);
+        assert_eq!(response("GET /ready HTTP/1.1", &m, &s).0, "200 OK");
+        let (code, ty, body) = response("GET /status HTTP/1.1", &m, &s);
+        assert_eq!((code, ty), ("200 OK", "application/json"));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["flows"][0]["flow"], "A->B");
+        assert_eq!(v["ready"], true);
+        assert_eq!(response("GET /x HTTP/1.1", &m, &s).0, "404 Not Found");
+        assert_eq!(
+            response("POST /metrics HTTP/1.1", &m, &s).0,
             "405 Method Not Allowed"
         );
     }

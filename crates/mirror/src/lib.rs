@@ -13,6 +13,7 @@ pub mod names;
 pub mod offsets;
 pub mod plan;
 pub mod policy;
+pub mod status;
 pub mod topic_sync;
 pub mod transform;
 pub mod verify;

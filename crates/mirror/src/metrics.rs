@@ -71,6 +71,8 @@ pub struct Metrics {
     pub group_offsets_synced: Family<FlowLabels, Counter>,
     pub configs_synced: Family<FlowLabels, Counter>,
     pub acls_created: Family<FlowLabels, Counter>,
+    /// 1 while both clusters of the flow answer (probed every 2 s), else 0.
+    pub flow_connected: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -101,6 +103,7 @@ impl Metrics {
             group_offsets_synced: Family::default(),
             configs_synced: Family::default(),
             acls_created: Family::default(),
+            flow_connected: Family::default(),
         };
         registry.register(
             "record_count",
@@ -178,6 +181,11 @@ impl Metrics {
             "acls_created",
             "ACL bindings created on the target",
             m.acls_created.clone(),
+        );
+        registry.register(
+            "flow_connected",
+            "1 while both clusters of the flow answer a metadata request (probed every 2 s), else 0",
+            m.flow_connected.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -444,6 +444,20 @@ impl Cluster {
         Ok(())
     }
 
+    /// Stops the broker but keeps its data, so that [`Cluster::restart`] brings it back (a
+    /// cluster that is down for a while).
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        check(
+            &format!("kafka-harness stop --keep-data {}", self.name),
+            run(
+                "kafka-harness stop",
+                harness(&["stop", "--keep-data", &self.name]),
+                None,
+            )?,
+        )?;
+        Ok(())
+    }
+
     /// Stops the broker now (also done on drop).
     pub fn stop(&self) {
         let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);

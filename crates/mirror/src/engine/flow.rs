@@ -38,9 +38,18 @@ pub(super) async fn run(
         source: flow.id.source.to_string(),
         target: flow.id.target.to_string(),
     };
+    // Not ready until both clusters answer.
+    let connected = metrics.flow_connected.get_or_create(&labels).clone();
+    connected.set(0);
     let Some((source, target)) = connect(&flow, &shutdown, &metrics, &labels).await? else {
         return Ok(());
     };
+    let probe_stop = Shutdown::default();
+    let probe = tokio::spawn(crate::status::probe(
+        vec![source.clone(), target.clone()],
+        connected,
+        probe_stop.clone(),
+    ));
     let heartbeats = flow.emit_heartbeats.enabled.then(|| {
         let stop = Shutdown::default();
         let task = tokio::spawn(heartbeats::emit(
@@ -62,6 +71,8 @@ pub(super) async fn run(
         stop.trigger();
         let _ = task.await;
     }
+    probe_stop.trigger();
+    let _ = probe.await;
     tracing::info!(flow = %name, "flow stopped");
     result
 }

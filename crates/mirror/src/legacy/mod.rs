@@ -123,6 +123,12 @@ pub async fn run(
             return Err(LegacyError::SameCluster(a));
         }
     }
+    let connected = metrics.flow_connected.get_or_create(&labels()).clone();
+    let probe = tokio::spawn(crate::status::probe(
+        vec![source.clone(), target.clone()],
+        connected,
+        shutdown.clone(),
+    ));
     let targets = Arc::new(Targets::new(
         source.clone(),
         target.clone(),
@@ -167,6 +173,7 @@ pub async fn run(
     }
     shutdown.trigger();
     let _ = discovery.await;
+    let _ = probe.await;
     first_error.map_or(Ok(()), Err)
 }
 

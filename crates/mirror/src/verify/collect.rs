@@ -10,7 +10,7 @@ use crate::filter::PatternList;
 use crate::topic_sync::{config_ops, topic_acls};
 use crate::wire::internal::Checkpoint;
 use kafka_protocol::error::ResponseError;
-use kmirror_kafka::admin::{acl, AclBinding, ConfigOp};
+use kmirror_kafka::admin::{acl, AclBinding, ConfigEntry, ConfigOp};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
@@ -131,6 +131,29 @@ pub async fn flow(
         }
     }
 
+    // Configs of both sides, once: for the configs check, and to know compacted topics.
+    let source_configs = source
+        .describe_topics_configs(&pairs.iter().map(|(s, _, _)| s.clone()).collect::<Vec<_>>())
+        .await;
+    let target_configs = target
+        .describe_topics_configs(&pairs.iter().map(|(_, r, _)| r.clone()).collect::<Vec<_>>())
+        .await;
+    let compacted: BTreeSet<&str> = match &source_configs {
+        Ok(m) => m
+            .iter()
+            .filter(|(_, c)| {
+                c.as_ref().is_ok_and(|c| {
+                    c.iter().any(|e| {
+                        e.name == "cleanup.policy"
+                            && e.value.as_deref().is_some_and(|v| v.contains("compact"))
+                    })
+                })
+            })
+            .map(|(t, _)| t.as_str())
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    };
+
     // Record counts per partition, against the stored positions.
     let positions = crate::engine::load_positions(
         target,
@@ -190,7 +213,7 @@ pub async fn flow(
                 target_end: te,
                 position: positions.get(&(src.clone(), p)).copied(),
             };
-            let verdict = judge_records(&c);
+            let verdict = judge_records(&c, compacted.contains(src.as_str()));
             let caught_up = verdict.0 == Status::Ok;
             cx.row("records", src, Some(p), verdict);
             if se > ss {
@@ -215,7 +238,7 @@ pub async fn flow(
         }
     }
 
-    configs(&mut cx, source, target, &pairs).await;
+    configs(&mut cx, &pairs, source_configs, target_configs);
     acls(&mut cx, source, target, &topics).await;
     groups(&mut cx, source, target, &topics, &s_start).await;
     let partitions = src_parts.len();
@@ -305,11 +328,13 @@ fn is(e: &KafkaError, code: ResponseError) -> bool {
     matches!(e, KafkaError::Broker { error, .. } if *error == code)
 }
 
-async fn configs(
+type Described = Result<BTreeMap<String, Result<Vec<ConfigEntry>, KafkaError>>, KafkaError>;
+
+fn configs(
     cx: &mut Ctx<'_>,
-    source: &KafkaCluster,
-    target: &KafkaCluster,
     pairs: &[(String, String, i32)],
+    source: Described,
+    target: Described,
 ) {
     if !cx.flow.sync_topic_configs.enabled {
         for (src, _, _) in pairs {
@@ -322,12 +347,7 @@ async fn configs(
         }
         return;
     }
-    let names: Vec<String> = pairs.iter().map(|(s, _, _)| s.clone()).collect();
-    let remotes: Vec<String> = pairs.iter().map(|(_, r, _)| r.clone()).collect();
-    let (s, t) = match (
-        source.describe_topics_configs(&names).await,
-        target.describe_topics_configs(&remotes).await,
-    ) {
+    let (s, t) = match (source, target) {
         (Ok(s), Ok(t)) => (s, t),
         (Err(e), _) | (_, Err(e)) => {
             for (src, _, _) in pairs {

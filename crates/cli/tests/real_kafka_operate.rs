@@ -1,0 +1,172 @@
+//! Operating a running `kmirror run`: `/health` answers; `/ready` is true once both clusters
+//! answer, false while the target is down and true again after it returns; `/metrics` values move
+//! as data flows; `kmirror status` (not a terminal here: plain lines, and JSON) shows the flow.
+
+use kmirror_testkit::{eventually, Cluster, Security};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (status code, body) of GET `path`.
+fn get(address: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(address).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+fn records(address: &str) -> f64 {
+    get(address, "/metrics").map_or(0.0, |(_, body)| {
+        kmirror_mirror::metrics::sum_samples(&body, "kmirror_record_count_total", &[])
+    })
+}
+
+fn produce(c: &Cluster, topic: &str, from: usize, n: usize) {
+    let input: String = (from..from + n).map(|i| format!("r{i}\n")).collect();
+    let cfg = c.client_config(None);
+    c.tool(
+        "console-producer",
+        &[
+            "--bootstrap-server",
+            c.bootstrap(),
+            "--producer.config",
+            cfg.to_str().unwrap(),
+            "--topic",
+            topic,
+        ],
+        Some(input.as_bytes()),
+    )
+    .unwrap();
+}
+
+fn status(address: &str, format: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["status", "--address", address, "--format", format])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_ready_metrics_and_status_follow_the_clusters() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("ops-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("ops-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("live", 3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mm2.properties");
+    std::fs::write(
+        &config,
+        format!(
+            "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = live\n\
+             replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
+            ca.bootstrap(),
+            cb.bootstrap()
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("kmirror.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _run = Proc(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("run")
+            .arg(&config)
+            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let mut address = String::new();
+    let t0 = Instant::now();
+    while address.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no metrics address logged"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("serving Prometheus metrics"))
+        {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            address = v["fields"]["address"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+    }
+
+    assert_eq!(get(&address, "/health").map(|r| r.0), Some(200));
+    eventually(30, "/ready once both clusters answer", || async {
+        get(&address, "/ready").map(|r| r.0) == Some(200)
+    })
+    .await;
+
+    // Metrics move as data flows.
+    let before = records(&address);
+    produce(&ca, "live", 0, 1000);
+    eventually(30, "record_count grows by 1000", || async {
+        records(&address) >= before + 1000.0
+    })
+    .await;
+
+    // kmirror status, not on a terminal: plain lines, and JSON.
+    let text = status(&address, "text");
+    assert!(text.starts_with("ready (up "), "{text}");
+    assert!(
+        text.contains("A->B  connected  topics 1  partitions 3"),
+        "{text}"
+    );
+    assert!(text.contains("records 1000"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(status(&address, "json").trim()).unwrap();
+    assert_eq!(v["flows"][0]["flow"], "A->B");
+    assert_eq!(v["flows"][0]["records"], 1000);
+    assert_eq!(v["flows"][0]["lag_records"], 0);
+
+    // The target goes down: not ready, with the reason; back up: ready again, data flows.
+    cb.pause().unwrap();
+    let t0 = Instant::now();
+    eventually(30, "/ready false while B is down", || async {
+        matches!(get(&address, "/ready"), Some((503, body)) if body.contains("cluster not answering for A->B"))
+    })
+    .await;
+    println!("/ready turned false {:?} after B stopped", t0.elapsed());
+    assert_eq!(get(&address, "/health").map(|r| r.0), Some(200));
+    let text = status(&address, "text");
+    assert!(text.contains("DISCONNECTED"), "{text}");
+    cb.restart().unwrap();
+    eventually(60, "/ready true after B returned", || async {
+        get(&address, "/ready").map(|r| r.0) == Some(200)
+    })
+    .await;
+    produce(&ca, "live", 1000, 500);
+    eventually(60, "records flow again", || async {
+        records(&address) >= before + 1500.0
+    })
+    .await;
+}

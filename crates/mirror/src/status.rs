@@ -1,0 +1,336 @@
+//! What `/health`, `/ready` and `/status` report, and what `kmirror status` prints: per flow
+//! the topics and partitions replicating, records/s and MB/s (from two samples of the
+//! counters), lag in records and seconds, the time to catch up at the current rate, errors,
+//! and whether both clusters answer. Built from the metrics' own text exposition, so the
+//! endpoints and `/metrics` can never disagree.
+
+use crate::engine::Shutdown;
+use crate::metrics::{sum_samples, Metrics};
+use kmirror_kafka::cluster::KafkaCluster;
+use prometheus_client::metrics::gauge::Gauge;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the clusters of a flow are asked whether they answer.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Sets `gauge` to 1 while every cluster answers a metadata request within the interval, 0
+/// otherwise, until `stop`.
+pub async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: Shutdown) {
+    loop {
+        let mut up = true;
+        for k in &clusters {
+            let answered =
+                tokio::time::timeout(PROBE_INTERVAL, k.refresh_metadata(Some(&[]))).await;
+            up &= matches!(answered, Ok(Ok(_)));
+        }
+        gauge.set(i64::from(up));
+        if stop.sleep(PROBE_INTERVAL).await {
+            return;
+        }
+    }
+}
+
+/// One flow's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowStatus {
+    pub flow: String,
+    pub connected: bool,
+    pub topics: i64,
+    pub partitions: i64,
+    pub partitions_stopped: i64,
+    pub records: u64,
+    pub bytes: u64,
+    pub records_per_second: f64,
+    pub megabytes_per_second: f64,
+    pub lag_records: i64,
+    /// The age of the newest record fetched, over the partitions (MM2's record-age-ms).
+    pub lag_seconds: f64,
+    /// `lag_records / records_per_second`, when records are flowing.
+    pub eta_seconds: Option<f64>,
+    pub errors: u64,
+}
+
+/// The whole process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub ready: bool,
+    /// Why not ready, when not.
+    pub reason: Option<String>,
+    pub uptime_seconds: f64,
+    pub flows: Vec<FlowStatus>,
+}
+
+/// Sample series: (metric, labels) → value.
+fn samples(text: &str) -> Vec<(&str, BTreeMap<&str, &str>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let value: f64 = value.parse().ok()?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((m, r)) => (m, r.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = rest
+                .split(',')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k, v.trim_matches('"')))
+                })
+                .collect();
+            Some((metric, labels, value))
+        })
+        .collect()
+}
+
+/// Figures per flow from one exposition (rates are filled in by [`Sampler`]).
+pub fn flows(text: &str) -> Vec<FlowStatus> {
+    let mut by_flow: BTreeMap<String, FlowStatus> = BTreeMap::new();
+    for (metric, labels, v) in samples(text) {
+        let (Some(s), Some(t)) = (labels.get("source"), labels.get("target")) else {
+            continue;
+        };
+        let flow = format!("{s}->{t}");
+        let f = by_flow.entry(flow.clone()).or_insert_with(|| FlowStatus {
+            flow,
+            ..FlowStatus::default()
+        });
+        match metric {
+            "kmirror_flow_connected" => f.connected = v >= 1.0,
+            "kmirror_topics" => f.topics = v as i64,
+            "kmirror_partitions" => f.partitions = v as i64,
+            "kmirror_partition_stopped" => f.partitions_stopped += v as i64,
+            "kmirror_record_count_total" => f.records += v as u64,
+            "kmirror_byte_count_total" => f.bytes += v as u64,
+            "kmirror_replication_lag_records" => f.lag_records += v as i64,
+            "kmirror_record_age_ms" => f.lag_seconds = f.lag_seconds.max(v / 1000.0),
+            "kmirror_errors_total" => f.errors += v as u64,
+            _ => {}
+        }
+    }
+    by_flow.into_values().collect()
+}
+
+/// Readiness: at least one flow, every flow's clusters answer, no partition stopped for good.
+pub fn readiness(text: &str) -> (bool, Option<String>) {
+    let connected: Vec<_> = samples(text)
+        .into_iter()
+        .filter(|(m, _, _)| *m == "kmirror_flow_connected")
+        .collect();
+    if connected.is_empty() {
+        return (false, Some("no flow has started yet".into()));
+    }
+    let down: Vec<String> = connected
+        .iter()
+        .filter(|(_, _, v)| *v < 1.0)
+        .map(|(_, l, _)| {
+            format!(
+                "{}->{}",
+                l.get("source").unwrap_or(&"?"),
+                l.get("target").unwrap_or(&"?")
+            )
+        })
+        .collect();
+    if !down.is_empty() {
+        return (
+            false,
+            Some(format!("cluster not answering for {}", down.join(", "))),
+        );
+    }
+    let stopped = sum_samples(text, "kmirror_partition_stopped", &[]);
+    if stopped > 0.0 {
+        return (
+            false,
+            Some(format!("{stopped} partition(s) stopped by an error")),
+        );
+    }
+    (true, None)
+}
+
+/// Samples the counters once a second (see [`Sampler::tick`]) so that rates cover the last few
+/// seconds, whenever `/status` is asked.
+#[derive(Debug)]
+pub struct Sampler {
+    started: Instant,
+    ticks: std::sync::Mutex<std::collections::VecDeque<(Instant, Vec<FlowStatus>)>>,
+}
+
+/// The window rates are computed over.
+const RATE_WINDOW: usize = 5;
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Sampler {
+            started: Instant::now(),
+            ticks: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+}
+
+impl Sampler {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(Instant, Vec<FlowStatus>)>> {
+        self.ticks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the counters now (call about once a second).
+    pub fn tick(&self, metrics: &Metrics) {
+        let now = flows(&metrics.render());
+        let mut t = self.lock();
+        t.push_back((Instant::now(), now));
+        while t.len() > RATE_WINDOW + 1 {
+            t.pop_front();
+        }
+    }
+
+    /// The status now, with rates over the sampled window.
+    pub fn status(&self, metrics: &Metrics) -> Status {
+        let text = metrics.render();
+        let mut flows = flows(&text);
+        let ticks = self.lock();
+        if let (Some((t0, first)), Some((t1, last))) = (ticks.front(), ticks.back()) {
+            let dt = t1.duration_since(*t0).as_secs_f64();
+            for f in flows.iter_mut() {
+                let (Some(a), Some(b)) = (
+                    first.iter().find(|x| x.flow == f.flow),
+                    last.iter().find(|x| x.flow == f.flow),
+                ) else {
+                    continue;
+                };
+                if dt > 0.0 {
+                    f.records_per_second = b.records.saturating_sub(a.records) as f64 / dt;
+                    f.megabytes_per_second =
+                        b.bytes.saturating_sub(a.bytes) as f64 / dt / 1_000_000.0;
+                }
+                if f.records_per_second > 0.0 {
+                    f.eta_seconds = Some(f.lag_records as f64 / f.records_per_second);
+                }
+            }
+        }
+        let (ready, reason) = readiness(&text);
+        Status {
+            ready,
+            reason,
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            flows,
+        }
+    }
+}
+
+/// Plain lines, one per flow (what `kmirror status` prints when not on a terminal).
+pub fn render(s: &Status) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} (up {:.0} s){}",
+        if s.ready { "ready" } else { "not ready" },
+        s.uptime_seconds,
+        s.reason
+            .as_ref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    );
+    for f in &s.flows {
+        let eta = match f.eta_seconds {
+            Some(e) if f.lag_records > 0 => format!("{e:.0} s"),
+            _ if f.lag_records == 0 => "caught up".into(),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "{}  {}  topics {}  partitions {}{}  {:.0} records/s  {:.2} MB/s  lag {} records ({:.1} s)  eta {}  records {}  errors {}",
+            f.flow,
+            if f.connected { "connected" } else { "DISCONNECTED" },
+            f.topics,
+            f.partitions,
+            if f.partitions_stopped > 0 {
+                format!(" ({} STOPPED)", f.partitions_stopped)
+            } else {
+                String::new()
+            },
+            f.records_per_second,
+            f.megabytes_per_second,
+            f.lag_records,
+            f.lag_seconds,
+            eta,
+            f.records,
+            f.errors
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "# HELP kmirror_flow_connected x\n\
+        kmirror_flow_connected{source=\"A\",target=\"B\"} 1\n\
+        kmirror_topics{source=\"A\",target=\"B\"} 2\n\
+        kmirror_partitions{source=\"A\",target=\"B\"} 6\n\
+        kmirror_record_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 100\n\
+        kmirror_record_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"1\"} 50\n\
+        kmirror_byte_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 2000000\n\
+        kmirror_replication_lag_records{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 30\n\
+        kmirror_record_age_ms{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 1500\n\
+        kmirror_record_age_ms{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"1\"} 500\n\
+        kmirror_errors_total{source=\"A\",target=\"B\",kind=\"fetch\"} 2\n\
+        kmirror_flow_connected{source=\"B\",target=\"A\"} 0\n\
+        # EOF\n";
+
+    #[test]
+    fn figures_per_flow_from_the_exposition() {
+        let f = flows(TEXT);
+        assert_eq!(f.len(), 2);
+        let ab = &f[0];
+        assert_eq!(ab.flow, "A->B");
+        assert!(ab.connected);
+        assert_eq!((ab.topics, ab.partitions), (2, 6));
+        assert_eq!(
+            (ab.records, ab.bytes, ab.lag_records, ab.errors),
+            (150, 2_000_000, 30, 2)
+        );
+        assert_eq!(ab.lag_seconds, 1.5);
+        assert!(!f[1].connected);
+    }
+
+    #[test]
+    fn ready_only_when_every_flow_answers_and_nothing_stopped() {
+        let (ready, why) = readiness(TEXT);
+        assert!(!ready);
+        assert!(why.unwrap().contains("B->A"));
+        let up = TEXT.replace("target=\"A\"} 0", "target=\"A\"} 1");
+        assert_eq!(readiness(&up), (true, None));
+        let stopped = format!(
+            "{up}kmirror_partition_stopped{{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"}} 1\n"
+        );
+        assert!(!readiness(&stopped).0);
+        assert!(!readiness("# EOF\n").0);
+    }
+
+    #[test]
+    fn render_shows_lag_and_eta() {
+        let s = Status {
+            ready: true,
+            reason: None,
+            uptime_seconds: 12.0,
+            flows: vec![FlowStatus {
+                flow: "A->B".into(),
+                connected: true,
+                records_per_second: 100.0,
+                lag_records: 500,
+                eta_seconds: Some(5.0),
+                ..FlowStatus::default()
+            }],
+        };
+        let text = render(&s);
+        assert!(text.starts_with("ready (up 12 s)"), "{text}");
+        assert!(text.contains("lag 500 records"), "{text}");
+        assert!(text.contains("eta 5 s"), "{text}");
+    }
+}
