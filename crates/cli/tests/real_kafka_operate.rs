@@ -170,3 +170,109 @@ async fn health_ready_metrics_and_status_follow_the_clusters() {
     })
     .await;
 }
+
+/// `kmirror.rate.limit.bytes.per.second` holds within 10% over 30 s on a backlog far larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_holds_within_ten_percent_over_30_seconds() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("rate-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("rate-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("bulk", 4).unwrap();
+    let cfg = ca.client_config(None);
+    let props = format!("bootstrap.servers={}", ca.bootstrap());
+    ca.tool(
+        "producer-perf-test",
+        &[
+            "--topic",
+            "bulk",
+            "--num-records",
+            "45000",
+            "--record-size",
+            "1000",
+            "--throughput",
+            "-1",
+            "--producer.config",
+            cfg.to_str().unwrap(),
+            "--producer-props",
+            &props,
+            "linger.ms=10",
+            "batch.size=65536",
+        ],
+        None,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mm2.properties");
+    const LIMIT: f64 = 1_000_000.0;
+    std::fs::write(
+        &config,
+        format!(
+            "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = bulk\n\
+             A->B.kmirror.rate.limit.bytes.per.second = {}\n\
+             replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
+            ca.bootstrap(),
+            cb.bootstrap(),
+            LIMIT as u64
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("kmirror.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _run = Proc(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("run")
+            .arg(&config)
+            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let mut address = String::new();
+    let t0 = Instant::now();
+    while address.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no metrics address logged"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("serving Prometheus metrics"))
+        {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            address = v["fields"]["address"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+    }
+    let bytes = |address: &str| {
+        get(address, "/metrics").map_or(0.0, |(_, body)| {
+            kmirror_mirror::metrics::sum_samples(&body, "kmirror_byte_count_total", &[])
+        })
+    };
+    eventually(30, "copying started", || async { bytes(&address) > 0.0 }).await;
+    // Past the first second's burst.
+    std::thread::sleep(Duration::from_secs(3));
+    let (b1, t1) = (bytes(&address), Instant::now());
+    std::thread::sleep(Duration::from_secs(30));
+    let (b2, t2) = (bytes(&address), Instant::now());
+    let rate = (b2 - b1) / t2.duration_since(t1).as_secs_f64();
+    println!("rate limit {LIMIT} B/s: measured {rate:.0} B/s over 30 s");
+    assert!(
+        (rate - LIMIT).abs() <= LIMIT * 0.1,
+        "measured {rate:.0} B/s against a limit of {LIMIT}"
+    );
+    let (_, body) = get(&address, "/metrics").unwrap();
+    assert_eq!(
+        kmirror_mirror::metrics::sum_samples(&body, "kmirror_rate_limit_bytes_per_second", &[]),
+        LIMIT
+    );
+    assert!(kmirror_mirror::metrics::sum_samples(&body, "kmirror_throttled_ms_total", &[]) > 0.0);
+}

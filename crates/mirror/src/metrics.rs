@@ -73,6 +73,13 @@ pub struct Metrics {
     pub acls_created: Family<FlowLabels, Counter>,
     /// 1 while both clusters of the flow answer (probed every 2 s), else 0.
     pub flow_connected: Family<FlowLabels, Gauge>,
+    /// `kmirror.rate.limit.bytes.per.second` of the flow (0: none).
+    pub rate_limit: Family<FlowLabels, Gauge>,
+    /// Milliseconds the flow's partitions waited for its rate limit.
+    pub throttled_ms: Family<FlowLabels, Counter>,
+    /// The process-wide limit and the time waited for it.
+    pub process_rate_limit: Gauge,
+    pub process_throttled_ms: Counter,
 }
 
 impl Default for Metrics {
@@ -104,6 +111,10 @@ impl Metrics {
             configs_synced: Family::default(),
             acls_created: Family::default(),
             flow_connected: Family::default(),
+            rate_limit: Family::default(),
+            throttled_ms: Family::default(),
+            process_rate_limit: Gauge::default(),
+            process_throttled_ms: Counter::default(),
         };
         registry.register(
             "record_count",
@@ -186,6 +197,26 @@ impl Metrics {
             "flow_connected",
             "1 while both clusters of the flow answer a metadata request (probed every 2 s), else 0",
             m.flow_connected.clone(),
+        );
+        registry.register(
+            "rate_limit_bytes_per_second",
+            "The flow's kmirror.rate.limit.bytes.per.second (0: no limit)",
+            m.rate_limit.clone(),
+        );
+        registry.register(
+            "throttled_ms",
+            "Milliseconds the flow waited for its rate limit",
+            m.throttled_ms.clone(),
+        );
+        registry.register(
+            "process_rate_limit_bytes_per_second",
+            "kmirror.process.rate.limit.bytes.per.second (0: no limit)",
+            m.process_rate_limit.clone(),
+        );
+        registry.register(
+            "process_throttled_ms",
+            "Milliseconds the process's flows waited for the process-wide rate limit",
+            m.process_throttled_ms.clone(),
         );
         Metrics { registry, ..m }
     }

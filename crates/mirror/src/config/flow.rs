@@ -153,6 +153,12 @@ pub fn build(
     let sync_group_offsets = periodic(&mut r, "sync.group.offsets", false, 60);
     let admin_timeout = r.millis("admin.timeout.ms", 60_000);
     let sync_group_acls = r.bool("kmirror.sync.group.acls.enabled", false);
+    let limit = |r: &mut Reader<'_>, key: &str| {
+        let v = r.int(key, 0, 0, i64::MAX);
+        (v > 0).then_some(v as u64)
+    };
+    let rate_limit = limit(&mut r, "kmirror.rate.limit.bytes.per.second");
+    let process_rate_limit = limit(&mut r, "kmirror.process.rate.limit.bytes.per.second");
     let on_truncation = match r.choice("kmirror.source.truncation", "stop", &["stop", "continue"]) {
         "continue" => OnTruncation::Continue,
         _ => OnTruncation::Stop,
@@ -286,6 +292,8 @@ pub fn build(
         on_truncation,
         sync_group_acls,
         transforms,
+        rate_limit,
+        process_rate_limit,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

@@ -90,6 +90,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "admin.timeout.ms",
     // kmirror's own: what to do when the source deleted records before they were copied.
     "kmirror.source.truncation",
+    "kmirror.rate.limit.bytes.per.second",
+    "kmirror.process.rate.limit.bytes.per.second",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",
     "replication.policy.class",

@@ -126,6 +126,11 @@ pub struct FlowConfig {
     /// `transforms` / `predicates` (Connect's SMT syntax; no renaming in MM2 mode): any
     /// transform makes the flow copy in record mode.
     pub transforms: crate::transform::Chain,
+    /// `kmirror.rate.limit.bytes.per.second`: this flow's fetched bytes per second (None: off).
+    pub rate_limit: Option<u64>,
+    /// `kmirror.process.rate.limit.bytes.per.second`: all flows of the process together (the
+    /// lowest value among the served flows applies).
+    pub process_rate_limit: Option<u64>,
     pub clients: FlowClients,
 }
 

@@ -32,6 +32,7 @@ pub(super) async fn run(
     flow: FlowConfig,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
+    process_limiter: Option<Arc<super::throttle::RateLimiter>>,
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
     let labels = FlowLabels {
@@ -62,7 +63,16 @@ pub(super) async fn run(
         (stop, task)
     });
     let result = if flow.replication {
-        replicate(&flow, source, target, &shutdown, &metrics, &labels).await
+        replicate(
+            &flow,
+            source,
+            target,
+            &shutdown,
+            &metrics,
+            &labels,
+            process_limiter,
+        )
+        .await
     } else {
         shutdown.wait().await;
         Ok(())
@@ -134,6 +144,7 @@ async fn replicate(
     shutdown: &Shutdown,
     metrics: &Arc<Metrics>,
     labels: &FlowLabels,
+    process_limiter: Option<Arc<super::throttle::RateLimiter>>,
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
     let k = |source| EngineError::Kafka {
@@ -217,6 +228,17 @@ async fn replicate(
         runs,
         metrics: metrics.clone(),
         labels: labels.clone(),
+        limiters: {
+            metrics
+                .rate_limit
+                .get_or_create(labels)
+                .set(flow.rate_limit.map_or(0, |l| l as i64));
+            let own = flow.rate_limit.map(|l| {
+                let waited = metrics.throttled_ms.get_or_create(labels).clone();
+                Arc::new(super::throttle::RateLimiter::new(l, waited))
+            });
+            own.into_iter().chain(process_limiter).collect()
+        },
     });
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();

@@ -21,6 +21,7 @@ mod offset_syncs;
 mod partition;
 mod positions;
 pub mod remote_topics;
+mod throttle;
 mod topic_sync;
 
 pub(crate) use log_reader::read_to_end;
@@ -86,13 +87,27 @@ pub async fn run(
     metrics: Arc<Metrics>,
 ) -> Result<(), EngineError> {
     let mut tasks = tokio::task::JoinSet::new();
+    let process_limit = config
+        .served_flows()
+        .filter_map(|f| f.process_rate_limit)
+        .min();
+    metrics
+        .process_rate_limit
+        .set(process_limit.map_or(0, |l| l as i64));
+    let process_limiter = process_limit.map(|l| {
+        Arc::new(throttle::RateLimiter::new(
+            l,
+            metrics.process_throttled_ms.clone(),
+        ))
+    });
     for flow in config.served_flows() {
         if !flow.replication && !flow.emit_heartbeats.enabled {
             continue;
         }
         let flow = flow.clone();
         let (shutdown, metrics) = (shutdown.clone(), metrics.clone());
-        tasks.spawn(async move { flow::run(flow, shutdown, metrics).await });
+        let process_limiter = process_limiter.clone();
+        tasks.spawn(async move { flow::run(flow, shutdown, metrics, process_limiter).await });
     }
     let mut first_error = None;
     // As flows end: one that cannot run (same cluster twice, bad credentials) stops the others

@@ -39,6 +39,8 @@ pub(super) struct Context {
     pub(super) runs: Arc<Mutex<Runs>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
+    /// The flow's and the process's rate limits, paid for each fetched response.
+    pub(super) limiters: Vec<Arc<super::throttle::RateLimiter>>,
 }
 
 /// Why a partition stopped for good (until restart or an operator acts).
@@ -292,6 +294,12 @@ impl PartitionTask {
                     return Err(Failure::Stop(self.fatal(next, e)));
                 }
             };
+            if !self.ctx.limiters.is_empty() {
+                let bytes: usize = f.batches.iter().map(|b| b.bytes().len()).sum();
+                for l in &self.ctx.limiters {
+                    l.acquire(bytes, &self.stop).await;
+                }
+            }
             let end = match isolation {
                 IsolationLevel::ReadCommitted => f.last_stable_offset,
                 IsolationLevel::ReadUncommitted => f.high_watermark,
