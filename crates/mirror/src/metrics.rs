@@ -80,6 +80,8 @@ pub struct Metrics {
     /// The process-wide limit and the time waited for it.
     pub process_rate_limit: Gauge,
     pub process_throttled_ms: Counter,
+    /// Unix time (seconds) of the last checkpoint round that completed.
+    pub checkpoint_timestamp: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -115,6 +117,7 @@ impl Metrics {
             throttled_ms: Family::default(),
             process_rate_limit: Gauge::default(),
             process_throttled_ms: Counter::default(),
+            checkpoint_timestamp: Family::default(),
         };
         registry.register(
             "record_count",
@@ -217,6 +220,11 @@ impl Metrics {
             "process_throttled_ms",
             "Milliseconds the process's flows waited for the process-wide rate limit",
             m.process_throttled_ms.clone(),
+        );
+        registry.register(
+            "checkpoint_timestamp_seconds",
+            "Unix time of the last completed checkpoint round (checkpoints current as of then)",
+            m.checkpoint_timestamp.clone(),
         );
         Metrics { registry, ..m }
     }

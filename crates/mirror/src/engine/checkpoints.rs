@@ -219,6 +219,11 @@ impl CheckpointTask {
                 .inc_by(fresh.len() as u64);
             tracing::debug!(flow = %self.flow.id, checkpoints = fresh.len(), "checkpoints written");
         }
+        // Every group's checkpoint is current as of now (written, or unchanged since).
+        self.metrics
+            .checkpoint_timestamp
+            .get_or_create(&self.labels)
+            .set(super::now_ms() / 1000);
         let sync = self.flow.sync_group_offsets;
         if sync.enabled
             && state
