@@ -6,8 +6,14 @@
 # prints wall time, MB/s, the replicator's CPU seconds (user+sys), CPU-s/GB and peak RSS.
 #
 # Usage: bench/mirror-bench.sh            RECORDS=400000 SIZE=1024 PARTITIONS=8 ROUNDS=1
+#        QUICK=1 bench/mirror-bench.sh    CI's regression guard (well under 2 minutes): kmirror only,
+#                                         next to the Java producer writing the same data straight
+#                                         into a target; fails if kmirror is slower than a third
+#                                         of that or its peak RSS is above 200 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+QUICK="${QUICK:-0}"
+if [[ $QUICK == 1 ]]; then RECORDS="${RECORDS:-200000}" PARTITIONS="${PARTITIONS:-4}"; fi
 RECORDS="${RECORDS:-400000}" SIZE="${SIZE:-1024}" PARTITIONS="${PARTITIONS:-8}" ROUNDS="${ROUNDS:-1}"
 H=scripts/kafka/kafka-harness.sh
 export KAFKA_HARNESS_RUN="${TMPDIR:-/tmp}/kmirror-bench-$$"
@@ -83,10 +89,16 @@ run_one() {  # run_one TOOL ROUND
     pid=$(cat "$KAFKA_HARNESS_RUN/mm2-$round/mm2.pid")
   fi
   local stats=""
-  until [[ "$(ends "$port")" -ge "$RECORDS" ]]; do
-    stats=$(cpu_rss "$pid")
-    sleep 0.5
-  done
+  # kmirror verify (exit 0: every record is there) answers in a fraction of a second; the Java
+  # get-offsets tool needs a JVM start per look, too slow for the quick run.
+  if [[ $QUICK == 1 ]]; then
+    until $K verify "$cfg" >/dev/null 2>&1; do stats=$(cpu_rss "$pid"); sleep 0.1; done
+  else
+    until [[ "$(ends "$port")" -ge "$RECORDS" ]]; do
+      stats=$(cpu_rss "$pid")
+      sleep 0.5
+    done
+  fi
   t1=$(date +%s.%N)
   stats=$(cpu_rss "$pid")
   if [[ $tool == kmirror ]]; then kill -TERM "$pid"; wait "$pid" || true; else bash $H stop "mm2-$round" >/dev/null; fi
@@ -98,6 +110,33 @@ run_one() {  # run_one TOOL ROUND
     "$(awk -v m="$MB" -v w="$wall" 'BEGIN { print m / w }')" "$(awk -v r="$RECORDS" -v w="$wall" 'BEGIN { print r / w }')" \
     "$cpu" "$(awk -v c="$cpu" -v m="$MB" 'BEGIN { print c / (m / 1000) }')" "$rss")")
 }
+if [[ $QUICK == 1 ]]; then
+  # The limit: the same perf test writing the same data straight into a fresh target.
+  port=$(pick 19792 19890)
+  bash $H start direct "$port" >/dev/null
+  direct=0
+  for t in plain:none lz4:lz4; do
+    topic=${t%%:*} codec=${t##*:}
+    tool topics --bootstrap-server "127.0.0.1:$port" --create --topic "$topic" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
+    line=$(tool producer-perf-test --topic "$topic" --num-records "$half" --record-size "$SIZE" --throughput -1 \
+      --producer-props bootstrap.servers="127.0.0.1:$port" compression.type="$codec" linger.ms=20 batch.size=262144 acks=all | tail -1)
+    echo "direct $topic: $line"
+    direct=$(awk -v d="$direct" -v l="$line" 'BEGIN { split(l, a, "[(]"); split(a[2], b, " "); print d + b[1] / 2 }')
+  done
+  bash $H stop direct >/dev/null
+  run_one kmirror 1
+  echo
+  printf '%s\n' "${results[@]}"
+  read -r _ _ wall _ mbs _ <<<"${results[0]}"
+  rss=$(awk '{ print $(NF - 1) }' <<<"${results[0]}")
+  echo "quick bench: kmirror $mbs MB/s (wall $wall s incl. start-up), direct produce $direct MB/s (mean of the two topics), kmirror peak RSS $rss MB"
+  ok=1
+  if awk -v k="$mbs" -v d="$direct" 'BEGIN { exit !(k < d / 3) }'; then echo "REGRESSION: kmirror is slower than a third of the direct-produce baseline"; ok=0; fi
+  if awk -v r="$rss" 'BEGIN { exit !(r > 200) }'; then echo "REGRESSION: kmirror's peak RSS is above 200 MB"; ok=0; fi
+  [[ $ok == 1 ]] || exit 1
+  echo "quick bench: within bounds"
+  exit 0
+fi
 for round in $(seq 1 "$ROUNDS"); do
   run_one kmirror "$round"
   run_one mm2 "$round"

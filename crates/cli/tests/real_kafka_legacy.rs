@@ -11,61 +11,19 @@
 //!   past it; false logs, counts and skips it, and copies the records after it.
 
 use kmirror_kafka::cluster::KafkaCluster;
-use kmirror_testkit::{eventually, read_partition, Cluster, Security};
+use kmirror_testkit::{eventually, produce_keyed, read_partition, Cluster, KillOnDrop, Security};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A `kmirror legacy` process, killed when dropped (a failing test leaves nothing running).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn kill_9(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.0.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let t0 = Instant::now();
-        loop {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "no exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-fn legacy(args: &[&str], log: &Path) -> Proc {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Proc(
+fn legacy(args: &[&str], log: &Path) -> KillOnDrop {
+    KillOnDrop::spawn(
         Command::new(env!("CARGO_BIN_EXE_kmirror"))
             .arg("legacy")
             .args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+            .env("RUST_LOG", "info"),
+        log,
     )
 }
 
@@ -78,34 +36,6 @@ fn client_file(c: &Cluster, user: Option<&str>, extra: &str, path: &Path) -> Pat
     )
     .unwrap();
     path.to_path_buf()
-}
-
-fn produce_keyed(c: &Cluster, topic: &str, lines: &[String]) {
-    let cfg = c.client_config(None);
-    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    let out = c
-        .tool_output(
-            "console-producer",
-            &[
-                "--bootstrap-server",
-                c.bootstrap(),
-                "--producer.config",
-                cfg.to_str().unwrap(),
-                "--topic",
-                topic,
-                "--property",
-                "parse.key=true",
-                "--property",
-                "key.separator=:",
-            ],
-            Some(input.as_bytes()),
-        )
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// key → partition, and every value, of a topic.

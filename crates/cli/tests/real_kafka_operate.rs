@@ -2,19 +2,11 @@
 //! answer, false while the target is down and true again after it returns; `/metrics` values move
 //! as data flows; `kmirror status` (not a terminal here: plain lines, and JSON) shows the flow.
 
-use kmirror_testkit::{eventually, Cluster, Security};
+use kmirror_testkit::{eventually, logged_metrics_address, Cluster, KillOnDrop, Security};
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// (status code, body) of GET `path`.
 fn get(address: &str, path: &str) -> Option<(u16, String)> {
@@ -26,6 +18,18 @@ fn get(address: &str, path: &str) -> Option<(u16, String)> {
     let (head, body) = text.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_string()))
+}
+
+/// `kmirror run CONFIG` with a metrics address of its own, and that address.
+fn run(config: &Path, log: &Path) -> (KillOnDrop, String) {
+    let p = KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("run")
+            .arg(config)
+            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"]),
+        log,
+    );
+    (p, logged_metrics_address(log))
 }
 
 fn records(address: &str) -> f64 {
@@ -87,39 +91,7 @@ async fn health_ready_metrics_and_status_follow_the_clusters() {
         ),
     )
     .unwrap();
-    let log_path = dir.path().join("kmirror.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let _run = Proc(
-        Command::new(env!("CARGO_BIN_EXE_kmirror"))
-            .arg("run")
-            .arg(&config)
-            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let mut address = String::new();
-    let t0 = Instant::now();
-    while address.is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no metrics address logged"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("serving Prometheus metrics"))
-        {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            address = v["fields"]["address"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
-    }
+    let (_run, address) = run(&config, &dir.path().join("kmirror.log"));
 
     assert_eq!(get(&address, "/health").map(|r| r.0), Some(200));
     eventually(30, "/ready once both clusters answer", || async {
@@ -259,39 +231,7 @@ async fn the_rate_limit_holds_within_ten_percent_over_30_seconds() {
         ),
     )
     .unwrap();
-    let log_path = dir.path().join("kmirror.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let _run = Proc(
-        Command::new(env!("CARGO_BIN_EXE_kmirror"))
-            .arg("run")
-            .arg(&config)
-            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let mut address = String::new();
-    let t0 = Instant::now();
-    while address.is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no metrics address logged"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("serving Prometheus metrics"))
-        {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            address = v["fields"]["address"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
-    }
+    let (_run, address) = run(&config, &dir.path().join("kmirror.log"));
     let bytes = |address: &str| {
         get(address, "/metrics").map_or(0.0, |(_, body)| {
             kmirror_mirror::metrics::sum_samples(&body, "kmirror_byte_count_total", &[])

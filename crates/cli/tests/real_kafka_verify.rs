@@ -5,19 +5,10 @@
 //! kmirror stopped) and verify names every one and exits 5; new data on the source alone is
 //! "pending" (exit 6).
 
-use kmirror_testkit::{eventually, Cluster, Security};
+use kmirror_testkit::{eventually, Cluster, KillOnDrop, Security};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn jaas(c: &Cluster) -> String {
     format!(
@@ -162,17 +153,12 @@ async fn verify_passes_on_a_copy_and_names_each_difference() {
         ),
     )
     .unwrap();
-    let log = std::fs::File::create(dir.path().join("kmirror.log")).unwrap();
-    let run = Proc(
+    let run = KillOnDrop::spawn(
         Command::new(env!("CARGO_BIN_EXE_kmirror"))
             .arg("run")
             .arg(&config)
-            .args(["--metrics-address", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
+            .args(["--metrics-address", "127.0.0.1:0"]),
+        &dir.path().join("kmirror.log"),
     );
     // verify itself tells when the copy is complete.
     let mut last = String::new();

@@ -83,6 +83,43 @@ fn encode_record(out: &mut BytesMut, r: &Record, base_timestamp: i64) {
     out.put_slice(&body);
 }
 
+/// Encodes `records` (in order; their offsets are renumbered from 0 in each batch) as one batch,
+/// or as several when one would be over `limit` bytes: halved until each fits or holds a single
+/// record (a compressed source batch may not fit once re-encoded with another codec). Returns
+/// each batch with the range of `records` it holds, in order.
+pub fn encode_within(
+    records: &[Record],
+    options: &BatchOptions,
+    limit: usize,
+) -> Result<Vec<(RawBatch, std::ops::Range<usize>)>, BatchError> {
+    let mut out = Vec::new();
+    // Ranges still to encode, the next one on top.
+    let mut pending = Vec::new();
+    pending.push(0..records.len());
+    while let Some(range) = pending.pop() {
+        if range.is_empty() {
+            continue;
+        }
+        let renumbered: Vec<Record> = records[range.clone()]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Record {
+                offset: i as i64,
+                ..r.clone()
+            })
+            .collect();
+        let batch = encode_batch(&renumbered, options)?;
+        if batch.bytes().len() > limit && range.len() > 1 {
+            let mid = range.start + range.len() / 2;
+            pending.push(mid..range.end);
+            pending.push(range.start..mid);
+            continue;
+        }
+        out.push((batch, range));
+    }
+    Ok(out)
+}
+
 /// Encodes records (offsets 0..n, in order) into one batch.
 pub fn encode_batch(records: &[Record], options: &BatchOptions) -> Result<RawBatch, BatchError> {
     let err = |message: String| BatchError {

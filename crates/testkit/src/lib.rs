@@ -629,3 +629,111 @@ pub fn init_logging() {
         .with_test_writer()
         .try_init();
 }
+
+/// A child process (a `kmirror` under test) that is killed and reaped when dropped, so that a
+/// failing test leaves nothing running.
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Spawns `cmd` with its standard output and error appended to `log`.
+    pub fn spawn(cmd: &mut Command, log: &Path) -> KillOnDrop {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file)
+            .spawn()
+            .expect("spawn");
+        KillOnDrop(child)
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill_9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// SIGTERM, and wait up to 60 s for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(s)) = self.0.try_wait() {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The metrics address a `kmirror` started with `--log-format json --metrics-address ...:0`
+/// logged (waits up to 20 s).
+pub fn logged_metrics_address(log: &Path) -> String {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("serving Prometheus metrics"))
+        {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+            return v["fields"]["address"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no metrics address logged in {}:\n{text}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Produces `key:value` lines (keys parsed at the first `:`) with the console producer as the
+/// admin.
+pub fn produce_keyed(c: &Cluster, topic: &str, lines: &[String]) {
+    let cfg = c.client_config(None);
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let out = c
+        .tool_output(
+            "console-producer",
+            &[
+                "--bootstrap-server",
+                c.bootstrap(),
+                "--producer.config",
+                cfg.to_str().unwrap_or_default(),
+                "--topic",
+                topic,
+                "--property",
+                "parse.key=true",
+                "--property",
+                "key.separator=:",
+            ],
+            Some(input.as_bytes()),
+        )
+        .expect("console producer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

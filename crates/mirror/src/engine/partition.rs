@@ -13,7 +13,7 @@ use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::producer::{Acked, IdempotentProducer};
-use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
+use kmirror_kafka::records::{decode_batch, encode_within, BatchOptions, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -397,8 +397,6 @@ impl PartitionTask {
     }
 
     /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
-    /// codec. None when nothing is left.
-    /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
     /// codec, in as many batches as `max.request.size` needs (a compressed source batch may not
     /// fit once re-encoded with another codec). The last batch carries the source batch's last
     /// offset as its tag, so the position passes records compaction removed at its end.
@@ -419,35 +417,14 @@ impl PartitionTask {
             .collect();
         let limit = self.ctx.flow.clients.producer_tuning.max_request_size as usize;
         let mut out = Vec::new();
-        let mut pending: Vec<&[Record]> = vec![&kept[..]];
-        while let Some(chunk) = pending.pop() {
-            if chunk.is_empty() {
-                continue;
-            }
-            let renumbered: Vec<Record> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| Record {
-                    offset: i as i64,
-                    ..r.clone()
-                })
-                .collect();
-            let batch = encode_batch(
-                &renumbered,
-                &BatchOptions {
-                    codec,
-                    ..BatchOptions::default()
-                },
-            )
-            .map_err(|e| bad(e.to_string()))?;
-            if batch.bytes().len() > limit && chunk.len() > 1 {
-                // Halves, the second pushed first so the first is encoded next.
-                let (left, right) = chunk.split_at(chunk.len() / 2);
-                pending.push(right);
-                pending.push(left);
-                continue;
-            }
-            let ups: Vec<i64> = chunk.iter().map(|r| r.offset).collect();
+        let options = BatchOptions {
+            codec,
+            ..BatchOptions::default()
+        };
+        for (batch, range) in
+            encode_within(&kept, &options, limit).map_err(|e| bad(e.to_string()))?
+        {
+            let ups: Vec<i64> = kept[range].iter().map(|r| r.offset).collect();
             let Some(&tag) = ups.last() else { continue };
             out.push((batch, SourceOffsets::Listed(ups), tag));
         }

@@ -8,7 +8,7 @@
 
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::partitioner::partition_for_key;
-use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::records::{encode_within, BatchOptions, Record};
 use std::collections::{BTreeMap, HashMap};
 
 /// Records grouped by target (topic, partition), in source order within each group.
@@ -61,41 +61,19 @@ pub(crate) fn encode(
             bytes += size(&records[end]);
             end += 1;
         }
-        encode_fitting(&records[start..end], codec, max_request_size, &mut out)?;
+        let options = BatchOptions {
+            codec,
+            ..BatchOptions::default()
+        };
+        out.extend(
+            encode_within(&records[start..end], &options, max_request_size)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(b, _)| b),
+        );
         start = end;
     }
     Ok(out)
-}
-
-fn encode_fitting(
-    chunk: &[Record],
-    codec: Codec,
-    limit: usize,
-    out: &mut Vec<RawBatch>,
-) -> Result<(), String> {
-    let renumbered: Vec<Record> = chunk
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            offset: i as i64,
-            ..r.clone()
-        })
-        .collect();
-    let batch = encode_batch(
-        &renumbered,
-        &BatchOptions {
-            codec,
-            ..BatchOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    if batch.bytes().len() > limit && chunk.len() > 1 {
-        let (left, right) = chunk.split_at(chunk.len() / 2);
-        encode_fitting(left, codec, limit, out)?;
-        return encode_fitting(right, codec, limit, out);
-    }
-    out.push(batch);
-    Ok(())
 }
 
 #[cfg(test)]
