@@ -15,11 +15,17 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The gross-regression guard of the benchmark (issue 7): kmirror against the Java producer's
+# direct-produce baseline measured in the same run, and its peak RSS.
+QUICK=1 bash bench/mirror-bench.sh 2>&1 | tee -a "$log"
+bench=${PIPESTATUS[0]}
+if [[ $bench -ne 0 && $status -eq 0 ]]; then status=$bench; fi
 set -e
 # One closing line for the whole suite (cargo prints one per test binary).
 sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\\1/" | awk '{ s += $1 } END { print s + 0 }'; }
 passed=$(sum passed)
 failed=$(sum failed)
+if [[ $bench -ne 0 ]]; then failed=$((failed + 1)); echo "test.sh: the quick benchmark failed (see above)"; fi
 echo "test.sh: finished in $((SECONDS - t0))s"
 echo "tests: ${passed:-0} passed, ${failed:-0} failed"
 exit "$status"
