@@ -154,9 +154,7 @@ fn systemd_unit_passes_systemd_analyze_verify() {
 
 #[test]
 fn grafana_dashboard_queries_only_documented_metrics() {
-    let v: serde_json::Value =
-        serde_json::from_str(&read("deploy/grafana/kmirror.json")).expect("valid JSON");
-    let names = dashboard_metrics(&v);
+    let names = kmirror_testkit::dashboard_metrics();
     assert!(names.len() >= 10, "{names:?}");
     let docs = read("docs/metrics.md");
     for n in &names {
@@ -165,24 +163,4 @@ fn grafana_dashboard_queries_only_documented_metrics() {
             "{n} is not in docs/metrics.md"
         );
     }
-}
-
-/// Every `kmirror_*` name in the dashboard's queries.
-pub fn dashboard_metrics(v: &serde_json::Value) -> std::collections::BTreeSet<String> {
-    let mut out = std::collections::BTreeSet::new();
-    for p in v["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().unwrap() {
-            let expr = t["expr"].as_str().unwrap();
-            let mut rest = expr;
-            while let Some(i) = rest.find("kmirror_") {
-                let name: String = rest[i..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                rest = &rest[i + name.len()..];
-                out.insert(name);
-            }
-        }
-    }
-    out
 }

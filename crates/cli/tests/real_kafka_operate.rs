@@ -121,30 +121,11 @@ async fn health_ready_metrics_and_status_follow_the_clusters() {
             })
         })
         .collect();
-    let dashboard: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../deploy/grafana/kmirror.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    for p in dashboard["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().unwrap() {
-            let expr = t["expr"].as_str().unwrap();
-            let mut rest = expr;
-            while let Some(i) = rest.find("kmirror_") {
-                let name: String = rest[i..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                rest = &rest[i + name.len()..];
-                assert!(
-                    declared.contains(&name),
-                    "the dashboard queries {name}, which kmirror does not export"
-                );
-            }
-        }
+    for name in kmirror_testkit::dashboard_metrics() {
+        assert!(
+            declared.contains(&name),
+            "the dashboard queries {name}, which kmirror does not export"
+        );
     }
 
     // kmirror status, not on a terminal: plain lines, and JSON.

@@ -737,3 +737,25 @@ pub fn produce_keyed(c: &Cluster, topic: &str, lines: &[String]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every `kmirror_*` metric name the Grafana dashboard in `deploy/grafana/kmirror.json` queries.
+pub fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/kmirror.json");
+    let text = std::fs::read_to_string(&path).expect("the dashboard");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let mut out = std::collections::BTreeSet::new();
+    for p in v["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            let mut rest = t["expr"].as_str().expect("an expr");
+            while let Some(i) = rest.find("kmirror_") {
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + name.len()..];
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
