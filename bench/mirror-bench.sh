@@ -1,58 +1,78 @@
 #!/usr/bin/env bash
-# Backlog replication, kmirror next to MirrorMaker 2 (first increment of issue 7's bench).
-# Loads a source cluster with the Java producer perf test (one uncompressed and one lz4 topic),
-# then replicates the backlog into a fresh target with kmirror (release build) and with MM2
-# (dedicated mode, tuned as its docs advise), each until the target's end offsets match, and
-# prints wall time, MB/s, the replicator's CPU seconds (user+sys), CPU-s/GB and peak RSS.
+# kmirror next to MirrorMaker 2, side by side, on one machine (issue 7).
 #
-# Usage: bench/mirror-bench.sh            RECORDS=400000 SIZE=1024 PARTITIONS=8 ROUNDS=1
-#        QUICK=1 bench/mirror-bench.sh    CI's regression guard (well under 2 minutes): kmirror only,
-#                                         next to the Java producer writing the same data straight
-#                                         into a target; fails if kmirror is slower than a third
-#                                         of that or its peak RSS is above 200 MB.
+# One run:
+# 1. starts a source cluster with the harness and loads it with the Java producer perf test:
+#    a large-record case (RECORDS records of SIZE bytes over two topics of PARTITIONS partitions,
+#    one uncompressed, one lz4, linger 20 ms and 256 KiB batches) and a small-record case
+#    (SMALL_RECORDS of SMALL_SIZE bytes, same layout);
+# 2. per round (ROUNDS, the tools' order alternating): replicates each case's backlog into a
+#    fresh target with kmirror and with MirrorMaker 2 in dedicated mode (and the lz4 topic
+#    alone, for its CPU per GB), tuned as its docs
+#    advise (tasks.max = cores, producer batch.size and linger.ms raised, fetch sizes raised),
+#    until the target's end offsets hold every record (bench/WaitEnds.java, polling every
+#    100 ms); kmirror once more with batch mode off (record mode, as transforms need); the same
+#    perf test writing the large case straight into a fresh target (the limit); and the
+#    end-to-end latency of each tool at LAT_RATE records/s for LAT_SECONDS s
+#    (bench/LatencyProbe.java: source send time to target append time);
+# 3. prints every run, then medians with min-max and the ratios kmirror/MM2.
+#
+# Usage: bench/mirror-bench.sh     RECORDS=2000000 SIZE=1024 SMALL_RECORDS=5000000 SMALL_SIZE=100
+#                                  PARTITIONS=8 ROUNDS=3 LAT_RATE=5000 LAT_SECONDS=60
+#        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
+#        QUICK=1 bench/mirror-bench.sh   CI's regression guard (well under 2 minutes): kmirror only,
+#                                  next to the Java producer writing the same data straight into
+#                                  a target; fails if kmirror is slower than a third of that or
+#                                  its peak RSS is above 200 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK="${QUICK:-0}"
 if [[ $QUICK == 1 ]]; then RECORDS="${RECORDS:-200000}" PARTITIONS="${PARTITIONS:-4}"; fi
-RECORDS="${RECORDS:-400000}" SIZE="${SIZE:-1024}" PARTITIONS="${PARTITIONS:-8}" ROUNDS="${ROUNDS:-1}"
+RECORDS="${RECORDS:-2000000}" SIZE="${SIZE:-1024}" PARTITIONS="${PARTITIONS:-8}" ROUNDS="${ROUNDS:-3}"
+SMALL_RECORDS="${SMALL_RECORDS:-5000000}" SMALL_SIZE="${SMALL_SIZE:-100}"
+LAT_RATE="${LAT_RATE:-5000}" LAT_SECONDS="${LAT_SECONDS:-60}"
 H=scripts/kafka/kafka-harness.sh
 export KAFKA_HARNESS_RUN="${TMPDIR:-/tmp}/kmirror-bench-$$"
-trap 'bash $H stop-all >/dev/null 2>&1; rm -rf "$KAFKA_HARNESS_RUN"' EXIT
+cleanup() {
+  [[ -n "${KPID:-}" ]] && kill -9 "$KPID" 2>/dev/null
+  bash $H stop-all >/dev/null 2>&1
+  [[ -n "${KEEP_RUN:-}" ]] || rm -rf "$KAFKA_HARNESS_RUN"
+}
+trap cleanup EXIT
 bash $H fetch >/dev/null
 cargo build -q --release --bin kmirror
-K=./target/release/kmirror
+K=${KMIRROR_BIN:-./target/release/kmirror}  # another build, for before/after figures
 CLK=$(getconf CLK_TCK)
+mkdir -p "$KAFKA_HARNESS_RUN"
+CP="$KAFKA_HARNESS_RUN/classes:$(bash $H classpath)"
+# Compiled once, so each use starts in well under a second.
+javac -nowarn -d "$KAFKA_HARNESS_RUN/classes" -cp "$CP" bench/WaitEnds.java bench/LatencyProbe.java
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick() { local p; for p in $(seq "$1" 2 "$2"); do if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi; done; exit 1; }
+now_ms() { date +%s%3N; }
+tool() { bash $H tool "$@" 2>/dev/null; }
 PS=$(pick 19692 19790)
 bash $H start src "$PS" >/dev/null
-tool() { bash $H tool "$@" 2>/dev/null; }
-half=$((RECORDS / 2))
-for t in plain:none lz4:lz4; do
-  topic=${t%%:*} codec=${t##*:}
-  tool topics --bootstrap-server "127.0.0.1:$PS" --create --topic "$topic" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
-  tool producer-perf-test --topic "$topic" --num-records "$half" --record-size "$SIZE" --throughput -1 \
-    --producer-props bootstrap.servers="127.0.0.1:$PS" compression.type="$codec" linger.ms=20 batch.size=262144 acks=1 \
-    | tail -1 | sed "s/^/load $topic: /"
-done
-MB=$(awk -v r="$RECORDS" -v s="$SIZE" 'BEGIN { printf "%.1f", r * s / 1e6 }')
 
-ends() {  # ends PORT -> total end offset of A.plain and A.lz4
-  tool get-offsets --bootstrap-server "127.0.0.1:$1" 2>/dev/null | awk -F: '$1 == "A.plain" || $1 == "A.lz4" { s += $3 } END { print s + 0 }'
+load() {  # load TOPIC CODEC RECORDS SIZE [PORT] -> the perf test's closing line
+  local port=${5:-$PS}
+  tool topics --bootstrap-server "127.0.0.1:$port" --create --topic "$1" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
+  tool producer-perf-test --topic "$1" --num-records "$3" --record-size "$4" --throughput -1 \
+    --producer-props bootstrap.servers="127.0.0.1:$port" compression.type="$2" linger.ms=20 batch.size=262144 acks=all | tail -1
 }
-cpu_rss() {  # cpu_rss PID -> "cpu_seconds peak_rss_mb" (children included: MM2 runs in one JVM)
-  local pid=$1 t
-  t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-  echo "$(awk -v t="$t" -v c="$CLK" 'BEGIN { printf "%.1f", t / c }') $(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$pid/status")"
+cpu_rss() {  # cpu_rss PID -> "cpu_seconds peak_rss_mb" (MM2 runs in one JVM)
+  local t
+  t=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
+  echo "$(awk -v t="$t" -v c="$CLK" 'BEGIN { printf "%.1f", t / c }') $(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status")"
 }
-config() {  # config TARGET_PORT
+config() {  # config TARGET_PORT TOPICS [tuned|plain] [extra lines]
   cat <<EOF
 clusters = A, B
 A.bootstrap.servers = 127.0.0.1:$PS
 B.bootstrap.servers = 127.0.0.1:$1
 A->B.enabled = true
-A->B.topics = plain, lz4
+A->B.topics = $2
 B->A.enabled = false
 emit.heartbeats.enabled = false
 emit.checkpoints.enabled = false
@@ -64,85 +84,156 @@ status.storage.replication.factor = 1
 checkpoints.topic.replication.factor = 1
 heartbeats.topic.replication.factor = 1
 offset-syncs.topic.replication.factor = 1
-# MM2 tuning (its docs): tasks, producer batching, fetch sizes. kmirror reads the same keys.
 tasks.max = $(nproc)
+EOF
+  if [[ ${3:-tuned} == tuned ]]; then
+    cat <<EOF
+# MM2 tuning (its docs): producer batching, fetch sizes. kmirror reads the same keys.
 B.producer.batch.size = 262144
 B.producer.linger.ms = 20
 A.consumer.fetch.max.bytes = 52428800
 A.consumer.max.partition.fetch.bytes = 10485760
 A.consumer.max.poll.records = 5000
 EOF
+  fi
+  [[ -n "${4:-}" ]] && echo "$4"
+  return 0
 }
-results=()
-run_one() {  # run_one TOOL ROUND
-  local tool=$1 round=$2 port pid t0 t1 cfg
+start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
+  case $1 in
+    kmirror | kmirror-record)
+      $K run "$2" --metrics-address off --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
+      KPID=$! ;;
+    mm2)
+      bash $H mm2 -d "$3" "$2" >/dev/null
+      KPID=$(cat "$KAFKA_HARNESS_RUN/$3/mm2.pid") ;;
+  esac
+}
+stop_tool() {  # stop_tool TOOL NAME
+  if [[ $1 == mm2 ]]; then bash $H stop "$2" >/dev/null; else kill -TERM "$KPID"; wait "$KPID" || true; fi
+  KPID=""
+}
+
+ROWS="$KAFKA_HARNESS_RUN/rows.tsv"
+: >"$ROWS"
+# backlog TOOL CASE ROUND: replicate one case's backlog into a fresh target; appends a row
+#   backlog CASE TOOL ROUND wall_s copy_s MB/s records/s cpu_s cpu_s_per_GB rss_MB
+backlog() {
+  local tool=$1 case=$2 round=$3 topics records size name port cfg t0 out first done stats cpu rss extra=""
+  case $case in
+    large) topics="plain, lz4" records=$RECORDS size=$SIZE ;;
+    lz4) topics="lz4" records=$((RECORDS / 2)) size=$SIZE ;;  # the compressed topic alone, for its CPU per GB
+    small) topics="small-plain, small-lz4" records=$SMALL_RECORDS size=$SMALL_SIZE ;;
+  esac
+  [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
+  name="$tool-$case-$round"
   port=$(pick 19792 19890)
-  bash $H start "dst-$tool-$round" "$port" >/dev/null
-  cfg="$KAFKA_HARNESS_RUN/$tool-$round.properties"
-  config "$port" >"$cfg"
-  t0=$(date +%s.%N)
-  if [[ $tool == kmirror ]]; then
-    $K run "$cfg" --metrics-address off --log-level warn >"$KAFKA_HARNESS_RUN/$tool-$round.log" 2>&1 &
-    pid=$!
-  else
-    bash $H mm2 -d "mm2-$round" "$cfg" >/dev/null
-    pid=$(cat "$KAFKA_HARNESS_RUN/mm2-$round/mm2.pid")
-  fi
-  local stats=""
-  # kmirror verify (exit 0: every record is there) answers in a fraction of a second; the Java
-  # get-offsets tool needs a JVM start per look, too slow for the quick run.
-  if [[ $QUICK == 1 ]]; then
-    until $K verify "$cfg" >/dev/null 2>&1; do stats=$(cpu_rss "$pid"); sleep 0.1; done
-  else
-    until [[ "$(ends "$port")" -ge "$RECORDS" ]]; do
-      stats=$(cpu_rss "$pid")
-      sleep 0.5
-    done
-  fi
-  t1=$(date +%s.%N)
-  stats=$(cpu_rss "$pid")
-  if [[ $tool == kmirror ]]; then kill -TERM "$pid"; wait "$pid" || true; else bash $H stop "mm2-$round" >/dev/null; fi
-  bash $H stop "dst-$tool-$round" >/dev/null
-  local wall cpu rss
-  wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  bash $H start "dst-$name" "$port" >/dev/null
+  cfg="$KAFKA_HARNESS_RUN/$name.properties"
+  config "$port" "$topics" tuned "$extra" >"$cfg"
+  out="$KAFKA_HARNESS_RUN/$name.wait"
+  java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
+    --records "$records" --timeout-seconds 900 >"$out" 2>"$out.err" &
+  local wpid=$!
+  sleep 1
+  t0=$(now_ms)
+  start_tool "$tool" "$cfg" "$name"
+  stats=$(cpu_rss "$KPID")
+  while kill -0 "$wpid" 2>/dev/null; do stats=$(cpu_rss "$KPID"); sleep 0.2; done
+  wait "$wpid" || { echo "bench: $name did not complete: $(cat "$out.err")" >&2; exit 1; }
+  stats=$(cpu_rss "$KPID")
+  stop_tool "$tool" "$name"
+  bash $H stop "dst-$name" >/dev/null
+  first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
   read -r cpu rss <<<"$stats"
-  results+=("$(printf '%-8s %5s %8s s %8.1f MB/s %10.0f rec/s %8s s %10.1f %8s MB' "$tool" "$round" "$wall" \
-    "$(awk -v m="$MB" -v w="$wall" 'BEGIN { print m / w }')" "$(awk -v r="$RECORDS" -v w="$wall" 'BEGIN { print r / w }')" \
-    "$cpu" "$(awk -v c="$cpu" -v m="$MB" 'BEGIN { print c / (m / 1000) }')" "$rss")")
+  awk -v c="$case" -v t="$tool" -v r="$round" -v t0="$t0" -v f="$first" -v d="$done" -v n="$records" -v s="$size" -v cpu="$cpu" -v rss="$rss" \
+    'BEGIN { w = (d - t0) / 1000; mb = n * s / 1e6; printf "backlog\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.2f\t%s\n", c, t, r, w, (d - f) / 1000, mb / w, n / w, cpu, cpu / (mb / 1000), rss }' \
+    | tee -a "$ROWS"
 }
-if [[ $QUICK == 1 ]]; then
-  # The limit: the same perf test writing the same data straight into a fresh target.
+# direct ROUND: the limit, the perf test writing the large case straight into a fresh target
+# (both topics at once, like the replicators); MB/s from the perf tests' own elapsed times.
+direct() {
+  local round=$1 port a b
   port=$(pick 19792 19890)
-  bash $H start direct "$port" >/dev/null
-  direct=0
-  for t in plain:none lz4:lz4; do
-    topic=${t%%:*} codec=${t##*:}
-    tool topics --bootstrap-server "127.0.0.1:$port" --create --topic "$topic" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
-    line=$(tool producer-perf-test --topic "$topic" --num-records "$half" --record-size "$SIZE" --throughput -1 \
-      --producer-props bootstrap.servers="127.0.0.1:$port" compression.type="$codec" linger.ms=20 batch.size=262144 acks=all | tail -1)
-    echo "direct $topic: $line"
-    direct=$(awk -v d="$direct" -v l="$line" 'BEGIN { split(l, a, "[(]"); split(a[2], b, " "); print d + b[1] / 2 }')
-  done
-  bash $H stop direct >/dev/null
-  run_one kmirror 1
-  echo
-  printf '%s\n' "${results[@]}"
-  read -r _ _ wall _ mbs _ <<<"${results[0]}"
-  rss=$(awk '{ print $(NF - 1) }' <<<"${results[0]}")
-  echo "quick bench: kmirror $mbs MB/s (wall $wall s incl. start-up), direct produce $direct MB/s (mean of the two topics), kmirror peak RSS $rss MB"
+  bash $H start "direct-$round" "$port" >/dev/null
+  load plain none $((RECORDS / 2)) "$SIZE" "$port" >"$KAFKA_HARNESS_RUN/direct-a" &
+  a=$!
+  load lz4 lz4 $((RECORDS / 2)) "$SIZE" "$port" >"$KAFKA_HARNESS_RUN/direct-b" &
+  b=$!
+  wait $a $b
+  bash $H stop "direct-$round" >/dev/null
+  # "N records sent, R records/sec (M MB/sec), ...": each test's elapsed time is N / R.
+  cat "$KAFKA_HARNESS_RUN/direct-a" "$KAFKA_HARNESS_RUN/direct-b" | awk -v r="$round" -v s="$SIZE" '
+    { n += $1; e = $1 / $4; if (e > w) w = e }
+    END { mb = n * s / 1e6; printf "backlog\tlarge\tdirect\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t-\t-\t-\n", r, w, w, mb / w, n / w }' | tee -a "$ROWS"
+}
+# latency TOOL ROUND: a fresh target that stamps records with their append time, a fresh
+# source topic, the tool with default producer settings, then the probe.
+latency() {
+  local tool=$1 round=$2 port topic cfg name line stats
+  name="lat-$tool-$round" topic="lat-$tool-$round"
+  port=$(pick 19792 19890)
+  bash $H start "dst-$name" "$port" --prop log.message.timestamp.type=LogAppendTime >/dev/null
+  tool topics --bootstrap-server "127.0.0.1:$PS" --create --topic "$topic" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
+  cfg="$KAFKA_HARNESS_RUN/$name.properties"
+  config "$port" "$topic" plain >"$cfg"
+  start_tool "$tool" "$cfg" "$name"
+  java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "A.$topic" --records 0 --timeout-seconds 120 >/dev/null
+  line=$(java -cp "$CP" LatencyProbe --source "127.0.0.1:$PS" --target "127.0.0.1:$port" --topic "$topic" \
+    --remote-topic "A.$topic" --rate "$LAT_RATE" --seconds "$LAT_SECONDS" --size 1024 2>"$KAFKA_HARNESS_RUN/$name.probe.err") \
+    || { echo "bench: latency probe failed for $tool: $(tail -5 "$KAFKA_HARNESS_RUN/$name.probe.err")" >&2; exit 1; }
+  stats=$(cpu_rss "$KPID")
+  stop_tool "$tool" "$name"
+  bash $H stop "dst-$name" >/dev/null
+  echo "$tool $round: $line" >&2
+  echo "$line" | awk -v t="$tool" -v r="$round" -v st="$stats" '{
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      split(st, s, " ")
+      printf "latency\t-\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t, r, v["p50"], v["p99"], v["max"], v["send_p50"], v["send_p99"], s[1], v["sent_rate"], s[2] }' | tee -a "$ROWS"
+}
+
+if [[ $QUICK == 1 ]]; then
+  half=$((RECORDS / 2))
+  load plain none "$half" "$SIZE" | sed "s/^/load plain: /"
+  load lz4 lz4 "$half" "$SIZE" | sed "s/^/load lz4: /"
+  direct 1 >/dev/null
+  backlog kmirror large 1 >/dev/null
+  read -r _ _ _ _ wall _ mbs _ _ _ rss < <(grep -P '^backlog\tlarge\tkmirror\t' "$ROWS")
+  read -r _ _ _ _ _ _ direct_mbs _ < <(grep -P '^backlog\tlarge\tdirect\t' "$ROWS")
+  echo "quick bench: kmirror $mbs MB/s (wall $wall s incl. start-up), direct produce $direct_mbs MB/s, kmirror peak RSS $rss MB"
   ok=1
-  if awk -v k="$mbs" -v d="$direct" 'BEGIN { exit !(k < d / 3) }'; then echo "REGRESSION: kmirror is slower than a third of the direct-produce baseline"; ok=0; fi
+  if awk -v k="$mbs" -v d="$direct_mbs" 'BEGIN { exit !(k < d / 3) }'; then echo "REGRESSION: kmirror is slower than a third of the direct-produce baseline"; ok=0; fi
   if awk -v r="$rss" 'BEGIN { exit !(r > 200) }'; then echo "REGRESSION: kmirror's peak RSS is above 200 MB"; ok=0; fi
   [[ $ok == 1 ]] || exit 1
   echo "quick bench: within bounds"
   exit 0
 fi
+
+if [[ ${LATENCY_ONLY:-0} == 1 ]]; then
+  for round in $(seq 1 "$ROUNDS"); do
+    if ((round % 2)); then order="${TOOLS:-kmirror mm2}"; else order="$(echo "${TOOLS:-kmirror mm2}" | awk '{ for (i = NF; i; i--) printf "%s ", $i }')"; fi
+    for t in $order; do latency "$t" "$round"; done
+  done
+  python3 bench/summarize.py "$ROWS"
+  exit 0
+fi
+half=$((RECORDS / 2)) small_half=$((SMALL_RECORDS / 2))
+echo "load plain: $(load plain none "$half" "$SIZE")"
+echo "load lz4: $(load lz4 lz4 "$half" "$SIZE")"
+echo "load small-plain: $(load small-plain none "$small_half" "$SMALL_SIZE")"
+echo "load small-lz4: $(load small-lz4 lz4 "$small_half" "$SMALL_SIZE")"
+echo "kind	case	tool	round	wall_s|p50_ms	copy_s|p99_ms	MB/s|max_ms	rec/s|send_p50	cpu_s|send_p99	cpu_s/GB|cpu_s	rss_MB|rate	(rss_MB)"
 for round in $(seq 1 "$ROUNDS"); do
-  run_one kmirror "$round"
-  run_one mm2 "$round"
+  if ((round % 2)); then order="kmirror mm2"; else order="mm2 kmirror"; fi
+  for case in large lz4 small; do
+    for t in $order; do backlog "$t" "$case" "$round"; done
+  done
+  backlog kmirror-record large "$round"
+  direct "$round"
+  for t in $order; do latency "$t" "$round"; done
 done
+cp "$ROWS" "${BENCH_ROWS:-/tmp/mirror-bench-rows.tsv}"
 echo
-echo "backlog: $RECORDS records of $SIZE bytes ($MB MB), $PARTITIONS partitions x 2 topics (none, lz4); $(nproc) cores; $(date -u +%F)"
-echo "tool     round     wall        throughput         records/s       cpu   cpu-s/GB   peak RSS"
-printf '%s\n' "${results[@]}"
-echo "(wall time includes each tool's start-up; MM2's CPU and RSS are its JVM's)"
+echo "machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/Mem:/ { print $2 }') GiB; $(java -version 2>&1 | head -1); $(date -u +%F)"
+echo "large: $RECORDS x $SIZE B, small: $SMALL_RECORDS x $SMALL_SIZE B, $PARTITIONS partitions x 2 topics (none, lz4); $ROUNDS rounds; latency at $LAT_RATE rec/s for $LAT_SECONDS s"
+python3 bench/summarize.py "$ROWS"

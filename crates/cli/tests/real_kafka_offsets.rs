@@ -233,10 +233,10 @@ async fn checkpoints_group_sync_and_failover_commands() {
             .filter(|s| s.topic == "orders" && s.partition == p)
             .map(|s| s.upstream_offset)
             .collect();
-        assert!(
-            ups.contains(&0) && ups.contains(&299) && ups.contains(&999),
-            "{ups:?}"
-        );
+        // The run's start, its end, and never more than offset.lag.max (100) records apart
+        // (the ten small source batches may reach the target merged into one).
+        assert!(ups.contains(&0) && ups.contains(&999), "{ups:?}");
+        assert!(ups.windows(2).all(|w| w[1] - w[0] <= 100), "{ups:?}");
         assert!(syncs
             .iter()
             .all(|s| s.upstream_offset == s.downstream_offset));
@@ -420,8 +420,13 @@ async fn checkpoints_group_sync_and_failover_commands() {
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    while !(committed(&a, "returning", "orders", 0).await == Some(400)
-        && committed(&a, "returning", "orders", 1).await == Some(600))
+    // 450 on B goes back to just past the newest A->B sync at or below it (MM2's +1 rule, never
+    // ahead): 400 after a sync at 399 (a batch end), 401 after one at 400 (offset.lag.max),
+    // depending on whether the small source batches reached B merged.
+    while !(matches!(
+        committed(&a, "returning", "orders", 0).await,
+        Some(400..=401)
+    ) && committed(&a, "returning", "orders", 1).await == Some(600))
     {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
@@ -444,8 +449,9 @@ async fn checkpoints_group_sync_and_failover_commands() {
         .filter(|c| c.group == "returning")
         .collect();
     assert!(
-        back.iter()
-            .any(|c| c.topic == "orders" && c.upstream_offset == 450 && c.downstream_offset == 400),
+        back.iter().any(|c| c.topic == "orders"
+            && c.upstream_offset == 450
+            && (400..=401).contains(&c.downstream_offset)),
         "{back:?}"
     );
 }

@@ -682,6 +682,96 @@ impl KafkaCluster {
         .await
     }
 
+    /// Waits on `conn` (a connection to the partitions' leader that nobody else uses) until any
+    /// of `partitions` (topic, partition, offset) has data at or past its offset, an error, or
+    /// `max_wait` passed. Returns the indices of the partitions worth fetching now.
+    ///
+    /// One long-poll Fetch asking one byte per partition: the broker completes a delayed fetch
+    /// as soon as the bytes it could return reach `min_bytes`, and it counts each partition's
+    /// readable bytes capped at that partition's maximum, so one byte from any partition wakes
+    /// the poll. What comes back is only a signal; the partitions fetch their data themselves.
+    pub async fn wait_for_data(
+        &self,
+        conn: &Connection,
+        partitions: &[(String, i32, i64)],
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<usize>> {
+        let version = conn.version::<FetchRequest>()?;
+        let mut by_topic: BTreeMap<&str, Vec<(usize, i32, i64)>> = BTreeMap::new();
+        for (i, (topic, partition, offset)) in partitions.iter().enumerate() {
+            by_topic
+                .entry(topic.as_str())
+                .or_default()
+                .push((i, *partition, *offset));
+        }
+        let mut topics = Vec::with_capacity(by_topic.len());
+        for (topic, parts) in &by_topic {
+            let mut ft = FetchTopic::default().with_partitions(
+                parts
+                    .iter()
+                    .map(|(_, partition, offset)| {
+                        let epoch = self.leader_of(topic, *partition).map_or(-1, |(_, e)| e);
+                        FetchPartition::default()
+                            .with_partition(*partition)
+                            .with_current_leader_epoch(epoch)
+                            .with_fetch_offset(*offset)
+                            .with_log_start_offset(-1)
+                            .with_partition_max_bytes(1)
+                    })
+                    .collect(),
+            );
+            if version >= 13 {
+                ft = ft.with_topic_id(self.topic_id(topic));
+            } else {
+                ft = ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())));
+            }
+            topics.push(ft);
+        }
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait.as_millis() as i32)
+            .with_min_bytes(1)
+            .with_max_bytes(1)
+            .with_isolation_level(isolation_byte(isolation))
+            .with_session_epoch(-1)
+            .with_topics(topics);
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
+            return Err(e);
+        }
+        // Responses name topics by id from v13 on.
+        let names: HashMap<TopicId, &str> =
+            by_topic.keys().map(|t| (self.topic_id(t), *t)).collect();
+        let mut ready = Vec::new();
+        for t in &resp.responses {
+            let name = if version >= 13 {
+                names.get(&t.topic_id).copied()
+            } else {
+                Some(t.topic.as_str())
+            };
+            let Some(parts) = name.and_then(|n| by_topic.get(n)) else {
+                continue;
+            };
+            for p in &t.partitions {
+                let Some((i, _, offset)) = parts.iter().find(|(_, id, _)| *id == p.partition_index)
+                else {
+                    continue;
+                };
+                let end = match isolation {
+                    IsolationLevel::ReadCommitted if p.last_stable_offset >= 0 => {
+                        p.last_stable_offset
+                    }
+                    _ => p.high_watermark,
+                };
+                if p.error_code != 0 || end > *offset {
+                    ready.push(*i);
+                }
+            }
+        }
+        Ok(ready)
+    }
+
     async fn fetch_once(
         &self,
         topic: &str,

@@ -265,6 +265,8 @@ pub struct ProducerTuning {
     pub compression: Compression,
     pub acks: Acks,
     pub max_request_size: i32,
+    /// `buffer.memory`: the replicator's bound on bytes fetched and not yet acknowledged.
+    pub buffer_memory: i64,
 }
 
 impl Default for ProducerTuning {
@@ -276,6 +278,7 @@ impl Default for ProducerTuning {
             compression: Compression::None,
             acks: Acks::All,
             max_request_size: 1_048_576,
+            buffer_memory: 33_554_432,
         }
     }
 }

@@ -348,3 +348,99 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
         .unwrap();
     assert!(!k.metadata().topics.contains_key("src"));
 }
+
+/// The idle watch's long poll: it waits while nothing arrives, answers as soon as one of the
+/// watched partitions gets a record, and names exactly that partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_data_wakes_on_the_partition_that_got_a_record() {
+    let c = Cluster::start("idle-watch", Security::Plaintext).unwrap();
+    let k = std::sync::Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    let topics = [
+        NewTopic {
+            name: "quiet".into(),
+            partitions: 3,
+            replication_factor: -1,
+            configs: vec![],
+        },
+        NewTopic {
+            name: "other".into(),
+            partitions: 1,
+            replication_factor: -1,
+            configs: vec![],
+        },
+    ];
+    for (name, err) in k.create_topics(&topics, false).await.unwrap() {
+        assert!(err.is_none(), "{name}: {err:?}");
+    }
+    k.refresh_metadata(None).await.unwrap();
+    let batch = encode_batch(&records(3, "w"), &BatchOptions::default()).unwrap();
+    k.produce("quiet", 0, &batch).await.unwrap();
+    let (leader, _) = k.leader_of("quiet", 1).unwrap();
+    let conn = k.dedicated_connection(leader).await.unwrap();
+    let watched = vec![
+        ("quiet".to_string(), 0, 3), // caught up at its end
+        ("quiet".to_string(), 1, 0),
+        ("quiet".to_string(), 2, 0),
+        ("other".to_string(), 0, 0),
+    ];
+
+    // Nothing new: the broker holds the poll for the whole wait and nobody is ready.
+    let t = std::time::Instant::now();
+    let ready = k
+        .wait_for_data(
+            &conn,
+            &watched,
+            Duration::from_millis(700),
+            IsolationLevel::ReadCommitted,
+        )
+        .await
+        .unwrap();
+    assert!(ready.is_empty(), "{ready:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(600),
+        "the poll was held: {:?}",
+        t.elapsed()
+    );
+
+    // A record for quiet-2 arrives while a long poll waits: it answers with that partition.
+    let poll = {
+        let (k, watched) = (k.clone(), watched.clone());
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let ready = k
+                .wait_for_data(
+                    &conn,
+                    &watched,
+                    Duration::from_secs(20),
+                    IsolationLevel::ReadCommitted,
+                )
+                .await
+                .unwrap();
+            (ready, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    k.produce("quiet", 2, &batch).await.unwrap();
+    let (ready, waited) = poll.await.unwrap();
+    assert_eq!(ready, vec![2], "only quiet-2 has news");
+    assert!(
+        waited < Duration::from_secs(10),
+        "the poll answered when the record arrived, not at its end: {waited:?}"
+    );
+
+    // Data already there is reported at once (the partition fell behind while not watched).
+    let ready = k
+        .wait_for_data(
+            &k.dedicated_connection(leader).await.unwrap(),
+            &[("quiet".to_string(), 0, 1), ("other".to_string(), 0, 0)],
+            Duration::from_secs(20),
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ready, vec![0]);
+}

@@ -82,6 +82,8 @@ pub struct Metrics {
     pub process_throttled_ms: Counter,
     /// Unix time (seconds) of the last checkpoint round that completed.
     pub checkpoint_timestamp: Family<FlowLabels, Gauge>,
+    /// Bytes fetched and not yet acknowledged by the target (bounded by `buffer.memory`).
+    pub buffered_bytes: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -118,6 +120,7 @@ impl Metrics {
             process_rate_limit: Gauge::default(),
             process_throttled_ms: Counter::default(),
             checkpoint_timestamp: Family::default(),
+            buffered_bytes: Family::default(),
         };
         registry.register(
             "record_count",
@@ -210,6 +213,11 @@ impl Metrics {
             "throttled_ms",
             "Milliseconds the flow waited for its rate limit",
             m.throttled_ms.clone(),
+        );
+        registry.register(
+            "buffered_bytes",
+            "Bytes fetched from the source and not yet acknowledged by the target (at most the producer's buffer.memory)",
+            m.buffered_bytes.clone(),
         );
         registry.register(
             "process_rate_limit_bytes_per_second",

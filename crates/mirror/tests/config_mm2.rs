@@ -550,3 +550,30 @@ fn connector_and_mm1_forms_refuse_loops_too() {
         "{e}"
     );
 }
+
+#[test]
+fn batch_mode_and_buffer_memory_are_read_per_flow() {
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\n\
+         B->A.enabled = true\n\
+         B.producer.buffer.memory = 8388608\n\
+         A->B.kmirror.batch.mode.enabled = false\n"
+    ));
+    let ab = c.flows.iter().find(|f| f.id.to_string() == "A->B").unwrap();
+    let ba = c.flows.iter().find(|f| f.id.to_string() == "B->A").unwrap();
+    assert!(!ab.batch_mode, "the flow key turns batch mode off");
+    assert!(ba.batch_mode, "batch mode is the default");
+    assert_eq!(ab.clients.producer_tuning.buffer_memory, 8_388_608);
+    assert_eq!(
+        ba.clients.producer_tuning.buffer_memory, 33_554_432,
+        "A's producer keeps Java's default"
+    );
+    let e = errors(&format!(
+        "{AB}A->B.enabled = true\nkmirror.batch.mode.enabled = sometimes\n"
+    ));
+    assert!(
+        e.iter()
+            .any(|m| m.contains("kmirror.batch.mode.enabled") && m.contains("sometimes")),
+        "{e:?}"
+    );
+}

@@ -247,7 +247,10 @@ async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() 
     }
     assert_same(&a, &b, "stamped", "A.stamped", 1).await;
     let m = &running.metrics;
-    assert!(m.sum("kmirror_batches_total", &[("mode", "batch")]) > 0.0);
+    assert!(
+        m.sum("kmirror_batches_total", &[("mode", "merged")]) > 0.0,
+        "the console producer's small batches, back to back in the backlog, are merged"
+    );
     assert!(
         m.sum("kmirror_batches_total", &[("mode", "record")]) > 0.0,
         "LogAppendTime batches are re-encoded"

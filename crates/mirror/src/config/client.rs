@@ -542,6 +542,7 @@ pub fn producer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ProducerTun
             1,
             i32::MAX as i64,
         ) as i32,
+        buffer_memory: r.int("buffer.memory", d.buffer_memory, 0, i64::MAX),
     }
 }
 
@@ -778,12 +779,18 @@ mod tests {
                 ("compression.type", "zstd"),
                 ("linger.ms", "50"),
                 ("acks", "-1"),
+                ("buffer.memory", "8388608"),
             ]),
             &mut d,
         );
         assert_eq!(
-            (p.compression, p.linger.as_millis(), p.acks),
-            (Compression::Zstd, 50, Acks::All)
+            (p.compression, p.linger.as_millis(), p.acks, p.buffer_memory),
+            (Compression::Zstd, 50, Acks::All, 8_388_608)
+        );
+        assert_eq!(
+            producer_tuning(&map(&[]), &mut d).buffer_memory,
+            33_554_432,
+            "the Java producer's default"
         );
         assert!(d.items.is_empty(), "{:?}", d.items);
         let _ = producer_tuning(

@@ -92,6 +92,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.source.truncation",
     "kmirror.rate.limit.bytes.per.second",
     "kmirror.process.rate.limit.bytes.per.second",
+    // kmirror's own: false re-encodes every batch (record mode) with the producer's codec.
+    "kmirror.batch.mode.enabled",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",
     "replication.policy.class",
@@ -197,6 +199,7 @@ pub const PRODUCER_KEYS: &[&str] = &[
     "compression.type",
     "acks",
     "max.request.size",
+    "buffer.memory",
     "client.id",
     "request.timeout.ms",
 ];
@@ -226,7 +229,7 @@ pub fn ignored_client_key(key: &str) -> Option<&'static str> {
         "max.poll.records" | "max.poll.interval.ms" | "session.timeout.ms" | "heartbeat.interval.ms"
         | "partition.assignment.strategy" | "group.instance.id" | "group.protocol" | "exclude.internal.topics"
         | "allow.auto.create.topics" | "check.crcs" | "default.api.timeout.ms" | "client.rack"
-        | "buffer.memory" | "send.buffer.bytes" | "receive.buffer.bytes" | "metadata.max.age.ms"
+        | "send.buffer.bytes" | "receive.buffer.bytes" | "metadata.max.age.ms"
         | "metadata.max.idle.ms" | "reconnect.backoff.ms" | "reconnect.backoff.max.ms" | "retry.backoff.ms"
         | "retry.backoff.max.ms" | "connections.max.idle.ms" | "client.dns.lookup" | "socket.connection.setup.timeout.ms"
         | "socket.connection.setup.timeout.max.ms" | "compression.gzip.level" | "compression.lz4.level"

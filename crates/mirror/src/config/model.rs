@@ -131,6 +131,10 @@ pub struct FlowConfig {
     /// `kmirror.process.rate.limit.bytes.per.second`: all flows of the process together (the
     /// lowest value among the served flows applies).
     pub process_rate_limit: Option<u64>,
+    /// `kmirror.batch.mode.enabled` (default true): forward fetched batches as they are when
+    /// possible. false decodes and re-encodes every batch with the producer's
+    /// `compression.type` (record mode), e.g. to compress on the way to a distant target.
+    pub batch_mode: bool,
     pub clients: FlowClients,
 }
 

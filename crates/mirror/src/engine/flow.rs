@@ -239,6 +239,14 @@ async fn replicate(
             });
             own.into_iter().chain(process_limiter).collect()
         },
+        budget: Arc::new(super::budget::Budget::new(
+            flow.clients.producer_tuning.buffer_memory,
+        )),
+        idle: Arc::new(super::idle_watch::IdleWatch::new(
+            source.clone(),
+            flow.clients.consumer_tuning.isolation_level,
+            flow.clients.consumer_tuning.fetch_max_wait,
+        )),
     });
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();

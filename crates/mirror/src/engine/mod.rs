@@ -6,6 +6,10 @@
 //!   records untouched) whenever a batch can be forwarded as is; record mode (decode, re-encode
 //!   with the producer's codec) for batches with offset gaps (compaction), LogAppendTime batches
 //!   (so every record keeps its append time) and a first batch that starts before the position.
+//!   Small batches that arrive back to back are merged (records re-encoded with their codec), so
+//!   a producer writing a batch per record does not cost a produce request per record.
+//! - Memory: bytes fetched and not yet acknowledged stay within the producer's `buffer.memory`
+//!   (`budget`); idle partitions wait on one long poll per broker (`idle_watch`), not a timer.
 //! - read_committed by default: control batches and aborted transactions are not copied.
 //! - Nothing is lost across crashes: a position is stored only after the target acknowledged
 //!   every record before it, so MM2 and kmirror can take over from each other.
@@ -13,9 +17,11 @@
 //! Not yet: sharing partitions among processes (the control loop already starts and stops
 //! partition tasks one by one), topic config and ACL sync, offset syncs and checkpoints.
 
+mod budget;
 mod checkpoints;
 mod flow;
 mod heartbeats;
+mod idle_watch;
 mod log_reader;
 mod offset_syncs;
 mod partition;

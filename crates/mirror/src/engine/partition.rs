@@ -3,6 +3,8 @@
 //! source offset to the positions board. Several produces stay in flight (the lane keeps order),
 //! so a high-latency link does not serialize on round trips.
 
+use super::budget::{self, Budget};
+use super::idle_watch::IdleWatch;
 use super::offset_syncs::Outbox;
 use super::positions::Board;
 use super::Shutdown;
@@ -20,11 +22,63 @@ use prometheus_client::metrics::gauge::Gauge;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 
-/// The longest an idle partition waits before fetching again: it bounds the latency added to
-/// new records. A lower `fetch.max.wait.ms` lowers it (see the fetch call for why the broker
-/// does not wait instead).
-const IDLE_BACKOFF: Duration = Duration::from_millis(100);
+/// Source batches smaller than this that follow each other in a response are merged into one
+/// target batch. A producer with `linger.ms=0` at a moderate rate writes a batch per record or
+/// two, and the target takes one produce request per batch and partition (at most five in
+/// flight): forwarded one by one they would cap a partition at a few thousand records per
+/// second. Large batches are always forwarded untouched.
+const SMALL_BATCH: usize = 16 * 1024;
+
+/// A merged run stays below this (and below half of `max.request.size`).
+const MERGED_MAX: usize = 256 * 1024;
+
+/// How a source batch reached the target (the `mode` label of `kmirror_batches_total`).
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Forwarded as fetched.
+    Batch,
+    /// Small batches merged, records re-encoded with their codec.
+    Merged,
+    /// Decoded, filtered or transformed, re-encoded with the producer's codec.
+    Record,
+}
+
+/// How many batches from the start of `batches` form a run to merge: consecutive, each
+/// forwardable as is, small, with the same codec, with no offset gap between them, and
+/// together within `limit` bytes. 1 when there is nothing to merge.
+fn small_run(
+    batches: &[&RawBatch],
+    forwardable: &dyn Fn(&RawBatch) -> bool,
+    limit: usize,
+) -> usize {
+    let Some(first) = batches.first() else {
+        return 0;
+    };
+    let mut total = 0;
+    let mut n = 0;
+    let mut prev_end = first.base_offset();
+    for b in batches {
+        let size = b.bytes().len();
+        if size >= SMALL_BATCH
+            || total + size > limit
+            || b.record_count() <= 0
+            || b.codec() != first.codec()
+            || b.base_offset() != prev_end
+            || !forwardable(b)
+        {
+            break;
+        }
+        total += size;
+        prev_end = b.last_offset() + 1;
+        n += 1;
+    }
+    n.max(1)
+}
+
+/// The longest an idle partition waits for the idle watch before fetching again anyway.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
 /// What a partition task needs from its flow.
 pub(super) struct Context {
@@ -41,6 +95,10 @@ pub(super) struct Context {
     pub(super) labels: FlowLabels,
     /// The flow's and the process's rate limits, paid for each fetched response.
     pub(super) limiters: Vec<Arc<super::throttle::RateLimiter>>,
+    /// Bytes fetched and not yet acknowledged, shared by the flow's partitions.
+    pub(super) budget: Arc<Budget>,
+    /// Wakes a partition that found nothing as soon as its source has records.
+    pub(super) idle: Arc<IdleWatch>,
 }
 
 /// Why a partition stopped for good (until restart or an operator acts).
@@ -92,6 +150,8 @@ struct Gauges {
     lag: Gauge,
     batch_mode: Counter,
     record_mode: Counter,
+    merged_mode: Counter,
+    buffered: Gauge,
 }
 
 impl PartitionTask {
@@ -127,7 +187,14 @@ impl PartitionTask {
             .batches
             .get_or_create(&self.ctx.labels.mode("record"))
             .clone();
+        let buffered = m.buffered_bytes.get_or_create(&self.ctx.labels).clone();
+        let merged_mode = m
+            .batches
+            .get_or_create(&self.ctx.labels.mode("merged"))
+            .clone();
         let g = Gauges {
+            buffered,
+            merged_mode,
             records,
             bytes,
             age,
@@ -220,34 +287,54 @@ impl PartitionTask {
             16 << 20,
         );
         // The source offsets of each batch in flight, in send order (acks come back in order),
-        // to turn acknowledgements into exact offset syncs.
-        let mut in_flight: VecDeque<SourceOffsets> = VecDeque::new();
+        // to turn acknowledgements into exact offset syncs; the last batch of each response
+        // carries the response's share of the memory budget, released with its ack.
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         let mut rules = SyncRules::new(&self.topic, self.partition, flow.offset_lag_max);
-        let mut report = |acked: Vec<Acked>,
-                          through: &mut Option<i64>,
-                          in_flight: &mut VecDeque<SourceOffsets>| {
-            if let Some(last) = acked.last() {
-                *through = Some(last.tag);
-                self.ctx
-                    .board
-                    .acknowledged(&self.topic, self.partition, last.tag);
-            }
-            for a in &acked {
-                g.records.inc_by(a.records.max(0) as u64);
-                if let Some(ups) = in_flight.pop_front() {
-                    if let Some(outbox) = &self.ctx.offset_syncs {
-                        outbox.push(rules.on_batch(&ups, a.base_offset));
-                    }
+        let mut report =
+            |acked: Vec<Acked>, through: &mut Option<i64>, in_flight: &mut VecDeque<InFlight>| {
+                if let Some(last) = acked.last() {
+                    *through = Some(last.tag);
                     self.ctx
-                        .runs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .record(&self.topic, self.partition, &ups, a.base_offset);
+                        .board
+                        .acknowledged(&self.topic, self.partition, last.tag);
                 }
-            }
-        };
+                for a in &acked {
+                    g.records.inc_by(a.records.max(0) as u64);
+                    if let Some((ups, _released)) = in_flight.pop_front() {
+                        if let Some(outbox) = &self.ctx.offset_syncs {
+                            outbox.push(rules.on_batch(&ups, a.base_offset));
+                        }
+                        self.ctx
+                            .runs
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .record(&self.topic, self.partition, &ups, a.base_offset);
+                    }
+                }
+            };
         let mut batch_age_ts = None;
+        let budget = &self.ctx.budget;
+        let fetch_size = budget.fetch_size(tuning.max_partition_fetch_bytes);
         while !self.stop.is_triggered() {
+            let mut permit = match budget.try_take(fetch_size) {
+                Some(p) => Some(p),
+                None => {
+                    // Wait for the budget holding none of it: what this partition has in
+                    // flight is released by its acknowledgements, which only it collects.
+                    report(
+                        lane.flush()
+                            .await
+                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                        acked_through,
+                        &mut in_flight,
+                    );
+                    tokio::select! {
+                        p = budget.take(fetch_size) => p,
+                        _ = self.stop.wait() => break,
+                    }
+                }
+            };
             let fetched = self
                 .ctx
                 .source
@@ -255,7 +342,7 @@ impl PartitionTask {
                     &self.topic,
                     self.partition,
                     next,
-                    tuning.max_partition_fetch_bytes,
+                    fetch_size as i32,
                     // Brokers answer one request per connection at a time, and partitions share
                     // a connection per broker: a long poll for an idle partition would hold up
                     // the others. Ask without waiting and back off locally when idle. (One
@@ -294,8 +381,11 @@ impl PartitionTask {
                     return Err(Failure::Stop(self.fatal(next, e)));
                 }
             };
+            let fetched_bytes: usize = f.batches.iter().map(|b| b.bytes().len()).sum();
+            budget::keep(&mut permit, fetched_bytes);
+            g.buffered.set(budget.used() as i64);
             if !self.ctx.limiters.is_empty() {
-                let bytes: usize = f.batches.iter().map(|b| b.bytes().len()).sum();
+                let bytes = fetched_bytes;
                 for l in &self.ctx.limiters {
                     l.acquire(bytes, &self.stop).await;
                 }
@@ -310,22 +400,36 @@ impl PartitionTask {
                     f.batches.iter().filter(|b| !b.is_control()).collect()
                 }
             };
-            for b in batches {
+            let mut i = 0;
+            while i < batches.len() {
+                let b = batches[i];
+                let forwardable = |b: &RawBatch| {
+                    flow.batch_mode
+                        && flow.transforms.is_empty()
+                        && b.base_offset() >= next
+                        && b.offsets_contiguous()
+                        && !b.is_log_append_time()
+                };
+                let run = if forwardable(b) {
+                    small_run(&batches[i..], &forwardable, self.merge_limit())
+                } else {
+                    1
+                };
+                let last = batches[i + run - 1];
                 // (batch, its records' source offsets, the tag: the source offset the position
                 // may move to once the target acknowledged it)
-                let (sent, reencoded) = if flow.transforms.is_empty()
-                    && b.base_offset() >= next
-                    && b.offsets_contiguous()
-                    && !b.is_log_append_time()
-                {
+                let (sent, mode) = if run > 1 {
+                    (self.merge(&batches[i..i + run])?, Mode::Merged)
+                } else if forwardable(b) {
                     let ups = SourceOffsets::Contiguous {
                         first: b.base_offset(),
                         count: b.record_count() as i64,
                     };
-                    (vec![(b.clone(), ups, b.last_offset())], false)
+                    (vec![(b.clone(), ups, b.last_offset())], Mode::Batch)
                 } else {
-                    (self.reencode(b, next, codec)?, true)
+                    (self.reencode(b, next, codec)?, Mode::Record)
                 };
+                i += run;
                 if sent.is_empty() && b.last_offset() >= next {
                     // Every record was filtered out (or compacted away): once what is in flight
                     // is acknowledged, the position may pass this batch.
@@ -342,7 +446,7 @@ impl PartitionTask {
                         .acknowledged(&self.topic, self.partition, b.last_offset());
                 }
                 for (batch, ups, tag) in sent {
-                    in_flight.push_back(ups);
+                    in_flight.push_back((ups, None));
                     let size = batch.bytes().len() as u64;
                     let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
@@ -353,14 +457,22 @@ impl PartitionTask {
                     })?;
                     report(acked, acked_through, &mut in_flight);
                     g.bytes.inc_by(size);
-                    if reencoded {
-                        g.record_mode.inc();
-                    } else {
-                        g.batch_mode.inc();
-                    }
+                    match mode {
+                        Mode::Batch => g.batch_mode.inc(),
+                        Mode::Merged => g.merged_mode.inc(),
+                        Mode::Record => g.record_mode.inc(),
+                    };
                 }
-                batch_age_ts = Some(b.max_timestamp());
-                g.age.set(super::now_ms() - b.max_timestamp());
+                batch_age_ts = Some(last.max_timestamp());
+                g.age.set(super::now_ms() - last.max_timestamp());
+            }
+            // The response's memory goes back once everything now in flight is acknowledged
+            // (acknowledgements come in order, so with the newest batch in flight).
+            if let (Some(p), Some((_, share))) = (permit.take(), in_flight.back_mut()) {
+                match share {
+                    Some(held) => held.merge(p),
+                    None => *share = Some(p),
+                }
             }
             let fetched_end = f.batches.last().map(|b| b.last_offset() + 1);
             if let Some(e) = fetched_end {
@@ -368,8 +480,11 @@ impl PartitionTask {
                 next = next.max(e);
             }
             g.lag.set((end - next).max(0));
-            if fetched_end.is_none() || next >= end {
-                // Caught up: wait for the acknowledgements so the position gets stored.
+            if fetched_end.is_none() {
+                // Caught up: wait for the acknowledgements so the position gets stored, then
+                // for new records. (After a non-empty fetch the loop fetches again at once,
+                // with its batches still in flight: records that arrived meanwhile follow
+                // without waiting a produce round trip.)
                 report(
                     lane.flush()
                         .await
@@ -380,9 +495,17 @@ impl PartitionTask {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
-                let idle = tuning.fetch_max_wait.min(IDLE_BACKOFF);
-                if fetched_end.is_none() && self.stop.sleep(idle).await {
-                    break;
+                g.buffered.set(budget.used() as i64);
+                drop(permit.take());
+                let wait = self.ctx.idle.wait(
+                    &self.topic,
+                    self.partition,
+                    next,
+                    IDLE_RECHECK.max(tuning.fetch_max_wait),
+                );
+                tokio::select! {
+                    _ = wait => {}
+                    _ = self.stop.wait() => break,
                 }
             }
         }
@@ -432,6 +555,44 @@ impl PartitionTask {
             last.2 = b.last_offset();
         }
         Ok(out)
+    }
+
+    /// Merges a run of small consecutive batches (see [`small_run`]) into as few target batches
+    /// as `max.request.size` allows, each record re-encoded with its source codec and its own
+    /// timestamp. The offsets stay contiguous, so translation stays exact.
+    fn merge(&self, run: &[&RawBatch]) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+        let first = run[0];
+        let bad = |e: String| Failure::Stop(self.fatal(first.base_offset(), KafkaError::Config(e)));
+        let mut records: Vec<Record> = Vec::new();
+        for b in run {
+            records.extend(decode_batch(b).map_err(|e| bad(e.to_string()))?);
+        }
+        let options = BatchOptions {
+            codec: first.codec().unwrap_or(Codec::None),
+            ..BatchOptions::default()
+        };
+        let limit = self.ctx.flow.clients.producer_tuning.max_request_size as usize;
+        let mut out = Vec::new();
+        for (batch, range) in
+            encode_within(&records, &options, limit).map_err(|e| bad(e.to_string()))?
+        {
+            let Some(r) = records.get(range.start) else {
+                continue;
+            };
+            let count = range.len() as i64;
+            let ups = SourceOffsets::Contiguous {
+                first: r.offset,
+                count,
+            };
+            out.push((batch, ups, r.offset + count - 1));
+        }
+        Ok(out)
+    }
+
+    /// The most bytes a run of merged batches may hold.
+    fn merge_limit(&self) -> usize {
+        let max_request = self.ctx.flow.clients.producer_tuning.max_request_size as usize;
+        MERGED_MAX.min(max_request / 2)
     }
 
     async fn start_offset(&self) -> Result<i64, KafkaError> {
@@ -526,6 +687,10 @@ impl PartitionTask {
         self.stop.sleep(super::backoff(*attempt - 1)).await
     }
 }
+
+/// A batch sent and not yet acknowledged: its source offsets, and the share of the memory
+/// budget its acknowledgement releases.
+type InFlight = (SourceOffsets, Option<OwnedSemaphorePermit>);
 
 enum Failure {
     /// Transient: resume from the last acknowledged offset.

@@ -1,0 +1,78 @@
+// WaitEnds - waits until topics on a cluster hold a number of records, for the benchmark.
+// Single-file source program (Java 17, Kafka client jars on the classpath):
+//
+//   java -cp "$(bash scripts/kafka/kafka-harness.sh classpath)" bench/WaitEnds.java \
+//     --bootstrap HOST:PORT --topics A.plain,A.lz4 --records N [--timeout-seconds 900]
+//
+// Polls the sum of the topics' end offsets every 100 ms with one admin client (a JVM start per
+// look, as with the get-offsets tool, would cost 1-2 s and blur the wall times measured), and
+// prints "done first_ms=<when the first record was there> epoch_ms=<when the sum first reached N>"
+// on stdout (Unix milliseconds). Topics that do not exist yet
+// count as 0. Exit 0 done, 1 timeout (with the count reached), 2 bad arguments.
+import java.util.*;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.common.TopicPartition;
+
+public class WaitEnds {
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> a = new HashMap<>();
+        for (int i = 0; i + 1 < argv.length; i += 2) {
+            if (!argv[i].startsWith("--")) fail(2, "unexpected argument " + argv[i]);
+            a.put(argv[i].substring(2), argv[i + 1]);
+        }
+        if (!a.containsKey("bootstrap") || !a.containsKey("topics") || !a.containsKey("records"))
+            fail(2, "usage: --bootstrap HOST:PORT --topics T1,T2 --records N [--timeout-seconds S]");
+        List<String> topics = Arrays.asList(a.get("topics").split(","));
+        long want = Long.parseLong(a.get("records"));
+        long deadline = System.currentTimeMillis() + 1000L * Long.parseLong(a.getOrDefault("timeout-seconds", "900"));
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
+        long have = 0, first = 0;
+        try (Admin admin = Admin.create(p)) {
+            List<TopicPartition> parts = new ArrayList<>();
+            while (System.currentTimeMillis() < deadline) {
+                if (parts.isEmpty() || parts.stream().map(TopicPartition::topic).distinct().count() < topics.size()) {
+                    parts = partitions(admin, topics);
+                }
+                if (!parts.isEmpty()) {
+                    Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+                    for (TopicPartition tp : parts) latest.put(tp, OffsetSpec.latest());
+                    try {
+                        have = 0;
+                        for (var e : admin.listOffsets(latest).all().get(5, TimeUnit.SECONDS).values()) have += e.offset();
+                    } catch (Exception e) {
+                        have = 0; // a partition without a leader yet: look again
+                    }
+                    long now = System.currentTimeMillis();
+                    if (have > 0 && first == 0) first = now;
+                    if (have >= want) {
+                        System.out.println("done first_ms=" + (first == 0 ? now : first) + " epoch_ms=" + now);
+                        return;
+                    }
+                }
+                Thread.sleep(100);
+            }
+        }
+        fail(1, "timed out with " + have + " of " + want + " records in " + topics);
+    }
+
+    private static List<TopicPartition> partitions(Admin admin, List<String> topics) {
+        List<TopicPartition> out = new ArrayList<>();
+        for (String t : topics) {
+            try {
+                var d = admin.describeTopics(List.of(t)).allTopicNames().get(5, TimeUnit.SECONDS).get(t);
+                d.partitions().forEach(pi -> out.add(new TopicPartition(t, pi.partition())));
+            } catch (Exception e) {
+                // not created yet
+            }
+        }
+        return out;
+    }
+
+    private static void fail(int code, String msg) {
+        System.err.println("WaitEnds: " + msg);
+        System.exit(code);
+    }
+}
