@@ -1,5 +1,6 @@
 //! `kmirror run` killed with SIGKILL at random points five times while 200,000 records stream into
-//! the source, and the target's broker restarted once mid-stream: every record arrives on the
+//! the source, and the target's broker and then the source's restarted once each mid-stream:
+//! every record arrives on the
 //! target, in order per partition with no gap; records copied twice after a kill (at-least-once)
 //! are counted and printed. A final SIGTERM drains and exits 0.
 
@@ -56,7 +57,7 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
         let b = s.spawn(|| Cluster::start("crash-b", Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
-    let cb = Arc::new(cb);
+    let (ca, cb) = (Arc::new(ca), Arc::new(cb));
     let a = Arc::new(
         KafkaCluster::connect(ca.client_settings(None))
             .await
@@ -143,6 +144,15 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(1500));
                 cb.restart().unwrap();
+            });
+        }
+        if kill == 3 {
+            // The source goes away under a running kmirror: its fetches fail and retry
+            // (letting go of their memory budget meanwhile) until the broker is back.
+            let ca = ca.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                ca.restart().unwrap();
             });
         }
         child = kmirror(&config, &log);
@@ -249,7 +259,7 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
         duplicates += values.len() as i64 - expected;
     }
     eprintln!(
-        "kill -9 x5 + target broker restart: {TOTAL} records, {duplicates} copied twice ({:.2}%)",
+        "kill -9 x5 + target and source broker restarts: {TOTAL} records, {duplicates} copied twice ({:.2}%)",
         duplicates as f64 * 100.0 / TOTAL as f64
     );
 }

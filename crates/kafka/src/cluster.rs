@@ -689,7 +689,9 @@ impl KafkaCluster {
     /// One long-poll Fetch asking one byte per partition: the broker completes a delayed fetch
     /// as soon as the bytes it could return reach `min_bytes`, and it counts each partition's
     /// readable bytes capped at that partition's maximum, so one byte from any partition wakes
-    /// the poll. What comes back is only a signal; the partitions fetch their data themselves.
+    /// the poll. The answer is used only as a signal and the partitions fetch their data
+    /// themselves; it still carries the first batch of the first partition with data (Fetch v3+
+    /// always returns one whole batch), so each wake reads that one batch twice.
     pub async fn wait_for_data(
         &self,
         conn: &Connection,
@@ -770,6 +772,22 @@ impl KafkaCluster {
             }
         }
         Ok(ready)
+    }
+
+    /// [`fetch`](Self::fetch) without its retries: one attempt, so a caller holding resources
+    /// for the response (a memory budget) can let go of them between attempts. After a stale
+    /// metadata error the caller should [`refresh_metadata`](Self::refresh_metadata).
+    pub async fn fetch_attempt(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<PartitionFetch> {
+        self.fetch_once(topic, partition, offset, max_bytes, max_wait, isolation)
+            .await
     }
 
     async fn fetch_once(

@@ -2,8 +2,8 @@
 //! target, bounded by the target producer's `buffer.memory` (the Java producer's own bound on
 //! records waiting to be sent, 32 MiB by default).
 //!
-//! A partition takes its largest possible response (`max.partition.fetch.bytes`) before it
-//! fetches, gives back what the response did not use, and holds the rest until the target
+//! A partition takes its largest possible response (`max.partition.fetch.bytes`, at most a
+//! quarter of the budget) before it fetches, gives back what the response did not use, and holds the rest until the target
 //! acknowledged the response's last batch. Without it, each partition could hold a full fetch
 //! plus a full in-flight window, and resident memory grew with the partition count.
 
@@ -28,9 +28,11 @@ impl Budget {
         }
     }
 
-    /// How many bytes one fetch may ask for: the partition maximum, within the budget.
+    /// How many bytes one fetch may ask for: the partition maximum, within a quarter of the
+    /// budget, so at least four partitions can fetch at once (a fetch asking for the whole
+    /// budget would wait until every other partition's data was acknowledged).
     pub(super) fn fetch_size(&self, max_partition_fetch_bytes: i32) -> u32 {
-        (max_partition_fetch_bytes.max(1) as u32).min(self.capacity)
+        (max_partition_fetch_bytes.max(1) as u32).min(self.capacity / 4)
     }
 
     /// `bytes` of the budget if they are free now.
@@ -70,10 +72,10 @@ mod tests {
         let b = Budget::new(4 << 20);
         assert_eq!(
             b.fetch_size(10 << 20),
-            4 << 20,
-            "a fetch never exceeds the budget"
+            1 << 20,
+            "a fetch takes at most a quarter of the budget"
         );
-        assert_eq!(b.fetch_size(1 << 20), 1 << 20);
+        assert_eq!(b.fetch_size(512 << 10), 512 << 10);
         let mut p = b.try_take(4 << 20);
         assert!(p.is_some());
         assert!(b.try_take(1).is_none(), "the whole budget is taken");
@@ -100,6 +102,6 @@ mod tests {
 
     #[test]
     fn a_tiny_buffer_memory_still_allows_one_fetch() {
-        assert_eq!(Budget::new(10).fetch_size(1 << 20), MIN_BYTES);
+        assert_eq!(Budget::new(10).fetch_size(1 << 20), MIN_BYTES / 4);
     }
 }

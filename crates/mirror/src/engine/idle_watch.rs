@@ -24,6 +24,8 @@ use tokio::task::{JoinHandle, JoinSet};
 /// for one to come back, so this also bounds how late they start being watched).
 const POLL_WAIT: Duration = Duration::from_millis(100);
 
+const POLL_WAIT_MIN: Duration = Duration::from_millis(10);
+
 /// Polls (connections) per broker at once.
 const MAX_POLLS: usize = 4;
 
@@ -58,8 +60,9 @@ impl IdleWatch {
         IdleWatch {
             source,
             isolation,
-            // fetch.max.wait.ms is the consumer's word on how long a poll may wait.
-            poll_wait: fetch_max_wait.min(POLL_WAIT),
+            // fetch.max.wait.ms is the consumer's word on how long a poll may wait; the floor
+            // keeps a zero from turning the watcher into a busy loop.
+            poll_wait: fetch_max_wait.clamp(POLL_WAIT_MIN, POLL_WAIT),
             brokers: Mutex::new(HashMap::new()),
         }
     }
@@ -186,7 +189,7 @@ async fn watch_broker(
             },
             Some(done) = polls.join_next(), if !polls.is_empty() => {
                 let Ok((conn, mut waiters, result)) = done else {
-                    continue; // the poll task panicked: its waiters time out by themselves
+                    continue; // the poll task panicked: dropping its waiters woke them
                 };
                 match result {
                     Ok(mut ready) => {

@@ -77,6 +77,11 @@ fn small_run(
     n.max(1)
 }
 
+/// Pauses between failed fetches: doubling from the first to the last (a leader election
+/// usually ends within the first few).
+const FETCH_RETRY_FIRST: Duration = Duration::from_millis(50);
+const FETCH_RETRY_MAX: Duration = Duration::from_millis(800);
+
 /// The longest an idle partition waits for the idle watch before fetching again anyway.
 const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
@@ -316,6 +321,7 @@ impl PartitionTask {
         let mut batch_age_ts = None;
         let budget = &self.ctx.budget;
         let fetch_size = budget.fetch_size(tuning.max_partition_fetch_bytes);
+        let mut fetch_failures = 0u32;
         while !self.stop.is_triggered() {
             let mut permit = match budget.try_take(fetch_size) {
                 Some(p) => Some(p),
@@ -335,19 +341,19 @@ impl PartitionTask {
                     }
                 }
             };
+            // One attempt at a time: retrying inside the client would hold this partition's
+            // share of the budget while its broker is away, starving healthy partitions.
             let fetched = self
                 .ctx
                 .source
-                .fetch(
+                .fetch_attempt(
                     &self.topic,
                     self.partition,
                     next,
                     fetch_size as i32,
                     // Brokers answer one request per connection at a time, and partitions share
                     // a connection per broker: a long poll for an idle partition would hold up
-                    // the others. Ask without waiting and back off locally when idle. (One
-                    // fetch per broker for all its partitions, as Java consumers do, is the
-                    // lasting fix.)
+                    // the others. Ask without waiting; an idle partition waits on the idle watch.
                     Duration::ZERO,
                     isolation,
                 )
@@ -372,7 +378,21 @@ impl PartitionTask {
                 Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                     tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "fetch failed; retrying");
                     self.count_error("fetch");
-                    if self.stop.sleep(Duration::from_millis(500)).await {
+                    // Let go of the budget, including what acknowledged batches still hold.
+                    drop(permit.take());
+                    report(
+                        lane.flush()
+                            .await
+                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                        acked_through,
+                        &mut in_flight,
+                    );
+                    if e.is_stale_metadata() {
+                        let _ = self.ctx.source.refresh_metadata(Some(&[&self.topic])).await;
+                    }
+                    let pause = FETCH_RETRY_FIRST * 2u32.pow(fetch_failures.min(4));
+                    fetch_failures += 1;
+                    if self.stop.sleep(pause.min(FETCH_RETRY_MAX)).await {
                         break;
                     }
                     continue;
@@ -381,6 +401,7 @@ impl PartitionTask {
                     return Err(Failure::Stop(self.fatal(next, e)));
                 }
             };
+            fetch_failures = 0;
             let fetched_bytes: usize = f.batches.iter().map(|b| b.bytes().len()).sum();
             budget::keep(&mut permit, fetched_bytes);
             g.buffered.set(budget.used() as i64);
