@@ -1,5 +1,6 @@
 //! A client for one cluster: bootstrap, metadata (brokers, topics, partition leaders and epochs),
-//! one shared connection per broker opened on demand, and request routing to partition leaders.
+//! shared connections per broker opened on demand (one for control requests, a few for partition
+//! data), and request routing to partition leaders.
 //!
 //! Retry policy belongs to callers (they know their deadlines); every error says whether it is
 //! retriable, and [`KafkaCluster::refresh_metadata`] re-learns leaders after NOT_LEADER_OR_FOLLOWER,
@@ -77,6 +78,19 @@ pub struct PartitionFetch {
 /// The shared connection to one broker, opened on first use.
 type BrokerSlot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
+/// Connections per broker for partition data, besides channel 0.
+pub const DATA_CHANNELS: usize = 4;
+
+/// The data channel of a partition: fixed, so its requests stay in order on one connection.
+pub fn data_channel(topic: &str, partition: i32) -> usize {
+    // FNV-1a: stable across runs and processes, unlike the std hasher's random keys.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    1 + (h.wrapping_add(partition as u32) as usize) % DATA_CHANNELS
+}
+
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTopic {
@@ -92,7 +106,9 @@ pub struct NewTopic {
 pub struct KafkaCluster {
     settings: ClientSettings,
     metadata: RwLock<Arc<Metadata>>,
-    slots: Mutex<HashMap<i32, BrokerSlot>>,
+    /// Connections by (broker, channel): channel 0 for metadata, admin and the like; data
+    /// channels (see [`data_channel`]) for fetches and produces.
+    slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
 }
 
 fn broker_error(
@@ -275,9 +291,18 @@ impl KafkaCluster {
 
     /// The connection to broker `id`, opened (or reopened) on demand.
     pub async fn broker(&self, id: i32) -> Result<Arc<Connection>> {
+        self.broker_channel(id, 0).await
+    }
+
+    /// One of several connections to broker `id` (`channel` 0 is [`broker`](Self::broker)'s).
+    /// A broker handles one request per connection at a time, so produces and fetches for
+    /// different partitions spread over [`DATA_CHANNELS`] connections are validated and
+    /// appended in parallel instead of queueing behind each other. A partition always uses
+    /// the same channel ([`data_channel`]), which keeps its requests in order.
+    pub async fn broker_channel(&self, id: i32, channel: usize) -> Result<Arc<Connection>> {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.entry(id).or_default().clone()
+            slots.entry((id, channel)).or_default().clone()
         };
         let mut guard = slot.lock().await;
         if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
@@ -800,7 +825,9 @@ impl KafkaCluster {
         isolation: IsolationLevel,
     ) -> Result<PartitionFetch> {
         let (leader, epoch) = self.leader_of(topic, partition)?;
-        let conn = self.broker(leader).await?;
+        let conn = self
+            .broker_channel(leader, data_channel(topic, partition))
+            .await?;
         let version = conn.version::<FetchRequest>()?;
         let mut ft = FetchTopic::default().with_partitions(vec![FetchPartition::default()
             .with_partition(partition)
@@ -881,5 +908,28 @@ fn isolation_byte(i: IsolationLevel) -> i8 {
     match i {
         IsolationLevel::ReadUncommitted => 0,
         IsolationLevel::ReadCommitted => 1,
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_keeps_its_data_channel_and_partitions_spread_over_all() {
+        let mut used = std::collections::BTreeSet::new();
+        for p in 0..16 {
+            let c = data_channel("orders", p);
+            assert!((1..=DATA_CHANNELS).contains(&c), "{c}");
+            assert_eq!(c, data_channel("orders", p), "stable");
+            used.insert(c);
+        }
+        assert_eq!(
+            used.len(),
+            DATA_CHANNELS,
+            "never channel 0, every data channel used"
+        );
+        // FNV-1a's offset basis for the empty name: the hash does not depend on the process.
+        assert_eq!(data_channel("", 0), 1 + 0x811c_9dc5 % DATA_CHANNELS);
     }
 }

@@ -243,7 +243,12 @@ impl PartitionLane {
             .rewrite_for_produce(pid, epoch, entry.sequence, false);
         let cluster = &self.producer.cluster;
         let (leader, _) = cluster.leader_of(&self.topic, self.partition)?;
-        let conn = cluster.broker(leader).await?;
+        let conn = cluster
+            .broker_channel(
+                leader,
+                crate::cluster::data_channel(&self.topic, self.partition),
+            )
+            .await?;
         let version = conn.version::<ProduceRequest>()?;
         let mut data =
             TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
