@@ -318,6 +318,18 @@ impl PartitionTask {
                     }
                 }
             };
+        // Waits for every batch in flight and reports what was acknowledged.
+        macro_rules! flush_and_report {
+            () => {
+                report(
+                    lane.flush()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                    acked_through,
+                    &mut in_flight,
+                )
+            };
+        }
         let mut batch_age_ts = None;
         let budget = &self.ctx.budget;
         let fetch_size = budget.fetch_size(tuning.max_partition_fetch_bytes);
@@ -328,13 +340,7 @@ impl PartitionTask {
                 None => {
                     // Wait for the budget holding none of it: what this partition has in
                     // flight is released by its acknowledgements, which only it collects.
-                    report(
-                        lane.flush()
-                            .await
-                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                        acked_through,
-                        &mut in_flight,
-                    );
+                    flush_and_report!();
                     tokio::select! {
                         p = budget.take(fetch_size) => p,
                         _ = self.stop.wait() => break,
@@ -366,13 +372,7 @@ impl PartitionTask {
                     log_end,
                     ..
                 }) => {
-                    report(
-                        lane.flush()
-                            .await
-                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                        acked_through,
-                        &mut in_flight,
-                    );
+                    flush_and_report!();
                     return Err(self.out_of_range(requested, log_start, log_end));
                 }
                 Err(e) if e.is_retriable() || e.is_stale_metadata() => {
@@ -380,13 +380,7 @@ impl PartitionTask {
                     self.count_error("fetch");
                     // Let go of the budget, including what acknowledged batches still hold.
                     drop(permit.take());
-                    report(
-                        lane.flush()
-                            .await
-                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                        acked_through,
-                        &mut in_flight,
-                    );
+                    flush_and_report!();
                     if e.is_stale_metadata() {
                         let _ = self.ctx.source.refresh_metadata(Some(&[&self.topic])).await;
                     }
@@ -454,13 +448,7 @@ impl PartitionTask {
                 if sent.is_empty() && b.last_offset() >= next {
                     // Every record was filtered out (or compacted away): once what is in flight
                     // is acknowledged, the position may pass this batch.
-                    report(
-                        lane.flush()
-                            .await
-                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                        acked_through,
-                        &mut in_flight,
-                    );
+                    flush_and_report!();
                     *acked_through = Some(b.last_offset());
                     self.ctx
                         .board
@@ -506,13 +494,7 @@ impl PartitionTask {
                 // for new records. (After a non-empty fetch the loop fetches again at once,
                 // with its batches still in flight: records that arrived meanwhile follow
                 // without waiting a produce round trip.)
-                report(
-                    lane.flush()
-                        .await
-                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                    acked_through,
-                    &mut in_flight,
-                );
+                flush_and_report!();
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
@@ -530,13 +512,7 @@ impl PartitionTask {
                 }
             }
         }
-        report(
-            lane.flush()
-                .await
-                .map_err(|e| self.lane_failure(acked_through, start, e))?,
-            acked_through,
-            &mut in_flight,
-        );
+        flush_and_report!();
         Ok(())
     }
 
