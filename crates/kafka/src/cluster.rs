@@ -702,9 +702,24 @@ impl KafkaCluster {
         isolation: IsolationLevel,
     ) -> Result<PartitionFetch> {
         self.retrying(topic, true, || {
-            self.fetch_once(topic, partition, offset, max_bytes, max_wait, isolation)
+            self.fetch_attempt(topic, partition, offset, max_bytes, max_wait, isolation)
         })
         .await
+    }
+
+    /// One topic of a Fetch request: v13+ names topics by id (KIP-516).
+    fn fetch_topic(
+        &self,
+        version: i16,
+        topic: &str,
+        partitions: Vec<FetchPartition>,
+    ) -> FetchTopic {
+        let ft = FetchTopic::default().with_partitions(partitions);
+        if version >= 13 {
+            ft.with_topic_id(self.topic_id(topic))
+        } else {
+            ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+        }
     }
 
     /// Waits on `conn` (a connection to the partitions' leader that nobody else uses) until any
@@ -732,29 +747,19 @@ impl KafkaCluster {
                 .or_default()
                 .push((i, *partition, *offset));
         }
-        let mut topics = Vec::with_capacity(by_topic.len());
-        for (topic, parts) in &by_topic {
-            let mut ft = FetchTopic::default().with_partitions(
-                parts
+        let topics = by_topic
+            .iter()
+            .map(|(topic, parts)| {
+                let partitions = parts
                     .iter()
                     .map(|(_, partition, offset)| {
                         let epoch = self.leader_of(topic, *partition).map_or(-1, |(_, e)| e);
-                        FetchPartition::default()
-                            .with_partition(*partition)
-                            .with_current_leader_epoch(epoch)
-                            .with_fetch_offset(*offset)
-                            .with_log_start_offset(-1)
-                            .with_partition_max_bytes(1)
+                        fetch_partition(*partition, epoch, *offset, 1)
                     })
-                    .collect(),
-            );
-            if version >= 13 {
-                ft = ft.with_topic_id(self.topic_id(topic));
-            } else {
-                ft = ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())));
-            }
-            topics.push(ft);
-        }
+                    .collect();
+                self.fetch_topic(version, topic, partitions)
+            })
+            .collect();
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait.as_millis() as i32)
@@ -811,36 +816,16 @@ impl KafkaCluster {
         max_wait: Duration,
         isolation: IsolationLevel,
     ) -> Result<PartitionFetch> {
-        self.fetch_once(topic, partition, offset, max_bytes, max_wait, isolation)
-            .await
-    }
-
-    async fn fetch_once(
-        &self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        max_bytes: i32,
-        max_wait: Duration,
-        isolation: IsolationLevel,
-    ) -> Result<PartitionFetch> {
         let (leader, epoch) = self.leader_of(topic, partition)?;
         let conn = self
             .broker_channel(leader, data_channel(topic, partition))
             .await?;
         let version = conn.version::<FetchRequest>()?;
-        let mut ft = FetchTopic::default().with_partitions(vec![FetchPartition::default()
-            .with_partition(partition)
-            .with_current_leader_epoch(epoch)
-            .with_fetch_offset(offset)
-            .with_log_start_offset(-1)
-            .with_partition_max_bytes(max_bytes)]);
-        // Fetch v13+ names topics by id (KIP-516).
-        if version >= 13 {
-            ft = ft.with_topic_id(self.topic_id(topic));
-        } else {
-            ft = ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())));
-        }
+        let ft = self.fetch_topic(
+            version,
+            topic,
+            vec![fetch_partition(partition, epoch, offset, max_bytes)],
+        );
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait.as_millis() as i32)
@@ -902,6 +887,15 @@ impl KafkaCluster {
                 .collect(),
         })
     }
+}
+
+fn fetch_partition(partition: i32, epoch: i32, offset: i64, max_bytes: i32) -> FetchPartition {
+    FetchPartition::default()
+        .with_partition(partition)
+        .with_current_leader_epoch(epoch)
+        .with_fetch_offset(offset)
+        .with_log_start_offset(-1)
+        .with_partition_max_bytes(max_bytes)
 }
 
 fn isolation_byte(i: IsolationLevel) -> i8 {

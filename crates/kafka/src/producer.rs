@@ -89,6 +89,7 @@ impl IdempotentProducer {
             producer: self.clone(),
             topic: topic.into(),
             partition,
+            channel: crate::cluster::data_channel(topic, partition),
             next_sequence: 0,
             identity: None,
             in_flight: VecDeque::new(),
@@ -125,6 +126,8 @@ pub struct PartitionLane {
     producer: Arc<IdempotentProducer>,
     topic: String,
     partition: i32,
+    /// The connection to the leader this partition's requests use (keeps them in order).
+    channel: usize,
     next_sequence: i32,
     identity: Option<(i64, i16)>,
     in_flight: VecDeque<InFlight>,
@@ -243,12 +246,7 @@ impl PartitionLane {
             .rewrite_for_produce(pid, epoch, entry.sequence, false);
         let cluster = &self.producer.cluster;
         let (leader, _) = cluster.leader_of(&self.topic, self.partition)?;
-        let conn = cluster
-            .broker_channel(
-                leader,
-                crate::cluster::data_channel(&self.topic, self.partition),
-            )
-            .await?;
+        let conn = cluster.broker_channel(leader, self.channel).await?;
         let version = conn.version::<ProduceRequest>()?;
         let mut data =
             TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()

@@ -333,6 +333,7 @@ impl PartitionTask {
         let mut batch_age_ts = None;
         let budget = &self.ctx.budget;
         let fetch_size = budget.fetch_size(tuning.max_partition_fetch_bytes);
+        let merge_limit = self.merge_limit();
         let mut fetch_failures = 0u32;
         while !self.stop.is_triggered() {
             let mut permit = match budget.try_take(fetch_size) {
@@ -400,9 +401,8 @@ impl PartitionTask {
             budget::keep(&mut permit, fetched_bytes);
             g.buffered.set(budget.used() as i64);
             if !self.ctx.limiters.is_empty() {
-                let bytes = fetched_bytes;
                 for l in &self.ctx.limiters {
-                    l.acquire(bytes, &self.stop).await;
+                    l.acquire(fetched_bytes, &self.stop).await;
                 }
             }
             let end = match isolation {
@@ -415,18 +415,19 @@ impl PartitionTask {
                     f.batches.iter().filter(|b| !b.is_control()).collect()
                 }
             };
+            let forwardable = |b: &RawBatch| {
+                flow.batch_mode
+                    && flow.transforms.is_empty()
+                    && b.base_offset() >= next
+                    && b.offsets_contiguous()
+                    && !b.is_log_append_time()
+            };
             let mut i = 0;
             while i < batches.len() {
                 let b = batches[i];
-                let forwardable = |b: &RawBatch| {
-                    flow.batch_mode
-                        && flow.transforms.is_empty()
-                        && b.base_offset() >= next
-                        && b.offsets_contiguous()
-                        && !b.is_log_append_time()
-                };
-                let run = if forwardable(b) {
-                    small_run(&batches[i..], &forwardable, self.merge_limit())
+                let as_is = forwardable(b);
+                let run = if as_is {
+                    small_run(&batches[i..], &forwardable, merge_limit)
                 } else {
                     1
                 };
@@ -435,7 +436,7 @@ impl PartitionTask {
                 // may move to once the target acknowledged it)
                 let (sent, mode) = if run > 1 {
                     (self.merge(&batches[i..i + run])?, Mode::Merged)
-                } else if forwardable(b) {
+                } else if as_is {
                     let ups = SourceOffsets::Contiguous {
                         first: b.base_offset(),
                         count: b.record_count() as i64,
@@ -499,7 +500,6 @@ impl PartitionTask {
                     g.latency.set(super::now_ms() - ts);
                 }
                 g.buffered.set(budget.used() as i64);
-                drop(permit.take());
                 let wait = self.ctx.idle.wait(
                     &self.topic,
                     self.partition,
