@@ -13,7 +13,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace 2>&1 | tee "$log"
+# --no-fail-fast: one failing test binary must not hide the state of the others (issue 24).
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # The gross-regression guard of the benchmark (issue 7): kmirror against the Java producer's
 # direct-produce baseline measured in the same run, and its peak RSS.
@@ -28,4 +29,12 @@ failed=$(sum failed)
 if [[ $bench -ne 0 ]]; then failed=$((failed + 1)); echo "test.sh: the quick benchmark failed (see above)"; fi
 echo "test.sh: finished in $((SECONDS - t0))s"
 echo "tests: ${passed:-0} passed, ${failed:-0} failed"
+# Every failed test by name, and every test binary that failed (including one that crashed or
+# timed out and so printed no result line).
+if [[ $status -ne 0 ]]; then
+  echo "test.sh: FAILED:"
+  grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/  \1/' | sort -u || true
+  grep -E "^error: test failed, to rerun pass" "$log" | sed -E 's/^error: test failed, to rerun pass /  binary: /' | sort -u || true
+  [[ $bench -ne 0 ]] && echo "  the quick benchmark (bench/mirror-bench.sh QUICK=1)"
+fi
 exit "$status"

@@ -1,9 +1,10 @@
 //! Consumer failover with real Java consumers, kmirror next to MirrorMaker 2 on the same kind of
 //! data: a group consumes part of a topic on A and commits; the replicator syncs the group's
 //! translated offsets into B; a Java consumer started on B with that group continues from there.
-//! Asserted: no record skipped (every offset from the group's position to the end is delivered,
-//! none below the translation), and with kmirror none read again. Reported: how many records each
-//! replicator makes the group read again.
+//! Asserted, of kmirror: every partition synced within the bound, no record skipped (every offset
+//! from the group's position to the end is delivered) and none read again. Reported, of both:
+//! how long the sync took, how many records the group reads again or skips. MM2's figures are
+//! never asserted: a slow or partial MM2 sync is MM2's weakness, not a kmirror failure.
 
 use kmirror_kafka::cluster::{KafkaCluster, LATEST};
 use kmirror_kafka::IsolationLevel;
@@ -96,31 +97,44 @@ async fn committed(k: &KafkaCluster, group: &str, topic: &str) -> BTreeMap<i32, 
         .unwrap_or_default()
 }
 
-/// Waits for the group's offsets on B, starts a Java consumer there and checks what it reads.
-/// Returns the number of records read again.
+/// What a failover to B did for one group.
+struct Failover {
+    /// Partitions whose offsets were synced into B within the bound, of `PARTITIONS`.
+    synced: usize,
+    /// Seconds until every partition was synced (`None`: not within the bound).
+    sync_secs: Option<f64>,
+    /// Records the consumer on B reads again (below A's committed offsets).
+    redelivered: i64,
+    /// Records the consumer on B never reads (between A's committed offsets and B's).
+    skipped: i64,
+    /// Partitions where the Java consumer on B did not read exactly from its starting offset to
+    /// the end.
+    wrong_reads: Vec<String>,
+}
+
+/// Waits up to `bound` for the group's offsets on B, starts a Java consumer there and checks
+/// what it reads. A partition not synced within the bound starts from the beginning, as the
+/// console consumer's `--from-beginning` does for a group without an offset.
 async fn fail_over(
     a: &KafkaCluster,
     b: &KafkaCluster,
     cb: &Cluster,
     topic: &str,
     group: &str,
-    who: &str,
-    log: impl Fn() -> String,
-) -> i64 {
+    bound: Duration,
+) -> Failover {
     let on_a = committed(a, group, topic).await;
     assert_eq!(on_a.len(), PARTITIONS as usize, "{group} on A: {on_a:?}");
     let remote = format!("A.{topic}");
     let t0 = Instant::now();
-    let on_b = loop {
+    let (on_b, sync_secs) = loop {
         let on_b = committed(b, group, &remote).await;
         if on_b.len() == on_a.len() {
-            break on_b;
+            break (on_b, Some(t0.elapsed().as_secs_f64()));
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "{who}: {group} not synced to B ({on_b:?}):\n{}",
-            log()
-        );
+        if t0.elapsed() >= bound {
+            break (on_b, None);
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let mut ends = BTreeMap::new();
@@ -132,30 +146,42 @@ async fn fail_over(
                 .unwrap(),
         );
     }
-    let remaining: i64 = ends.iter().map(|(p, e)| e - on_b[p]).sum();
+    let start = |p: &i32| on_b.get(p).copied().unwrap_or(0);
+    let remaining: i64 = ends.iter().map(|(p, e)| e - start(p)).sum();
     let read = consume(cb, &remote, group, remaining as usize);
-    let mut redelivered = 0;
+    let mut out = Failover {
+        synced: on_b.len(),
+        sync_secs,
+        redelivered: 0,
+        skipped: 0,
+        wrong_reads: Vec::new(),
+    };
     for p in 0..PARTITIONS {
-        // A's offsets and B's coincide here (B's topic was created empty and copied whole).
-        assert!(
-            on_b[&p] <= on_a[&p],
-            "{who}: {group}-{p} would skip records: B {} > A {}",
-            on_b[&p],
-            on_a[&p]
-        );
         let got: Vec<i64> = read
             .iter()
             .filter(|(q, _)| *q == p)
             .map(|(_, o)| *o)
             .collect();
-        let want: Vec<i64> = (on_b[&p]..ends[&p]).collect();
-        assert_eq!(
-            got, want,
-            "{who}: {remote}-{p} from the synced offset to the end"
-        );
-        redelivered += on_a[&p] - on_b[&p];
+        let want: Vec<i64> = (start(&p)..ends[&p]).collect();
+        if got != want {
+            out.wrong_reads.push(format!(
+                "{remote}-{p}: read {} records {:?}..{:?}, expected {}..{}",
+                got.len(),
+                got.first(),
+                got.last(),
+                start(&p),
+                ends[&p]
+            ));
+        }
+        // A's offsets and B's coincide here (B's topic was created empty and copied whole).
+        let delta = on_a[&p] - start(&p);
+        if delta >= 0 {
+            out.redelivered += delta;
+        } else {
+            out.skipped -= delta;
+        }
     }
-    redelivered
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,28 +232,48 @@ async fn java_consumers_fail_over_without_skipping_kmirror_and_mm2() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let kmirror_again = fail_over(&a, &b, &cb, "pay", "ledger-pay", "kmirror", || {
-        std::fs::read_to_string(&log_path).unwrap_or_default()
-    })
-    .await;
+    let k = fail_over(&a, &b, &cb, "pay", "ledger-pay", Duration::from_secs(90)).await;
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert_eq!(
+        k.synced,
+        PARTITIONS as usize,
+        "kmirror: ledger-pay not synced to B within 90 s:\n{}",
+        log()
+    );
+    assert_eq!(k.skipped, 0, "kmirror: the group would skip records");
+    assert!(k.wrong_reads.is_empty(), "kmirror: {:?}", k.wrong_reads);
+    // kmirror copied the records around the group's position itself, so it knows where each
+    // landed: the consumer on B resumes exactly at its next record.
+    assert_eq!(k.redelivered, 0, "kmirror translates exactly");
     Command::new("kill")
         .args(["-TERM", &run.id().to_string()])
         .status()
         .unwrap();
     assert!(run.wait().unwrap().success());
 
-    // MirrorMaker 2
+    // MirrorMaker 2, for comparison only: what it does or fails to do within the bound is a
+    // figure, never a failure of this test (issue 24).
     let path = dir.path().join("mm2.properties");
     std::fs::write(&path, config("pay2")).unwrap();
     let mm2 = Mm2::start("mm2-failover", &path).unwrap();
-    let mm2_again = fail_over(&a, &b, &cb, "pay2", "ledger-pay2", "MM2", || mm2.log()).await;
+    let m = fail_over(&a, &b, &cb, "pay2", "ledger-pay2", Duration::from_secs(90)).await;
     mm2.stop();
-
-    // kmirror copied the records around the group's position itself, so it knows where each
-    // landed: the consumer on B resumes exactly at its next record.
-    assert_eq!(kmirror_again, 0, "kmirror translates exactly");
+    let secs = |f: &Failover| {
+        f.sync_secs
+            .map_or("not within 90".into(), |s| format!("{s:.1}"))
+    };
     eprintln!(
         "failover of a group that read {CONSUMED} of {RECORDS} records ({PARTITIONS} partitions): \
-         records read again on B: kmirror {kmirror_again}, MM2 {mm2_again}"
+         kmirror synced {}/{PARTITIONS} partitions in {} s, records read again {}, skipped {}; \
+         MM2 synced {}/{PARTITIONS} in {} s, read again {}, skipped {}, unexpected reads {:?}",
+        k.synced,
+        secs(&k),
+        k.redelivered,
+        k.skipped,
+        m.synced,
+        secs(&m),
+        m.redelivered,
+        m.skipped,
+        m.wrong_reads
     );
 }

@@ -428,8 +428,11 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
     .await;
     let handover = t0.elapsed();
     println!("handover after kill -9: {handover:?} (session.timeout.ms=6000)");
+    // The session timeout plus a few of the Java tool's looks (1-2 s each, more on a loaded
+    // machine); well below the 30 s metadata refresh or the 300 s max.poll.interval.ms that a
+    // survivor waiting for the wrong event would show.
     assert!(
-        handover < Duration::from_secs(6 + 5),
+        handover < Duration::from_secs(6 + 14),
         "handover took {handover:?}"
     );
 

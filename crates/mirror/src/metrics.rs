@@ -42,6 +42,14 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Periodic work of a flow, by kind (`topic_refresh`, `config_sync`, `acl_sync`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoundLabels {
+    pub source: String,
+    pub target: String,
+    pub kind: String,
+}
+
 /// Every metric the engine keeps.
 #[derive(Debug)]
 pub struct Metrics {
@@ -84,6 +92,8 @@ pub struct Metrics {
     pub checkpoint_timestamp: Family<FlowLabels, Gauge>,
     /// Bytes fetched and not yet acknowledged by the target (bounded by `buffer.memory`).
     pub buffered_bytes: Family<FlowLabels, Gauge>,
+    /// Rounds of periodic work completed: a loop that stops counting has stopped working.
+    pub rounds: Family<RoundLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -121,6 +131,7 @@ impl Metrics {
             process_throttled_ms: Counter::default(),
             checkpoint_timestamp: Family::default(),
             buffered_bytes: Family::default(),
+            rounds: Family::default(),
         };
         registry.register(
             "record_count",
@@ -234,6 +245,11 @@ impl Metrics {
             "Unix time of the last completed checkpoint round (checkpoints current as of then)",
             m.checkpoint_timestamp.clone(),
         );
+        registry.register(
+            "rounds",
+            "Rounds of a flow's periodic work completed, by kind: topic_refresh (topic discovery), config_sync, acl_sync",
+            m.rounds.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -287,6 +303,13 @@ impl FlowLabels {
             source: self.source.clone(),
             target: self.target.clone(),
             mode: mode.to_string(),
+        }
+    }
+    pub fn round(&self, kind: &str) -> RoundLabels {
+        RoundLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            kind: kind.to_string(),
         }
     }
     pub fn error(&self, kind: &str) -> ErrorLabels {

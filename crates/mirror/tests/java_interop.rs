@@ -3,6 +3,7 @@
 //! does, and Java decodes what kmirror writes. No broker needed; Java and the jars are.
 
 use kmirror_mirror::wire::internal::{Checkpoint, Heartbeat, OffsetSync};
+use kmirror_mirror::wire::positions::SourcePosition;
 use kmirror_testkit::mirror_interop;
 
 fn hex(b: &[u8]) -> String {
@@ -125,4 +126,36 @@ fn java_reads_what_kmirror_writes() {
     ])
     .unwrap();
     assert_eq!(out.trim(), "orders-4|77|70");
+}
+
+/// Connect finds a stored source position by the key's bytes, so MM2 resumes from a position
+/// kmirror wrote (and kmirror from MM2's) only if both write the same bytes. This proves it
+/// without running MM2, so the takeover test's MM2 runs need only show it end to end.
+#[test]
+fn connect_stores_positions_with_kmirror_bytes() {
+    for (cluster, topic, partition, offset) in [
+        ("A", "ledger", 0, 999),
+        ("east-1", "orders.v2", 2_147_483_647, 1 << 40),
+        ("é", "t_x", 7, -1),
+    ] {
+        let java = mirror_interop(&[
+            "position",
+            cluster,
+            topic,
+            &partition.to_string(),
+            &offset.to_string(),
+        ])
+        .unwrap();
+        let ours = SourcePosition {
+            cluster: cluster.into(),
+            topic: topic.into(),
+            partition,
+            offset,
+        };
+        assert_eq!(
+            java.trim(),
+            format!("position {} {}", hex(&ours.key()), hex(&ours.value())),
+            "{ours:?}"
+        );
+    }
 }

@@ -15,7 +15,7 @@ use kmirror_mirror::engine::{self, Shutdown};
 use kmirror_mirror::metrics::Metrics;
 use kmirror_mirror::wire::internal::Heartbeat;
 use kmirror_mirror::wire::positions::SourcePosition;
-use kmirror_testkit::{read_partition, Cluster, Security};
+use kmirror_testkit::{eventually, read_partition, Cluster, Security};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -450,8 +450,27 @@ async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
             break;
         }
     }
-    // Let the position reach the filtered tail and be stored.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The position reaches the filtered tail and is stored (the records after the last copied
+    // one are all filtered out, so only the position shows kmirror passed them).
+    let end = a
+        .list_offset("events", 0, LATEST, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    let flow = config
+        .flows
+        .iter()
+        .find(|f| f.id.to_string() == "A->B")
+        .unwrap();
+    eventually(
+        60,
+        "the stored position passes the filtered tail",
+        || async {
+            engine::load_positions(&b, &flow.internal.positions_topic, "A")
+                .await
+                .is_ok_and(|p| p.get(&("events".to_string(), 0)) == Some(&(end - 1)))
+        },
+    )
+    .await;
     let metrics = running.stop().await;
     assert_eq!(
         metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
@@ -467,10 +486,6 @@ async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
             Some((&b"via"[..], Some(&b"kmirror"[..])))
         );
     }
-    let end = a
-        .list_offset("events", 0, LATEST, IsolationLevel::ReadCommitted)
-        .await
-        .unwrap();
     let mut last = None;
     for p in 0..25 {
         for (_, r) in read_partition(&b, "mm2-offsets.A.internal", p).await {
@@ -484,9 +499,24 @@ async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
     }
     assert_eq!(last, Some(end - 1), "the position passes the filtered tail");
 
-    // A restart copies nothing again.
+    // A restart copies nothing again: a record written after the restart arrives, and the
+    // partition keeps its order, so anything copied twice would have come before it.
     let running = start(&config);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    produce(&ca, "events", "lz4", &["after:restart".to_string()]);
+    eventually(
+        60,
+        "the record written after the restart copied",
+        || async {
+            let _ = b.refresh_metadata(None).await;
+            b.list_offset("A.events", 0, LATEST, IsolationLevel::ReadCommitted)
+                .await
+                .unwrap_or(0)
+                > 200
+        },
+    )
+    .await;
     running.stop().await;
-    assert_eq!(read_partition(&b, "A.events", 0).await.len(), 200);
+    let copied = read_partition(&b, "A.events", 0).await;
+    assert_eq!(copied.len(), 201, "nothing copied twice");
+    assert_eq!(copied[200].1.value.as_deref(), Some(&b"restart"[..]));
 }

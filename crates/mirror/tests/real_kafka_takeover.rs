@@ -3,11 +3,19 @@
 //! `mm2-offsets.A.internal` with no gap and no record copied twice; then MM2 continues after
 //! kmirror the same way. Both read the same mm2.properties. kmirror's failover tooling reads the
 //! checkpoints MM2 wrote.
+//!
+//! Only what kmirror does is asserted (issue 24): that it resumes exactly at the positions MM2
+//! stored, whatever MM2 managed to copy and store in its time; that it stores its own positions
+//! where MM2 finds them; and that MM2, if it copies anything after kmirror, starts at kmirror's
+//! next record. How long MM2 took, and whether its own copy was exact, are printed figures: a
+//! slow MM2 on a loaded machine is not a kmirror failure. The bytes of a stored position are
+//! proven equal to Connect's without MM2 running, in `java_interop.rs`.
 
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::cluster::{KafkaCluster, LATEST};
 use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
+use kmirror_mirror::config::model::FlowConfig;
 use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::engine::{self, Shutdown};
@@ -15,10 +23,15 @@ use kmirror_mirror::failover;
 use kmirror_mirror::metrics::Metrics;
 use kmirror_testkit::{read_partition, Cluster, Mm2, Security};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 2;
+/// How long MM2 gets for each step before the test moves on and reports it as a figure.
+const MM2_BOUND: Duration = Duration::from_secs(120);
+
+type Kv = (Option<bytes::Bytes>, Option<bytes::Bytes>);
 
 fn produce(c: &Cluster, from: usize, to: usize) {
     let input: String = (from..to).map(|i| format!("k{i}:ledger-{i}\n")).collect();
@@ -42,51 +55,78 @@ fn produce(c: &Cluster, from: usize, to: usize) {
     .unwrap();
 }
 
-/// Every partition of A.ledger on B holds exactly ledger's records on A: same values, same
-/// order, none missing, none twice.
-async fn assert_exact_copy(a: &KafkaCluster, b: &KafkaCluster, step: &str) {
+/// Every record of each partition of `topic` (none for a topic that does not exist yet).
+async fn records(k: &KafkaCluster, topic: &str) -> BTreeMap<i32, Vec<Kv>> {
+    let exists = k
+        .refresh_metadata(None)
+        .await
+        .is_ok_and(|m| m.topics.contains_key(topic));
+    let mut out = BTreeMap::new();
     for p in 0..PARTITIONS {
-        let src: Vec<_> = read_partition(a, "ledger", p)
+        let rs = if exists {
+            read_partition(k, topic, p)
+                .await
+                .into_iter()
+                .map(|(_, r)| (r.key, r.value))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        out.insert(p, rs);
+    }
+    out
+}
+
+async fn end_offsets(k: &KafkaCluster, topic: &str) -> BTreeMap<i32, i64> {
+    let _ = k.refresh_metadata(None).await;
+    let mut out = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let end = k
+            .list_offset(topic, p, LATEST, IsolationLevel::ReadCommitted)
             .await
-            .into_iter()
-            .map(|(_, r)| (r.key, r.value))
-            .collect();
-        let dst: Vec<_> = read_partition(b, "A.ledger", p)
-            .await
-            .into_iter()
-            .map(|(_, r)| (r.key, r.value))
-            .collect();
-        assert_eq!(src.len(), dst.len(), "{step}: ledger-{p} record count");
-        assert!(src == dst, "{step}: ledger-{p} records differ");
+            .unwrap_or(0);
+        out.insert(p, end);
+    }
+    out
+}
+
+/// The next source offset to copy per partition of `ledger`, as stored in the positions topic
+/// (read the way kmirror reads it at start; 0 where nothing is stored).
+async fn stored_next(flow: &FlowConfig, b: &KafkaCluster) -> BTreeMap<i32, i64> {
+    let _ = b.refresh_metadata(None).await;
+    let stored = engine::load_positions(b, &flow.internal.positions_topic, flow.id.source.as_str())
+        .await
+        .unwrap_or_default();
+    (0..PARTITIONS)
+        .map(|p| {
+            let next = stored.get(&("ledger".to_string(), p)).map_or(0, |o| o + 1);
+            (p, next)
+        })
+        .collect()
+}
+
+/// Polls `done` every 500 ms for up to `bound`; the seconds it took, or `None`.
+async fn within<F, Fut>(bound: Duration, mut done: F) -> Option<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    loop {
+        if done().await {
+            return Some(t0.elapsed().as_secs_f64());
+        }
+        if t0.elapsed() >= bound {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-async fn wait_copied(a: &KafkaCluster, b: &KafkaCluster, what: &str, log: impl Fn() -> String) {
-    let t0 = Instant::now();
-    loop {
-        let _ = b.refresh_metadata(None).await;
-        let mut done = true;
-        for p in 0..PARTITIONS {
-            let want = a
-                .list_offset("ledger", p, LATEST, IsolationLevel::ReadCommitted)
-                .await
-                .unwrap();
-            let got = b
-                .list_offset("A.ledger", p, LATEST, IsolationLevel::ReadCommitted)
-                .await
-                .unwrap_or(-1);
-            done &= got >= want;
-        }
-        if done {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "{what} did not catch up:\n{}",
-            log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+fn secs(s: Option<f64>) -> String {
+    s.map_or(format!("not within {} s", MM2_BOUND.as_secs()), |s| {
+        format!("{s:.1} s")
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,75 +187,185 @@ async fn mm2_and_kmirror_take_over_from_each_other() {
         .await
         .unwrap();
 
-    // 1. MM2 copies the first 1000 records, checkpoints the group, and stops (committing its
-    // positions).
-    let mm2 = Mm2::start("mm2-first", &path).unwrap();
-    wait_copied(&a, &b, "MM2", || mm2.log()).await;
-    let t0 = Instant::now();
     let flow = config
         .flows
         .iter()
         .find(|f| f.id.to_string() == "A->B")
         .unwrap();
-    let rows = loop {
-        if let Ok(rows) = failover::translate(flow, &b, "ledger-app").await {
-            if rows.len() == PARTITIONS as usize {
-                break rows;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "MM2 wrote no checkpoints:\n{}",
-            mm2.log()
+
+    // 1. MM2 copies the first 1000 records, checkpoints the group, stores its positions and
+    // stops. Each step gets MM2_BOUND; what MM2 did not do in time is reported, and kmirror
+    // continues from whatever MM2 left.
+    let mm2 = Mm2::start("mm2-first", &path).unwrap();
+    let copy_secs = within(MM2_BOUND, || async {
+        let (want, got) = (
+            end_offsets(&a, "ledger").await,
+            end_offsets(&b, "A.ledger").await,
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    tokio::time::sleep(Duration::from_secs(2)).await; // a few offset flushes
+        want.iter().all(|(p, e)| got[p] >= *e)
+    })
+    .await;
+    let checkpoint_secs = within(MM2_BOUND, || async {
+        failover::translate(flow, &b, "ledger-app")
+            .await
+            .is_ok_and(|rows| rows.len() == PARTITIONS as usize)
+    })
+    .await;
+    let want: BTreeMap<i32, i64> = ends.iter().map(|(p, c)| (*p, c.offset)).collect();
+    // Connect commits its tasks' positions as they stop (MM2 flushes every 60 s otherwise).
     mm2.stop();
-    assert_exact_copy(&a, &b, "MM2 alone").await;
-    // kmirror's failover tooling reads MM2's checkpoints (never ahead of the group).
+    let by_mm2 = records(&b, "A.ledger").await;
+    let next = stored_next(flow, &b).await;
+    let source = records(&a, "ledger").await;
+    let mm2_exact = (0..PARTITIONS).all(|p| by_mm2[&p] == source[&p]);
+    // kmirror's failover tooling reads MM2's checkpoints, if MM2 wrote them in time.
+    let rows = failover::translate(flow, &b, "ledger-app")
+        .await
+        .unwrap_or_default();
+    for r in &rows {
+        assert_eq!(r.topic, "A.ledger", "{r:?}");
+        assert!((0..PARTITIONS).contains(&r.partition), "{r:?}");
+    }
     let mm2_redelivered: i64 = rows
         .iter()
-        .map(|r| {
-            assert_eq!(r.topic, "A.ledger");
-            assert_eq!(r.upstream_offset, ends[&r.partition].offset, "{r:?}");
-            assert!(r.translated_offset <= r.upstream_offset, "{r:?}");
-            r.upstream_offset - r.translated_offset
-        })
+        .map(|r| r.upstream_offset - r.translated_offset)
         .sum();
+    eprintln!(
+        "MM2 alone: copied 1000 records in {}, checkpointed the group in {}; copy exact: \
+         {mm2_exact}; stored next offsets after its stop {next:?} of {want:?}; its checkpoints \
+         make the group read {mm2_redelivered} records again",
+        secs(copy_secs),
+        secs(checkpoint_secs)
+    );
 
-    // 2. kmirror continues from MM2's positions: the next 500 arrive, nothing twice.
+    // 2. kmirror continues from MM2's positions: it copies exactly the records from each
+    // stored position on, after what MM2 wrote, and nothing else.
     produce(&ca, 1000, 1500);
+    let source_end = end_offsets(&a, "ledger").await;
+    let expected: i64 = (0..PARTITIONS).map(|p| source_end[&p] - next[&p]).sum();
     let shutdown = Shutdown::default();
     let metrics = Arc::new(Metrics::new());
     let task = {
         let (c, s, m) = (config.clone(), shutdown.clone(), metrics.clone());
         tokio::spawn(async move { engine::run(&c, s, m).await })
     };
-    wait_copied(&a, &b, "kmirror", String::new).await;
+    let t0 = Instant::now();
+    loop {
+        let got = end_offsets(&b, "A.ledger").await;
+        let copied =
+            (0..PARTITIONS).all(|p| got[&p] >= by_mm2[&p].len() as i64 + source_end[&p] - next[&p]);
+        if copied && metrics.sum("kmirror_record_count_total", &[]) >= expected as f64 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "kmirror did not catch up from MM2's positions {next:?}: B has {got:?}\n{}",
+            metrics.render()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Where the group's next record (offset `want` on A) landed on B: after MM2's copy,
+    // shifted by what kmirror copied before it.
+    let landed: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| {
+            let at = by_mm2[&p].len() as i64 + want[&p] - next[&p];
+            (p, at)
+        })
+        .collect();
+    // kmirror's first sync of each partition is at MM2's stored position, so when that is the
+    // group's position the translation is exact; otherwise it lies between syncs and may only
+    // be conservative (never past the record).
+    let exact = next == want;
+    let t0 = Instant::now();
+    let translated = loop {
+        let translated: BTreeMap<i32, i64> = failover::translate(flow, &b, "ledger-app")
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.partition, r.translated_offset))
+            .collect();
+        let done = if exact {
+            translated == landed
+        } else {
+            translated.len() == landed.len() && translated.iter().all(|(p, t)| *t <= landed[p])
+        };
+        if done {
+            break translated;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "kmirror's checkpoints translate the group to {translated:?}, expected {landed:?} \
+             (exactly: {exact}; MM2 stored {next:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     shutdown.trigger();
     task.await.unwrap().unwrap();
     assert_eq!(
         metrics.sum("kmirror_record_count_total", &[]),
-        500.0,
-        "kmirror copied only what MM2 had not"
+        expected as f64,
+        "kmirror copied only what MM2 had not stored as copied"
     );
-    assert_exact_copy(&a, &b, "kmirror after MM2").await;
-    // kmirror continued the checkpoints MM2 started: with its exact syncs the group now
-    // resumes exactly where it stopped on A.
-    let rows = failover::translate(flow, &b, "ledger-app").await.unwrap();
-    for r in &rows {
-        assert_eq!(r.translated_offset, ends[&r.partition].offset, "{r:?}");
+    let source = records(&a, "ledger").await;
+    let after_kmirror = records(&b, "A.ledger").await;
+    for p in 0..PARTITIONS {
+        let mut want_p = by_mm2[&p].clone();
+        want_p.extend_from_slice(&source[&p][next[&p] as usize..]);
+        assert_eq!(
+            after_kmirror[&p].len(),
+            want_p.len(),
+            "kmirror after MM2: ledger-{p} record count"
+        );
+        assert!(
+            after_kmirror[&p] == want_p,
+            "kmirror after MM2: ledger-{p} is not MM2's copy followed by ledger from offset {}",
+            next[&p]
+        );
     }
+    // What MM2 reads when it starts: kmirror's positions, at the end of what it copied.
+    assert_eq!(
+        stored_next(flow, &b).await,
+        source_end,
+        "kmirror's stored positions"
+    );
+    let kmirror_redelivered: i64 = (0..PARTITIONS).map(|p| landed[&p] - translated[&p]).sum();
     eprintln!(
-        "group at the end of ledger: MM2's checkpoints re-deliver {mm2_redelivered} records, kmirror's 0"
+        "group at the end of ledger: MM2's checkpoints re-deliver {mm2_redelivered} records, \
+         kmirror's {kmirror_redelivered}"
     );
 
-    // 3. MM2 continues after kmirror from kmirror's positions.
+    // 3. MM2 continues after kmirror from kmirror's positions: the first record it copies is
+    // the next one, not one kmirror copied already.
     produce(&ca, 1500, 1800);
+    let new_end = end_offsets(&a, "ledger").await;
     let mm2 = Mm2::start("mm2-second", &path).unwrap();
-    wait_copied(&a, &b, "MM2 after kmirror", || mm2.log()).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let copy_secs = within(MM2_BOUND, || async {
+        let got = end_offsets(&b, "A.ledger").await;
+        (0..PARTITIONS)
+            .all(|p| got[&p] - after_kmirror[&p].len() as i64 >= new_end[&p] - source_end[&p])
+    })
+    .await;
     mm2.stop();
-    assert_exact_copy(&a, &b, "MM2 after kmirror").await;
+    let source = records(&a, "ledger").await;
+    let after_mm2 = records(&b, "A.ledger").await;
+    let mut exact = true;
+    let mut copied = 0;
+    for p in 0..PARTITIONS {
+        let added = &after_mm2[&p][after_kmirror[&p].len()..];
+        let fresh = &source[&p][source_end[&p] as usize..];
+        if let Some(first) = added.first() {
+            assert!(
+                Some(first) == fresh.first(),
+                "MM2 after kmirror: ledger-{p} resumed at another record than offset {} \
+                 (kmirror's stored position was not what MM2 read)",
+                source_end[&p]
+            );
+        }
+        copied += added.len();
+        exact &= added == fresh;
+    }
+    eprintln!(
+        "MM2 after kmirror: copied {copied} of 300 new records in {}; exact continuation: {exact}",
+        secs(copy_secs)
+    );
 }

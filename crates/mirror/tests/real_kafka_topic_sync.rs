@@ -12,7 +12,7 @@ use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::engine::{self, Shutdown};
 use kmirror_mirror::metrics::Metrics;
-use kmirror_testkit::{Cluster, Security};
+use kmirror_testkit::{eventually as wait_until, Cluster, Security};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -431,7 +431,13 @@ async fn configs_and_acls_follow_the_source() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await; // a few sync rounds
+    // A few whole sync rounds after that, still no permission missing.
+    let rounds = |kind| metrics.sum("kmirror_rounds_total", &[("kind", kind)]);
+    let (c0, a0) = (rounds("config_sync"), rounds("acl_sync"));
+    wait_until(60, "three more config and ACL sync rounds", || async {
+        rounds("config_sync") >= c0 + 3.0 && rounds("acl_sync") >= a0 + 3.0
+    })
+    .await;
     assert_eq!(
         metrics.sum("kmirror_errors_total", &[]),
         0.0,
@@ -621,7 +627,12 @@ async fn configs_and_acls_follow_the_source() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await; // three more sync rounds
+    let rounds = |kind| metrics.sum("kmirror_rounds_total", &[("kind", kind)]);
+    let (c0, a0) = (rounds("config_sync"), rounds("acl_sync"));
+    wait_until(60, "three more config and ACL sync rounds", || async {
+        rounds("config_sync") >= c0 + 3.0 && rounds("acl_sync") >= a0 + 3.0
+    })
+    .await;
     assert_eq!(
         metrics.sum("kmirror_errors_total", &[("kind", "acl_sync")]),
         1.0,

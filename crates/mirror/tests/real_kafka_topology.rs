@@ -193,7 +193,14 @@ async fn active_active_truncation_and_same_cluster() {
     })
     .await;
     // Several refresh rounds later, nothing was copied back.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let refreshes = || metrics.sum("kmirror_rounds_total", &[("kind", "topic_refresh")]);
+    let r0 = refreshes();
+    eventually(
+        60,
+        "three more topic refresh rounds in each direction",
+        || async { refreshes() >= r0 + 6.0 },
+    )
+    .await;
     for k in [&a, &b] {
         let md = k.refresh_metadata(None).await.unwrap();
         let looped: Vec<&String> = md
@@ -378,9 +385,10 @@ async fn active_active_truncation_and_same_cluster() {
         cb.bootstrap()
     );
     let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
     let task = {
-        let (c, s) = (load(&recycle), shutdown.clone());
-        tokio::spawn(async move { engine::run(&c, s, Arc::new(Metrics::new())).await })
+        let (c, s, m) = (load(&recycle), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&c, s, m).await })
     };
     eventually(30, "recycled copied", || async {
         let _ = b.refresh_metadata(None).await;
@@ -393,7 +401,7 @@ async fn active_active_truncation_and_same_cluster() {
         !md.topics.contains_key("recycled")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // a refresh sees it gone
+    // Whether or not a refresh saw it gone, the new topic id tells the new log from the old.
     ca.create_topic("recycled", 1).unwrap();
     let input: String = (0..30).map(|i| format!("new-{i}\n")).collect();
     let cfg = ca.client_config(None);
@@ -414,6 +422,11 @@ async fn active_active_truncation_and_same_cluster() {
         end(&b, "A.recycled").await == 130
     })
     .await;
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[("kind", "topic_recreated")]),
+        1.0,
+        "the re-creation is reported once"
+    );
     shutdown.trigger();
     task.await.unwrap().unwrap();
     let values: Vec<String> = read_partition(&b, "A.recycled", 0)

@@ -4,10 +4,14 @@
 //
 //   encode                          Heartbeat, Checkpoint and OffsetSync bytes, as hex lines
 //   decode TYPE KEYHEX VALUEHEX     the fields Java reads from bytes kmirror wrote
+//   position CLUSTER TOPIC PARTITION OFFSET
+//                                   the key and value bytes Connect stores for MirrorSourceTask's
+//                                   source position (MirrorUtils + the worker's JsonConverter)
 //   translate BOOTSTRAP ALIAS GROUP RemoteClusterUtils.translateOffsets, one line per partition
 
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.TreeMap;
@@ -17,6 +21,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.connect.mirror.Checkpoint;
 import org.apache.kafka.connect.mirror.Heartbeat;
 import org.apache.kafka.connect.mirror.OffsetSync;
+import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.mirror.RemoteClusterUtils;
 
 public class MirrorInterop {
@@ -78,6 +83,25 @@ public class MirrorInterop {
                 Map<String, Long> sorted = new TreeMap<>();
                 m.forEach((tp, om) -> sorted.put(tp.topic() + " " + tp.partition(), om.offset()));
                 sorted.forEach((k, v) -> System.out.println(k + " " + v));
+            }
+            case "position" -> {
+                // MirrorUtils is package-private: its wrappers are what MirrorSourceTask hands to
+                // Connect, which stores [connector name, partition map] -> offset map through a
+                // JsonConverter without schemas (the worker's internal converter).
+                Class<?> u = Class.forName("org.apache.kafka.connect.mirror.MirrorUtils");
+                Method wp = u.getDeclaredMethod("wrapPartition", TopicPartition.class, String.class);
+                Method wo = u.getDeclaredMethod("wrapOffset", long.class);
+                wp.setAccessible(true);
+                wo.setAccessible(true);
+                Object partition = wp.invoke(null, new TopicPartition(args[2], Integer.parseInt(args[3])), args[1]);
+                Object offset = wo.invoke(null, Long.parseLong(args[4]));
+                JsonConverter keys = new JsonConverter();
+                keys.configure(Map.of("schemas.enable", "false"), true);
+                JsonConverter values = new JsonConverter();
+                values.configure(Map.of("schemas.enable", "false"), false);
+                byte[] k = keys.fromConnectData("", null, Arrays.asList("MirrorSourceConnector", partition));
+                byte[] v = values.fromConnectData("", null, offset);
+                System.out.println("position " + hex(k) + " " + hex(v));
             }
             default -> throw new IllegalArgumentException(args[0]);
         }

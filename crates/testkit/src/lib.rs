@@ -202,14 +202,8 @@ impl Cluster {
             &format!("kafka-harness start {unique}"),
             run("kafka-harness start", harness(&args), None)?,
         )?;
-        let bootstrap = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
         let dir = run_root().join(&unique);
-        let env = std::fs::read_to_string(dir.join("env"))
+        let env: HashMap<String, String> = std::fs::read_to_string(dir.join("env"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| {
@@ -217,6 +211,16 @@ impl Cluster {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
             })
             .collect();
+        // The address comes from the cluster's env file, not from the harness's stdout: run from
+        // a non-terminal under `timeout`, the last stdout line once carried escape sequences.
+        let bootstrap = env
+            .get("BOOTSTRAP")
+            .cloned()
+            .ok_or_else(|| HarnessError::Failed {
+                what: format!("kafka-harness start {unique}"),
+                status: format!("no BOOTSTRAP= line in {}", dir.join("env").display()),
+                stderr: String::from_utf8_lossy(&out.stdout).into_owned(),
+            })?;
         Ok(Cluster {
             name: unique,
             security,

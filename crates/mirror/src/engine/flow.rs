@@ -275,6 +275,12 @@ async fn replicate(
     };
     loop {
         control.reconcile().await;
+        control
+            .ctx
+            .metrics
+            .rounds
+            .get_or_create(&control.ctx.labels.round("topic_refresh"))
+            .inc();
         if !flow.refresh_topics.enabled {
             shutdown.wait().await;
             break;

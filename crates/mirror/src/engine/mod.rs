@@ -31,7 +31,7 @@ mod throttle;
 mod topic_sync;
 
 pub(crate) use log_reader::read_to_end;
-pub(crate) use positions::load as load_positions;
+pub use positions::load as load_positions;
 
 use crate::config::model::MirrorConfig;
 use crate::metrics::Metrics;

@@ -23,7 +23,7 @@ use std::time::Duration;
 pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Reads every position of `cluster` from the positions topic (the last record per key wins).
-pub(crate) async fn load(
+pub async fn load(
     k: &KafkaCluster,
     topic: &str,
     cluster: &str,

@@ -46,10 +46,12 @@ impl TopicSync {
             let now = Instant::now();
             if next_configs.is_some_and(|t| t <= now) {
                 self.sync_configs(&mut state).await;
+                self.round("config_sync");
                 next_configs = Some(Instant::now() + configs.interval);
             }
             if next_acls.is_some_and(|t| t <= now) {
                 self.sync_acls(&mut state).await;
+                self.round("acl_sync");
                 next_acls = (!state.acls_off).then(|| Instant::now() + acls.interval);
             }
             let wake = [next_configs, next_acls]
@@ -63,6 +65,13 @@ impl TopicSync {
                 return;
             }
         }
+    }
+
+    fn round(&self, kind: &str) {
+        self.metrics
+            .rounds
+            .get_or_create(&self.labels.round(kind))
+            .inc();
     }
 
     fn report(&self, state: &mut State, kind: &str, key: String, message: &str) {
