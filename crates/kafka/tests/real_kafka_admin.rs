@@ -3,9 +3,8 @@
 
 use kmirror_kafka::admin::{acl, AclBinding, CommittedOffset, ConfigOp};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
-use kmirror_testkit::{Cluster, Security};
+use kmirror_testkit::{eventually, Cluster, Security};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 fn java(c: &Cluster, tool: &str, args: &[&str]) -> String {
     let cfg = c.client_config(None);
@@ -51,10 +50,19 @@ async fn admin_operations_do_what_they_say() {
             .contains("TopicAlreadyExists"),
         "{again:?}"
     );
-    let cfg = k.describe_topic_configs("orders").await.unwrap();
     let get = |cfg: &[kmirror_kafka::admin::ConfigEntry], name: &str| {
         cfg.iter().find(|e| e.name == name).cloned().unwrap()
     };
+    // Topic and config changes reach the broker through the metadata log after the controller
+    // accepted them: a describe right after may still show the old state, so wait for it.
+    eventually(30, "orders described with its segment.bytes", || async {
+        k.describe_topic_configs("orders").await.is_ok_and(|cfg| {
+            cfg.iter()
+                .any(|e| e.name == "segment.bytes" && e.value.as_deref() == Some("10485760"))
+        })
+    })
+    .await;
+    let cfg = k.describe_topic_configs("orders").await.unwrap();
     assert!(get(&cfg, "retention.ms").is_default());
     assert_eq!(
         get(&cfg, "segment.bytes").value.as_deref(),
@@ -72,6 +80,13 @@ async fn admin_operations_do_what_they_say() {
     )
     .await
     .unwrap();
+    eventually(30, "the altered configs described", || async {
+        k.describe_topic_configs("orders").await.is_ok_and(|cfg| {
+            cfg.iter()
+                .any(|e| e.name == "retention.ms" && e.value.as_deref() == Some("3600000"))
+        })
+    })
+    .await;
     let cfg = k.describe_topic_configs("orders").await.unwrap();
     assert_eq!(get(&cfg, "retention.ms").value.as_deref(), Some("3600000"));
     assert_eq!(
@@ -109,7 +124,12 @@ async fn admin_operations_do_what_they_say() {
 
     // Partitions.
     k.create_partitions("orders", 4, false).await.unwrap();
-    assert_eq!(k.metadata().topics["orders"].partitions.len(), 4);
+    eventually(30, "orders has 4 partitions in the metadata", || async {
+        k.refresh_metadata(Some(&["orders"]))
+            .await
+            .is_ok_and(|md| md.topics["orders"].partitions.len() == 4)
+    })
+    .await;
     let topics = java(&c, "topics", &["--describe", "--topic", "orders"]);
     assert!(topics.contains("PartitionCount: 4"), "{topics}");
 
@@ -131,19 +151,13 @@ async fn admin_operations_do_what_they_say() {
     k.create_acls(&[read.clone(), group_read.clone()])
         .await
         .unwrap();
-    // ACL changes propagate through the metadata log; allow it a moment.
-    let mut found = Vec::new();
-    for _ in 0..50 {
-        found = k.describe_acls(&AclBinding::any()).await.unwrap();
-        if found.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        found.contains(&read) && found.contains(&group_read),
-        "{found:?}"
-    );
+    // ACL changes propagate through the metadata log.
+    eventually(30, "both ACLs described", || async {
+        k.describe_acls(&AclBinding::any())
+            .await
+            .is_ok_and(|found| found.contains(&read) && found.contains(&group_read))
+    })
+    .await;
     let listed = java(&c, "acls", &["--list", "--topic", "orders"]);
     assert!(
         listed.contains("User:alice") && listed.contains("READ"),
