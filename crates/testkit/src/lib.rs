@@ -150,20 +150,25 @@ fn tail(s: &str, n: usize) -> String {
 
 /// A port P such that P and P+1 (the controller) are free right now.
 pub fn free_port_pair() -> u16 {
+    free_ports(2)
+}
+
+/// An even port P such that P..P+n are all free right now (a broker and its controller per
+/// node of a cluster).
+pub fn free_ports(n: u16) -> u16 {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     for _ in 0..200 {
-        // Spread candidates so parallel tests in one process do not race for the same pair.
+        // Spread candidates so parallel tests in one process do not race for the same ports.
+        let step = n.max(2) as usize;
         let base = 20000
-            + ((std::process::id() as usize * 7919 + NEXT.fetch_add(2, Ordering::SeqCst)) % 20000)
-                as u16;
+            + ((std::process::id() as usize * 7919 + NEXT.fetch_add(step, Ordering::SeqCst))
+                % 20000) as u16;
         let port = base & !1;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
-        {
+        if (port..port + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return port;
         }
     }
-    panic!("no free pair of ports on 127.0.0.1");
+    panic!("no {n} free ports in a row on 127.0.0.1");
 }
 
 /// One running single-node KRaft cluster. Stops its broker when dropped.
@@ -174,6 +179,7 @@ pub struct Cluster {
     bootstrap: String,
     env: HashMap<String, String>,
     dir: PathBuf,
+    brokers: u16,
     /// How long `start` took (format + ready).
     pub start_time: Duration,
 }
@@ -190,9 +196,24 @@ impl Cluster {
         security: Security,
         props: &[&str],
     ) -> Result<Cluster, HarnessError> {
-        let port = free_port_pair().to_string();
+        Cluster::start_nodes(name, security, 1, props)
+    }
+
+    /// A cluster of `brokers` nodes, each broker and controller (a quorum of them all); with 3
+    /// or more, topics get replication factor 3 and `min.insync.replicas=2`, as in production.
+    pub fn start_nodes(
+        name: &str,
+        security: Security,
+        brokers: u16,
+        props: &[&str],
+    ) -> Result<Cluster, HarnessError> {
+        let port = free_ports(2 * brokers).to_string();
         let unique = format!("{name}-{port}");
+        let nodes = brokers.to_string();
         let mut args = vec!["start", unique.as_str(), port.as_str()];
+        if brokers > 1 {
+            args.extend(["--brokers", nodes.as_str()]);
+        }
         args.extend(security.flags());
         for p in props {
             args.extend(["--prop", p]);
@@ -227,8 +248,161 @@ impl Cluster {
             bootstrap,
             env,
             dir,
+            brokers,
             start_time: t0.elapsed(),
         })
+    }
+
+    /// How many nodes (broker ids 1 to N).
+    pub fn brokers(&self) -> u16 {
+        self.brokers
+    }
+
+    /// The replication factor the cluster gives new topics (3 from 3 nodes).
+    pub fn replication_factor(&self) -> u16 {
+        self.brokers.min(3)
+    }
+
+    fn node_command(&self, what: &str, args: &[&str]) -> Result<(), HarnessError> {
+        check(
+            &format!("kafka-harness {what} {} {}", self.name, args.join(" ")),
+            run(&format!("kafka-harness {what}"), harness(args), None)?,
+        )?;
+        Ok(())
+    }
+
+    /// Stops broker `node` (1 to N) with SIGTERM: a controlled shutdown, leadership moves first.
+    pub fn stop_node(&self, node: u16) -> Result<(), HarnessError> {
+        let k = node.to_string();
+        self.node_command("stop-node", &["stop-node", &self.name, &k])
+    }
+
+    /// Kills broker `node` with SIGKILL: a crash, its partitions lose their leader until the
+    /// controller elects another.
+    pub fn kill_node(&self, node: u16) -> Result<(), HarnessError> {
+        let k = node.to_string();
+        self.node_command("stop-node", &["stop-node", &self.name, &k, "--kill"])
+    }
+
+    /// Starts a stopped broker again on its data, waiting until every broker is registered.
+    pub fn start_node(&self, node: u16) -> Result<(), HarnessError> {
+        let k = node.to_string();
+        self.node_command("start-node", &["start-node", &self.name, &k])
+    }
+
+    /// (leader, replicas) of a partition, as `kafka-topics --describe` shows it.
+    pub fn describe_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i32, Vec<i32>), HarnessError> {
+        let cfg = self.client_config(None);
+        let out = self.tool(
+            "topics",
+            &[
+                "--bootstrap-server",
+                &self.bootstrap,
+                "--command-config",
+                cfg.to_str().unwrap_or_default(),
+                "--describe",
+                "--topic",
+                topic,
+            ],
+            None,
+        )?;
+        let field = |line: &str, name: &str| -> Option<String> {
+            line.split('\t')
+                .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_string()))
+        };
+        for line in out.lines() {
+            if field(line, "Partition:").and_then(|v| v.parse::<i32>().ok()) == Some(partition) {
+                let leader = field(line, "Leader:")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(-1);
+                let replicas = field(line, "Replicas:")
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter_map(|r| r.trim().parse().ok())
+                    .collect();
+                return Ok((leader, replicas));
+            }
+        }
+        Err(HarnessError::Failed {
+            what: format!("kafka-topics --describe --topic {topic}"),
+            status: format!("no partition {partition} in the output"),
+            stderr: out,
+        })
+    }
+
+    /// Makes broker `to` the leader of a partition: reorders its replicas with `to` first and
+    /// runs a preferred leader election, then waits until the cluster reports it (30 s).
+    pub fn move_leader(&self, topic: &str, partition: i32, to: i32) -> Result<(), HarnessError> {
+        let (_, replicas) = self.describe_partition(topic, partition)?;
+        let mut order = vec![to];
+        order.extend(replicas.iter().copied().filter(|r| *r != to));
+        let plan = self.dir.join(format!("move-{topic}-{partition}-{to}.json"));
+        let list: Vec<String> = order.iter().map(i32::to_string).collect();
+        std::fs::write(
+            &plan,
+            format!(
+                "{{\"version\":1,\"partitions\":[{{\"topic\":\"{topic}\",\"partition\":{partition},\"replicas\":[{}]}}]}}",
+                list.join(",")
+            ),
+        )
+        .map_err(|error| HarnessError::Spawn {
+            what: format!("write {}", plan.display()),
+            error,
+        })?;
+        let cfg = self.client_config(None);
+        let cfg = cfg.to_str().unwrap_or_default();
+        let plan = plan.to_str().unwrap_or_default();
+        self.tool(
+            "reassign-partitions",
+            &[
+                "--bootstrap-server",
+                &self.bootstrap,
+                "--command-config",
+                cfg,
+                "--reassignment-json-file",
+                plan,
+                "--execute",
+            ],
+            None,
+        )?;
+        let p = partition.to_string();
+        let t0 = Instant::now();
+        loop {
+            // The reassignment only reorders replicas (no data moves), so it completes at once;
+            // an election while it is still pending is refused, hence the retries.
+            let _ = self.tool_output(
+                "leader-election",
+                &[
+                    "--bootstrap-server",
+                    &self.bootstrap,
+                    "--admin.config",
+                    cfg,
+                    "--election-type",
+                    "PREFERRED",
+                    "--topic",
+                    topic,
+                    "--partition",
+                    &p,
+                ],
+                None,
+            )?;
+            let (leader, _) = self.describe_partition(topic, partition)?;
+            if leader == to {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(HarnessError::Failed {
+                    what: format!("move the leader of {topic}-{partition} to broker {to}"),
+                    status: format!("leader still {leader} after 30 s"),
+                    stderr: String::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     pub fn bootstrap(&self) -> &str {
@@ -315,7 +489,7 @@ impl Cluster {
                 "--partitions",
                 &p,
                 "--replication-factor",
-                "1",
+                &self.replication_factor().to_string(),
             ],
             None,
         )?;
@@ -383,7 +557,6 @@ impl Cluster {
             BrokerAddress, KeyMaterial, SaslCredentials, SaslMechanism, Secret, SecurityProtocol,
             TlsSettings, TrustMaterial,
         };
-        let (host, port) = self.bootstrap.rsplit_once(':').expect("host:port");
         let protocol =
             SecurityProtocol::parse(self.env("SECURITY_PROTOCOL").unwrap_or("PLAINTEXT"))
                 .expect("a known protocol");
@@ -422,10 +595,17 @@ impl Cluster {
             verify_hostname: true,
         });
         kmirror_kafka::ClientSettings {
-            bootstrap: vec![BrokerAddress {
-                host: host.into(),
-                port: port.parse().expect("a port"),
-            }],
+            bootstrap: self
+                .bootstrap
+                .split(',')
+                .map(|a| {
+                    let (host, port) = a.rsplit_once(':').expect("host:port");
+                    BrokerAddress {
+                        host: host.into(),
+                        port: port.parse().expect("a port"),
+                    }
+                })
+                .collect(),
             security_protocol: protocol,
             sasl,
             tls,

@@ -1,7 +1,8 @@
 //! Proves the harness against real brokers (needs Java and the jars from
 //! `scripts/kafka/kafka-harness.sh fetch`; fails loudly without them).
 
-use kmirror_testkit::{Cluster, Security};
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_testkit::{eventually, Cluster, Security};
 use std::process::Output;
 
 fn stdout(o: &Output) -> String {
@@ -105,4 +106,83 @@ fn ssl_cluster_create_produce_consume() {
     }
     c.create_topic("secure", 1).unwrap();
     round_trip(&c, "secure", None);
+}
+
+/// The leader of `topic`-`partition` per fresh metadata (-1: none, or the request failed).
+async fn leader(k: &KafkaCluster, topic: &str, partition: i32) -> i32 {
+    match k.refresh_metadata(Some(&[topic])).await {
+        Ok(md) => md
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+            .map_or(-1, |p| p.leader),
+        Err(_) => -1,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_brokers_replicate_move_leaders_and_survive_a_crash() {
+    let c = Cluster::start_nodes("trio", Security::Plaintext, 3, &[]).unwrap();
+    eprintln!("3-broker cluster start: {:?}", c.start_time);
+    assert_eq!(c.bootstrap().split(',').count(), 3, "{}", c.bootstrap());
+    let k = KafkaCluster::connect(c.client_settings(None))
+        .await
+        .unwrap();
+    let md = k.refresh_metadata(None).await.unwrap();
+    assert_eq!(
+        md.brokers.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    c.create_topic("orders", 3).unwrap();
+    let md = k.refresh_metadata(Some(&["orders"])).await.unwrap();
+    for p in &md.topics["orders"].partitions {
+        let mut r = p.replicas.clone();
+        r.sort();
+        assert_eq!(r, vec![1, 2, 3], "orders-{} replicas", p.partition);
+    }
+    round_trip(&c, "orders", None);
+
+    // A leader moved on request.
+    let to = if leader(&k, "orders", 0).await == 2 {
+        3
+    } else {
+        2
+    };
+    c.move_leader("orders", 0, to).unwrap();
+    assert_eq!(leader(&k, "orders", 0).await, to);
+
+    // kill -9 of that leader: another broker leads, and acks=all writes still succeed with 2 of
+    // 3 replicas in sync (min.insync.replicas=2).
+    c.kill_node(to as u16).unwrap();
+    eventually(60, "a new leader for orders-0", || async {
+        let l = leader(&k, "orders", 0).await;
+        l > 0 && l != to
+    })
+    .await;
+    let p = c
+        .produce_lines("orders", &["during the crash"], None)
+        .unwrap();
+    assert!(
+        p.status.success(),
+        "produce with a broker down: {}",
+        stderr(&p)
+    );
+    c.start_node(to as u16).unwrap();
+
+    // A controlled shutdown moves leadership away from the stopping broker first.
+    c.stop_node(1).unwrap();
+    eventually(60, "no partition led by the stopped broker", || async {
+        let mut ok = true;
+        for p in 0..3 {
+            let l = leader(&k, "orders", p).await;
+            ok &= l > 0 && l != 1;
+        }
+        ok
+    })
+    .await;
+    c.start_node(1).unwrap();
+    let md = k.refresh_metadata(None).await.unwrap();
+    assert_eq!(md.brokers.len(), 3, "all three back");
+    c.create_topic("orders-after", 1).unwrap();
+    round_trip(&c, "orders-after", None);
 }
