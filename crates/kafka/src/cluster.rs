@@ -211,19 +211,25 @@ impl KafkaCluster {
         md.loaded_at = Some(std::time::Instant::now());
         md.cluster_id = resp.cluster_id.map(|c| c.to_string());
         md.controller_id = resp.controller_id.0;
-        md.brokers = resp
-            .brokers
-            .iter()
-            .map(|b| {
-                (
-                    b.node_id.0,
-                    BrokerAddress {
-                        host: b.host.to_string(),
-                        port: b.port as u16,
-                    },
-                )
-            })
-            .collect();
+        // A broker in controlled shutdown may list no live broker at all; keeping the ones known
+        // leaves the client someone to ask next time.
+        if resp.brokers.is_empty() {
+            md.brokers = self.metadata().brokers.clone();
+        } else {
+            md.brokers = resp
+                .brokers
+                .iter()
+                .map(|b| {
+                    (
+                        b.node_id.0,
+                        BrokerAddress {
+                            host: b.host.to_string(),
+                            port: b.port as u16,
+                        },
+                    )
+                })
+                .collect();
+        }
         if topics.is_none() {
             md.topics.clear();
         }
@@ -265,18 +271,46 @@ impl KafkaCluster {
 
     /// Reloads metadata (all topics, or only the named ones).
     pub async fn refresh_metadata(&self, topics: Option<&[&str]>) -> Result<Arc<Metadata>> {
-        let conn = self.any_broker().await?;
-        self.load_metadata(&conn, topics).await?;
-        Ok(self.metadata())
+        self.refresh_with(topics, false).await
     }
 
     /// Reloads the named topics' metadata asking the broker to create missing ones with its
     /// defaults, as a Java producer does when `auto.create.topics.enable` is on (MM1's way of
     /// getting its target topics).
     pub async fn refresh_metadata_auto_creating(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
-        let conn = self.any_broker().await?;
-        self.load_metadata_with(&conn, Some(topics), true).await?;
-        Ok(self.metadata())
+        self.refresh_with(Some(topics), true).await
+    }
+
+    /// Asks a known broker; when none answers, the bootstrap servers again (Java clients'
+    /// `metadata.recovery.strategy=rebootstrap`, the default since Kafka 4.0): a broker that
+    /// restarted under a new address, or metadata loaded while every broker was shutting down,
+    /// must not leave the client with nobody to ask.
+    async fn refresh_with(
+        &self,
+        topics: Option<&[&str]>,
+        auto_create: bool,
+    ) -> Result<Arc<Metadata>> {
+        let known = match self.any_broker().await {
+            Ok(conn) => match self.load_metadata_with(&conn, topics, auto_create).await {
+                Ok(()) => return Ok(self.metadata()),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        for b in self.settings.bootstrap.clone() {
+            let Ok(conn) =
+                Connection::connect(&b.host, b.port, b.to_string(), &self.settings).await
+            else {
+                continue;
+            };
+            let loaded = self.load_metadata_with(&conn, topics, auto_create).await;
+            conn.close().await;
+            if loaded.is_ok() {
+                tracing::debug!(bootstrap = %b, error = %known, "metadata reloaded through a bootstrap server");
+                return Ok(self.metadata());
+            }
+        }
+        Err(known)
     }
 
     /// Reloads all metadata when it is older than `max_age` (Kafka's `metadata.max.age.ms`), so

@@ -5,18 +5,20 @@
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
 pub mod admin;
-pub mod batch;
 pub mod cluster;
+pub mod codec;
 pub mod conn;
 pub mod error;
+pub mod fetch_session;
+pub mod fetcher;
 pub mod group;
 pub mod partitioner;
 pub mod producer;
-pub mod records;
 pub mod secret;
 pub mod settings;
 pub mod txn;
 
+pub use codec::{batch, records};
 pub use error::{KafkaError, Result};
 
 pub use secret::Secret;

@@ -1,0 +1,975 @@
+//! One fetcher per source broker (issue 16): a single Fetch request carries every partition the
+//! broker leads that has room, in an incremental fetch session ([`crate::fetch_session`]), and
+//! the broker's own wait (`fetch.min.bytes`, `fetch.max.wait.ms`) makes idle partitions cost
+//! nothing. Partitions whose leader moves are handed to the new leader's fetcher with their
+//! position; nothing is read twice or skipped.
+//!
+//! A consumer [`subscribe`](Fetcher::subscribe)s to a partition at an offset and receives
+//! [`FetchEvent`]s from its [`Subscription`]. Two bounds keep memory in check: at most two
+//! undelivered responses per partition (a partition whose consumer has not taken them is left
+//! out of the session, not skipped, so the broker does not keep returning it), and a
+//! byte budget shared by every partition of the fetcher: the bytes of each delivered response
+//! count until the consumer drops its [`BufferShare`].
+//!
+//! The fetch uses a connection of its own per broker: a long poll holds its connection for up to
+//! `fetch.max.wait.ms`, and metadata, offsets and commits must not queue behind it.
+
+use crate::batch::split_batches;
+use crate::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
+use crate::conn::Connection;
+use crate::error::{KafkaError, Result};
+use crate::fetch_session::{
+    FetchPosition, FetchSession, SessionOutcome, SessionPartition, SessionStats,
+};
+use crate::settings::IsolationLevel;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, Notify};
+
+/// The longest a fetcher with nothing to ask for sleeps before looking again.
+const IDLE_TICK: Duration = Duration::from_millis(100);
+/// The broker-side wait while a partition with data waits for its consumer.
+const HELD_BACK_WAIT: Duration = Duration::from_millis(20);
+
+/// How a fetcher asks (the consumer settings of the flow).
+#[derive(Debug, Clone, Copy)]
+pub struct FetcherConfig {
+    pub isolation: IsolationLevel,
+    /// `fetch.min.bytes`: the broker answers once this much is ready (or the wait is over).
+    pub min_bytes: i32,
+    /// `fetch.max.wait.ms`.
+    pub max_wait: Duration,
+    /// `fetch.max.bytes`: at most this much per request.
+    pub max_bytes: i32,
+    /// `max.partition.fetch.bytes`.
+    pub partition_max_bytes: i32,
+    /// Bytes delivered and not yet released, for all partitions together.
+    pub buffer_bytes: usize,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        // The Java consumer's defaults; the buffer as the Java producer's buffer.memory.
+        FetcherConfig {
+            isolation: IsolationLevel::ReadUncommitted,
+            min_bytes: 1,
+            max_wait: Duration::from_millis(500),
+            max_bytes: 50 << 20,
+            partition_max_bytes: 1 << 20,
+            buffer_bytes: 32 << 20,
+        }
+    }
+}
+
+/// What a subscription delivers.
+#[derive(Debug)]
+pub enum FetchEvent {
+    /// Batches from the subscription's position on (none of them ends before it); the position
+    /// moved past the last one.
+    Data {
+        data: PartitionFetch,
+        /// Counts against the fetcher's buffer until dropped.
+        share: BufferShare,
+    },
+    /// The position is outside the log; the subscription is paused until [`Subscription::seek`].
+    OutOfRange {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// An error that retrying cannot fix (authorization, corrupt data, a topic re-created
+    /// under a new id); the subscription ends.
+    Failed(KafkaError),
+}
+
+/// Totals over a fetcher's brokers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetcherStats {
+    pub requests: u64,
+    pub session: SessionStats,
+    /// The most partitions one request carried.
+    pub max_partitions_per_request: usize,
+    /// Partitions sent back to routing (their leader moved, or their broker failed twice in a
+    /// row), to go to whichever broker leads them after a metadata refresh.
+    pub rerouted: u64,
+}
+
+/// Bytes of a delivered response; released when dropped.
+#[derive(Debug)]
+pub struct BufferShare {
+    bytes: usize,
+    buffer: Arc<Buffer>,
+}
+
+impl BufferShare {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for BufferShare {
+    fn drop(&mut self) {
+        self.buffer.used.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.buffer.freed.notify_waiters();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Buffer {
+    capacity: usize,
+    used: AtomicUsize,
+    freed: Notify,
+}
+
+impl Buffer {
+    fn room(&self) -> usize {
+        self.capacity
+            .saturating_sub(self.used.load(Ordering::SeqCst))
+    }
+}
+
+/// A subscribed partition, shared by its subscription and the fetcher that owns it.
+#[derive(Debug)]
+struct Slot {
+    topic: Arc<str>,
+    partition: i32,
+    topic_id: uuid::Uuid,
+    state: Mutex<SlotState>,
+    tx: mpsc::Sender<(u64, FetchEvent)>,
+    /// The owning fetcher's wake-up: the consumer took an event, sought or left.
+    wake: Mutex<Arc<Notify>>,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    position: i64,
+    leader_epoch: i32,
+    /// Bumped by a seek: responses and events of an older generation are dropped.
+    generation: u64,
+    out_of_range: bool,
+    /// The partition's end as of the last answer (the last stable offset for read_committed).
+    end: i64,
+    /// Retriable partition errors back off until this instant.
+    backoff_until: Option<tokio::time::Instant>,
+    backoff_attempt: u32,
+    closed: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake(&self) {
+        self.wake
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .notify_one();
+    }
+
+    fn key(&self) -> SessionPartition {
+        SessionPartition {
+            topic: self.topic.clone(),
+            topic_id: self.topic_id,
+            partition: self.partition,
+        }
+    }
+}
+
+/// Receives a partition's data.
+#[derive(Debug)]
+pub struct Subscription {
+    slot: Arc<Slot>,
+    rx: mpsc::Receiver<(u64, FetchEvent)>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the fetcher stopped. Cancel-safe.
+    pub async fn recv(&mut self) -> Option<FetchEvent> {
+        loop {
+            let (generation, event) = self.rx.recv().await?;
+            self.slot.wake();
+            if generation == self.slot.lock().generation {
+                return Some(event);
+            }
+        }
+    }
+
+    /// Continues from `offset` (after [`FetchEvent::OutOfRange`], or to re-read).
+    pub fn seek(&self, offset: i64) {
+        {
+            let mut s = self.slot.lock();
+            s.position = offset;
+            s.generation += 1;
+            s.out_of_range = false;
+        }
+        self.slot.wake();
+    }
+
+    /// The next offset the fetcher will ask for.
+    pub fn position(&self) -> i64 {
+        self.slot.lock().position
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.slot.lock().closed = true;
+        self.slot.wake();
+    }
+}
+
+#[derive(Debug)]
+struct BrokerHandle {
+    control: mpsc::UnboundedSender<Arc<Slot>>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cluster: Arc<KafkaCluster>,
+    config: FetcherConfig,
+    buffer: Arc<Buffer>,
+    brokers: Mutex<HashMap<i32, BrokerHandle>>,
+    /// Partitions without a usable leader, routed again after one metadata refresh for all.
+    homeless: mpsc::UnboundedSender<Arc<Slot>>,
+    /// Sums over every broker fetcher, past and present.
+    stats: Mutex<SessionStats>,
+    requests: AtomicU64,
+    rerouted: AtomicU64,
+    max_partitions: AtomicUsize,
+    stop: watch::Receiver<bool>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// The fetchers of one cluster.
+#[derive(Debug)]
+pub struct Fetcher {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+}
+
+impl Fetcher {
+    pub fn start(cluster: Arc<KafkaCluster>, config: FetcherConfig) -> Fetcher {
+        let (stop_tx, stop) = watch::channel(false);
+        let (homeless, homeless_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            cluster,
+            config,
+            buffer: Arc::new(Buffer {
+                capacity: config.buffer_bytes.max(config.partition_max_bytes as usize),
+                ..Buffer::default()
+            }),
+            brokers: Mutex::new(HashMap::new()),
+            homeless,
+            stats: Mutex::new(SessionStats::default()),
+            requests: AtomicU64::new(0),
+            rerouted: AtomicU64::new(0),
+            max_partitions: AtomicUsize::new(0),
+            stop,
+            tasks: Mutex::new(Vec::new()),
+        });
+        let router = tokio::spawn(route_homeless(shared.clone(), homeless_rx));
+        lock(&shared.tasks).push(router);
+        Fetcher {
+            shared,
+            stop: stop_tx,
+        }
+    }
+
+    /// Starts fetching `topic`-`partition` from `offset`. The topic id is taken from the
+    /// current metadata: should the topic be re-created, the subscription fails instead of
+    /// reading the new log at the old offset.
+    pub fn subscribe(&self, topic: &str, partition: i32, offset: i64) -> Result<Subscription> {
+        let md = self.shared.cluster.metadata();
+        let topic_id = md.topics.get(topic).map(|t| t.id).unwrap_or_default();
+        let (leader_epoch, leader) = self
+            .shared
+            .cluster
+            .leader_of(topic, partition)
+            .map_or((-1, None), |(l, e)| (e, Some(l)));
+        // Two responses per partition may wait for the consumer: the partition stays in the
+        // session while its consumer works on the previous one.
+        let (tx, rx) = mpsc::channel(2);
+        let slot = Arc::new(Slot {
+            topic: topic.into(),
+            partition,
+            topic_id,
+            state: Mutex::new(SlotState {
+                position: offset,
+                leader_epoch,
+                generation: 0,
+                out_of_range: false,
+                end: -1,
+                backoff_until: None,
+                backoff_attempt: 0,
+                closed: false,
+            }),
+            tx,
+            wake: Mutex::new(Arc::new(Notify::new())),
+        });
+        match leader {
+            Some(l) => self.shared.assign(l, slot.clone()),
+            None => {
+                let _ = self.shared.homeless.send(slot.clone());
+            }
+        }
+        Ok(Subscription { slot, rx })
+    }
+
+    pub fn stats(&self) -> FetcherStats {
+        let session = *lock(&self.shared.stats);
+        FetcherStats {
+            requests: self.shared.requests.load(Ordering::SeqCst),
+            session,
+            max_partitions_per_request: self.shared.max_partitions.load(Ordering::SeqCst),
+            rerouted: self.shared.rerouted.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Bytes delivered and not yet released.
+    pub fn buffered(&self) -> usize {
+        self.shared.buffer.used.load(Ordering::SeqCst)
+    }
+
+    /// Stops every fetcher (closing their sessions) and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let tasks: Vec<_> = std::mem::take(&mut *lock(&self.shared.tasks));
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Fetcher {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Hands a partition to `broker`'s fetcher, starting it if needed.
+    fn assign(self: &Arc<Self>, broker: i32, slot: Arc<Slot>) {
+        let mut brokers = lock(&self.brokers);
+        if let Some(h) = brokers.get(&broker) {
+            *lock(&slot.wake) = h.wake.clone();
+            if h.control.send(slot.clone()).is_ok() {
+                h.wake.notify_one();
+                return;
+            }
+        }
+        if *self.stop.borrow() {
+            return;
+        }
+        let (control, rx) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
+        *lock(&slot.wake) = wake.clone();
+        let _ = control.send(slot);
+        let task = tokio::spawn(
+            BrokerFetcher {
+                shared: self.clone(),
+                broker,
+                control: rx,
+                wake: wake.clone(),
+                assigned: BTreeMap::new(),
+                session: FetchSession::new(),
+                conn: None,
+                failures: 0,
+                used_ids: None,
+                reported: SessionStats::default(),
+            }
+            .run(),
+        );
+        brokers.insert(broker, BrokerHandle { control, wake });
+        lock(&self.tasks).push(task);
+    }
+}
+
+/// Routes partitions that lost their leader: one metadata refresh for all of them, then each
+/// goes to its new leader's fetcher; those still without one wait and try again.
+async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc<Slot>>) {
+    let mut stop = shared.stop.clone();
+    let mut waiting: Vec<Arc<Slot>> = Vec::new();
+    let mut delay = Duration::from_millis(50);
+    loop {
+        if waiting.is_empty() {
+            tokio::select! {
+                s = rx.recv() => match s {
+                    Some(s) => waiting.push(s),
+                    None => return,
+                },
+                _ = stop.changed() => return,
+            }
+        }
+        while let Ok(s) = rx.try_recv() {
+            waiting.push(s);
+        }
+        waiting.retain(|s| !s.lock().closed);
+        if waiting.is_empty() {
+            continue;
+        }
+        let _ = shared.cluster.refresh_metadata(None).await;
+        let md = shared.cluster.metadata();
+        let mut still = Vec::new();
+        for slot in waiting.drain(..) {
+            let now_id = md.topics.get(&*slot.topic).map(|t| t.id);
+            if now_id.is_some_and(|id| id != slot.topic_id && !slot.topic_id.is_nil()) {
+                let generation = slot.lock().generation;
+                let _ = slot.tx.try_send((
+                    generation,
+                    FetchEvent::Failed(KafkaError::Broker {
+                        broker: "metadata".into(),
+                        api: ApiKey::Fetch,
+                        error: ResponseError::InconsistentTopicId,
+                        message: Some(format!(
+                            "{}-{}: the topic was deleted and re-created",
+                            slot.topic, slot.partition
+                        )),
+                    }),
+                ));
+                continue;
+            }
+            match shared.cluster.leader_of(&slot.topic, slot.partition) {
+                Ok((leader, epoch)) if md.brokers.contains_key(&leader) => {
+                    slot.lock().leader_epoch = epoch;
+                    shared.rerouted.fetch_add(1, Ordering::SeqCst);
+                    shared.assign(leader, slot);
+                }
+                _ => still.push(slot),
+            }
+        }
+        waiting = still;
+        if waiting.is_empty() {
+            delay = Duration::from_millis(50);
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.changed() => return,
+            }
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Partitions a broker should no longer serve, and why.
+enum Verdict {
+    Keep,
+    /// Leadership moved (or is unknown): route again after a metadata refresh.
+    Reroute,
+    /// Delivered an event that ends the subscription.
+    Drop,
+}
+
+struct BrokerFetcher {
+    shared: Arc<Shared>,
+    broker: i32,
+    control: mpsc::UnboundedReceiver<Arc<Slot>>,
+    wake: Arc<Notify>,
+    assigned: BTreeMap<SessionPartition, Arc<Slot>>,
+    session: FetchSession,
+    conn: Option<Arc<Connection>>,
+    failures: u32,
+    /// Whether the last request named topics by id (a session cannot switch mid-way).
+    used_ids: Option<bool>,
+    /// The session's counts already added to the shared ones.
+    reported: SessionStats,
+}
+
+impl BrokerFetcher {
+    async fn run(mut self) {
+        let mut stop = self.shared.stop.clone();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            while let Ok(slot) = self.control.try_recv() {
+                self.assigned.insert(slot.key(), slot);
+            }
+            self.assigned.retain(|_, s| !s.lock().closed);
+            let (wanted, held_back) = self.wanted();
+            if wanted.is_empty() {
+                if self.assigned.is_empty() && self.control.is_empty() && self.retire() {
+                    break;
+                }
+                // Nothing to ask for: wait for a consumer to take data, memory to be freed, a
+                // new partition, a back-off to end, or the stop. Freed memory wakes every
+                // fetcher without a stored permit, so a short tick covers a wake-up lost
+                // between the check and the wait.
+                let backoff = self.next_backoff();
+                let buffer = self.shared.buffer.clone();
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = buffer.freed.notified() => {}
+                    _ = sleep_until(backoff) => {}
+                    _ = tokio::time::sleep(IDLE_TICK) => {}
+                    _ = stop.changed() => break,
+                }
+                continue;
+            }
+            // A partition held back only because its consumer is busy has data waiting: do
+            // not let a long poll over idle partitions keep it waiting.
+            let max_wait = if held_back {
+                HELD_BACK_WAIT.min(self.shared.config.max_wait)
+            } else {
+                self.shared.config.max_wait
+            };
+            let result = tokio::select! {
+                r = self.fetch(&wanted, max_wait) => r,
+                _ = stop.changed() => break,
+            };
+            match result {
+                Ok(()) => self.failures = 0,
+                Err(e) => {
+                    self.session.on_outcome(SessionOutcome::Failed);
+                    if let Some(c) = self.conn.take() {
+                        // A timed-out request leaves the connection in an unknown state.
+                        c.close().await;
+                    }
+                    self.failures += 1;
+                    tracing::debug!(broker = self.broker, error = %e, failures = self.failures, "fetch failed");
+                    if self.failures >= 2 {
+                        // The broker may be gone or no longer lead these partitions.
+                        let all: Vec<SessionPartition> = self.assigned.keys().cloned().collect();
+                        for k in all {
+                            self.reroute(&k);
+                        }
+                    }
+                    let delay = Duration::from_millis(50 << self.failures.min(4));
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stop.changed() => break,
+                    }
+                }
+            }
+            self.record_stats();
+        }
+        self.close_session().await;
+        self.record_stats();
+    }
+
+    /// Leaves the broker table when this fetcher has nothing left; false if a partition arrived
+    /// meanwhile. The fetcher ends after it (closing its session).
+    fn retire(&mut self) -> bool {
+        let mut brokers = lock(&self.shared.brokers);
+        if !self.control.is_empty() {
+            return false;
+        }
+        brokers.remove(&self.broker);
+        self.control.close();
+        // Anything sent between the check and the close goes back to routing.
+        while let Ok(slot) = self.control.try_recv() {
+            let _ = self.shared.homeless.send(slot);
+        }
+        true
+    }
+
+    fn next_backoff(&self) -> Option<tokio::time::Instant> {
+        self.assigned
+            .values()
+            .filter_map(|s| s.lock().backoff_until)
+            .min()
+    }
+
+    /// The partitions to ask for now: their consumer has room, they are not paused, and the
+    /// shared buffer has room. Also whether a partition with data waiting was held back
+    /// because its consumer has not taken what it has.
+    fn wanted(&self) -> (BTreeMap<SessionPartition, FetchPosition>, bool) {
+        let mut out = BTreeMap::new();
+        let mut held_back = false;
+        if self.shared.buffer.room() == 0 {
+            return (out, false);
+        }
+        let now = tokio::time::Instant::now();
+        for (k, slot) in &self.assigned {
+            let s = slot.lock();
+            if s.out_of_range || s.closed || s.backoff_until.is_some_and(|t| t > now) {
+                continue;
+            }
+            if slot.tx.capacity() == 0 {
+                held_back |= s.end > s.position;
+                continue;
+            }
+            out.insert(
+                k.clone(),
+                FetchPosition {
+                    fetch_offset: s.position,
+                    leader_epoch: s.leader_epoch,
+                    max_bytes: self.shared.config.partition_max_bytes,
+                },
+            );
+        }
+        (out, held_back)
+    }
+
+    async fn connection(&mut self) -> Result<Arc<Connection>> {
+        if let Some(c) = self.conn.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        // A session belongs to the broker, not to a connection: a new connection continues it
+        // (and a restarted broker answers FETCH_SESSION_ID_NOT_FOUND).
+        let c = self
+            .shared
+            .cluster
+            .dedicated_connection(self.broker)
+            .await?;
+        self.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn fetch(
+        &mut self,
+        wanted: &BTreeMap<SessionPartition, FetchPosition>,
+        max_wait: Duration,
+    ) -> Result<()> {
+        let conn = self.connection().await?;
+        let cfg = self.shared.config;
+        let negotiated = conn.version::<FetchRequest>()?;
+        // Fetch v13+ names topics by id (KIP-516); a partition without one needs names.
+        let ids = negotiated >= 13 && wanted.keys().all(|k| !k.topic_id.is_nil());
+        let version = if ids { negotiated } else { negotiated.min(12) };
+        if self.used_ids.is_some_and(|u| u != ids) {
+            self.session.reset();
+        }
+        self.used_ids = Some(ids);
+        let generations: HashMap<SessionPartition, u64> = wanted
+            .keys()
+            .filter_map(|k| {
+                self.assigned
+                    .get(k)
+                    .map(|s| (k.clone(), s.lock().generation))
+            })
+            .collect();
+        let plan = self.session.plan(wanted);
+        let mut topics: BTreeMap<(Arc<str>, uuid::Uuid), Vec<FetchPartition>> = BTreeMap::new();
+        for (k, pos) in &plan.partitions {
+            topics
+                .entry((k.topic.clone(), k.topic_id))
+                .or_default()
+                .push(
+                    FetchPartition::default()
+                        .with_partition(k.partition)
+                        .with_current_leader_epoch(pos.leader_epoch)
+                        .with_fetch_offset(pos.fetch_offset)
+                        .with_log_start_offset(-1)
+                        .with_partition_max_bytes(pos.max_bytes),
+                );
+        }
+        let n = plan.partitions.len();
+        self.shared.max_partitions.fetch_max(n, Ordering::SeqCst);
+        let mut forgotten: BTreeMap<(Arc<str>, uuid::Uuid), Vec<i32>> = BTreeMap::new();
+        for k in &plan.forgotten {
+            forgotten
+                .entry((k.topic.clone(), k.topic_id))
+                .or_default()
+                .push(k.partition);
+        }
+        let name = |t: &Arc<str>| TopicName(StrBytes::from_string(t.to_string()));
+        let room = self
+            .shared
+            .buffer
+            .room()
+            .max(cfg.partition_max_bytes as usize);
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait.as_millis() as i32)
+            .with_min_bytes(cfg.min_bytes)
+            .with_max_bytes(cfg.max_bytes.min(i32::try_from(room).unwrap_or(i32::MAX)))
+            .with_isolation_level(match cfg.isolation {
+                IsolationLevel::ReadUncommitted => 0,
+                IsolationLevel::ReadCommitted => 1,
+            })
+            .with_session_id(plan.session_id)
+            .with_session_epoch(plan.session_epoch)
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|((t, id), parts)| {
+                        let ft = FetchTopic::default().with_partitions(parts);
+                        if ids {
+                            ft.with_topic_id(id)
+                        } else {
+                            ft.with_topic(name(&t))
+                        }
+                    })
+                    .collect(),
+            )
+            .with_forgotten_topics_data(
+                forgotten
+                    .into_iter()
+                    .map(|((t, id), parts)| {
+                        let ft = ForgottenTopic::default().with_partitions(parts);
+                        if ids {
+                            ft.with_topic_id(id)
+                        } else {
+                            ft.with_topic(name(&t))
+                        }
+                    })
+                    .collect(),
+            );
+        self.shared.requests.fetch_add(1, Ordering::SeqCst);
+        let timeout = self.shared.cluster.settings().request_timeout + max_wait;
+        let resp = conn
+            .submit(&req, version)
+            .await?
+            .with_timeout(timeout)
+            .wait()
+            .await?;
+        match resp.error_code.err() {
+            None => self.session.on_outcome(SessionOutcome::Answered {
+                session_id: resp.session_id,
+            }),
+            Some(ResponseError::FetchSessionIdNotFound) => {
+                self.session.on_outcome(SessionOutcome::SessionIdNotFound);
+                return Ok(());
+            }
+            Some(ResponseError::InvalidFetchSessionEpoch) => {
+                self.session.on_outcome(SessionOutcome::InvalidEpoch);
+                return Ok(());
+            }
+            Some(error) => {
+                // The caller records the failed outcome.
+                return Err(KafkaError::Broker {
+                    broker: conn.broker().into(),
+                    api: ApiKey::Fetch,
+                    error,
+                    message: None,
+                });
+            }
+        }
+        let by_id: HashMap<uuid::Uuid, &SessionPartition> =
+            wanted.keys().map(|k| (k.topic_id, k)).collect();
+        let mut verdicts: Vec<(SessionPartition, Verdict)> = Vec::new();
+        for t in resp.responses {
+            for p in t.partitions {
+                // The response names the topic as the request did.
+                let key = if ids {
+                    by_id.get(&t.topic_id).map(|k| SessionPartition {
+                        partition: p.partition_index,
+                        ..(*k).clone()
+                    })
+                } else {
+                    wanted
+                        .keys()
+                        .find(|k| &*k.topic == t.topic.as_str() && k.partition == p.partition_index)
+                        .cloned()
+                };
+                let Some(key) = key else {
+                    continue; // a partition forgotten meanwhile, or one we never asked for
+                };
+                let Some(slot) = self.assigned.get(&key).cloned() else {
+                    continue;
+                };
+                let Some(&generation) = generations.get(&key) else {
+                    continue; // in the session from before, not asked for this time
+                };
+                let verdict = self.on_partition(&conn, &slot, generation, p).await;
+                verdicts.push((key, verdict));
+            }
+        }
+        for (key, verdict) in verdicts {
+            match verdict {
+                Verdict::Keep => {}
+                Verdict::Reroute => self.reroute(&key),
+                Verdict::Drop => {
+                    self.assigned.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_partition(
+        &self,
+        conn: &Connection,
+        slot: &Slot,
+        generation: u64,
+        p: kafka_protocol::messages::fetch_response::PartitionData,
+    ) -> Verdict {
+        if slot.lock().generation != generation {
+            return Verdict::Keep; // sought meanwhile: this answer is for the old position
+        }
+        let error = p.error_code.err();
+        match error {
+            None => {}
+            Some(ResponseError::OffsetOutOfRange) => {
+                let requested = slot.lock().position;
+                let iso = self.shared.config.isolation;
+                let cluster = &self.shared.cluster;
+                let (log_start, log_end) = match (
+                    cluster
+                        .list_offset(&slot.topic, slot.partition, EARLIEST, iso)
+                        .await,
+                    cluster
+                        .list_offset(&slot.topic, slot.partition, LATEST, iso)
+                        .await,
+                ) {
+                    (Ok(s), Ok(e)) => (s, e),
+                    _ => {
+                        self.back_off(slot);
+                        return Verdict::Keep;
+                    }
+                };
+                slot.lock().out_of_range = true;
+                let _ = slot.tx.try_send((
+                    generation,
+                    FetchEvent::OutOfRange {
+                        requested,
+                        log_start,
+                        log_end,
+                    },
+                ));
+                return Verdict::Keep;
+            }
+            Some(
+                ResponseError::NotLeaderOrFollower
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownTopicOrPartition
+                | ResponseError::LeaderNotAvailable
+                | ResponseError::ReplicaNotAvailable
+                | ResponseError::KafkaStorageError
+                | ResponseError::UnknownTopicId
+                | ResponseError::InconsistentTopicId,
+            ) => return Verdict::Reroute,
+            Some(e) if e.is_retriable() && e != ResponseError::CorruptMessage => {
+                self.back_off(slot);
+                return Verdict::Keep;
+            }
+            Some(e) => {
+                let _ = slot.tx.try_send((
+                    generation,
+                    FetchEvent::Failed(KafkaError::Broker {
+                        broker: conn.broker().into(),
+                        api: ApiKey::Fetch,
+                        error: e,
+                        message: Some(format!("{}-{}", slot.topic, slot.partition)),
+                    }),
+                ));
+                return Verdict::Drop;
+            }
+        }
+        let position = slot.lock().position;
+        let records = p.records.unwrap_or_default();
+        let bytes = records.len();
+        let batches = match split_batches(records) {
+            Ok((b, _truncated)) => b,
+            Err(e) => {
+                let _ = slot.tx.try_send((
+                    generation,
+                    FetchEvent::Failed(KafkaError::Protocol {
+                        broker: conn.broker().into(),
+                        api: ApiKey::Fetch,
+                        message: format!("{}-{}: {e}", slot.topic, slot.partition),
+                    }),
+                ));
+                return Verdict::Drop;
+            }
+        };
+        let batches: Vec<_> = batches
+            .into_iter()
+            .filter(|b| b.last_offset() >= position)
+            .collect();
+        {
+            let mut s = slot.lock();
+            s.backoff_attempt = 0;
+            s.backoff_until = None;
+            s.end = match self.shared.config.isolation {
+                IsolationLevel::ReadCommitted if p.last_stable_offset >= 0 => p.last_stable_offset,
+                _ => p.high_watermark,
+            };
+        }
+        let Some(last) = batches.last().map(|b| b.last_offset()) else {
+            return Verdict::Keep;
+        };
+        self.shared.buffer.used.fetch_add(bytes, Ordering::SeqCst);
+        let share = BufferShare {
+            bytes,
+            buffer: self.shared.buffer.clone(),
+        };
+        let data = PartitionFetch {
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            batches,
+            aborted: p
+                .aborted_transactions
+                .unwrap_or_default()
+                .iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect(),
+        };
+        // The partition was asked for only with room in its channel, and only this fetcher
+        // sends to it, so this cannot be full; a closed one is a dropped subscription.
+        if slot
+            .tx
+            .try_send((generation, FetchEvent::Data { data, share }))
+            .is_ok()
+        {
+            slot.lock().position = last + 1;
+        }
+        Verdict::Keep
+    }
+
+    fn back_off(&self, slot: &Slot) {
+        let mut s = slot.lock();
+        s.backoff_attempt = (s.backoff_attempt + 1).min(5);
+        s.backoff_until = Some(
+            tokio::time::Instant::now() + Duration::from_millis(50 << (s.backoff_attempt - 1)),
+        );
+    }
+
+    fn reroute(&mut self, key: &SessionPartition) {
+        if let Some(slot) = self.assigned.remove(key) {
+            let _ = self.shared.homeless.send(slot);
+        }
+    }
+
+    fn record_stats(&mut self) {
+        let now = self.session.stats();
+        let was = std::mem::replace(&mut self.reported, now);
+        let mut total = lock(&self.shared.stats);
+        total.full_requests += now.full_requests - was.full_requests;
+        total.incremental_requests += now.incremental_requests - was.incremental_requests;
+        total.fallbacks += now.fallbacks - was.fallbacks;
+        total.sessionless += now.sessionless - was.sessionless;
+        total.forgotten += now.forgotten - was.forgotten;
+        total.max_epoch = total.max_epoch.max(now.max_epoch);
+    }
+
+    /// Frees the broker's session slot (best effort, briefly).
+    async fn close_session(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if let Some(plan) = self.session.close() {
+            let req = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_session_id(plan.session_id)
+                .with_session_epoch(plan.session_epoch);
+            if let Ok(version) = conn.version::<FetchRequest>() {
+                if let Ok(f) = conn.submit(&req, version).await {
+                    let _ = f.with_timeout(Duration::from_secs(1)).wait().await;
+                }
+            }
+        }
+        conn.close().await;
+    }
+}
+
+async fn sleep_until(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
