@@ -71,6 +71,8 @@ pub struct ResponseFuture<R: Request> {
     version: i16,
     timeout: Duration,
     rx: oneshot::Receiver<Result<Bytes>>,
+    /// The connection's flag: a request that times out marks it failed.
+    closed: Arc<AtomicBool>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
@@ -85,11 +87,16 @@ impl<R: Request> ResponseFuture<R> {
     pub async fn wait(self) -> Result<R::Response> {
         let body = match tokio::time::timeout(self.timeout, self.rx).await {
             Err(_) => {
+                // A broker that does not answer in time may never answer on this connection
+                // (a half-open socket, a broker that accepted but stalled): the next request
+                // must open a new one instead of waiting on this one again. Requests the broker
+                // holds on purpose ask for a longer timeout (`with_timeout`).
+                self.closed.store(true, Ordering::SeqCst);
                 return Err(KafkaError::Timeout {
                     broker: self.broker,
                     api: self.api,
                     after: self.timeout,
-                })
+                });
             }
             Ok(Err(_)) => {
                 return Err(KafkaError::Disconnected {
@@ -324,6 +331,7 @@ impl Connection {
             version,
             timeout: self.request_timeout,
             rx,
+            closed: self.closed.clone(),
             _r: std::marker::PhantomData,
         })
     }
@@ -557,6 +565,73 @@ impl Handshake<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{BrokerAddress, SecurityProtocol};
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::MetadataRequest;
+
+    /// A broker that completes the ApiVersions handshake and then reads requests without ever
+    /// answering them (a stalled broker, or a half-open connection).
+    async fn silent_broker() -> (u16, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut frame = read_frame(&mut s).await.unwrap();
+            let header = RequestHeader::decode(&mut frame, 2).unwrap();
+            let mut buf = BytesMut::new();
+            buf.put_i32(0);
+            // ApiVersions answers with header v0 whatever the version (KIP-511).
+            ResponseHeader::default()
+                .with_correlation_id(header.correlation_id)
+                .encode(&mut buf, 0)
+                .unwrap();
+            ApiVersionsResponse::default()
+                .with_api_keys(vec![
+                    ApiVersion::default()
+                        .with_api_key(ApiKey::ApiVersions as i16)
+                        .with_max_version(3),
+                    ApiVersion::default()
+                        .with_api_key(ApiKey::Metadata as i16)
+                        .with_max_version(12),
+                ])
+                .encode(&mut buf, header.request_api_version)
+                .unwrap();
+            let len = (buf.len() - 4) as i32;
+            buf[..4].copy_from_slice(&len.to_be_bytes());
+            s.write_all(&buf).await.unwrap();
+            while read_frame(&mut s).await.is_ok() {}
+        });
+        (port, task)
+    }
+
+    #[tokio::test]
+    async fn a_request_that_times_out_marks_its_connection_failed() {
+        let (port, task) = silent_broker().await;
+        let settings = ClientSettings {
+            bootstrap: vec![BrokerAddress {
+                host: "127.0.0.1".into(),
+                port,
+            }],
+            security_protocol: SecurityProtocol::Plaintext,
+            sasl: None,
+            tls: None,
+            client_id: None,
+            request_timeout: Duration::from_millis(300),
+        };
+        let conn = Connection::connect("127.0.0.1", port, "1@silent".into(), &settings)
+            .await
+            .unwrap();
+        assert!(!conn.is_closed());
+        let err = conn.send(&MetadataRequest::default()).await.unwrap_err();
+        assert!(matches!(err, KafkaError::Timeout { .. }), "{err}");
+        // The next request must not wait on this connection again.
+        assert!(conn.is_closed(), "a timed-out connection is failed");
+        let err = conn.send(&MetadataRequest::default()).await.unwrap_err();
+        assert!(matches!(err, KafkaError::Disconnected { .. }), "{err}");
+        task.abort();
+    }
 
     #[test]
     fn version_negotiation_picks_the_highest_common_version() {
