@@ -5,7 +5,12 @@
 # 1. starts a source cluster with the harness and loads it with the Java producer perf test:
 #    a large-record case (RECORDS records of SIZE bytes over two topics of PARTITIONS partitions,
 #    one uncompressed, one lz4, linger 20 ms and 256 KiB batches) and a small-record case
-#    (SMALL_RECORDS of SMALL_SIZE bytes, same layout);
+#    (SMALL_RECORDS of SMALL_SIZE bytes, same layout); with bench/Load.java (one Java producer on
+#    default settings) a many-partition case (MANY_RECORDS of MANY_SIZE bytes over MANY_TOPICS
+#    topics of MANY_PARTITIONS partitions, half of the topics lz4, keyless, so the default
+#    partitioner's 16 KiB batches) and a keyed case (KEYED_RECORDS of KEYED_SIZE bytes with
+#    KEYED_KEYS keys over 2 topics of KEYED_PARTITIONS partitions, zstd, linger.ms 5, so small
+#    compressed batches in every partition);
 # 2. per round (ROUNDS, the tools' order alternating): replicates each case's backlog into a
 #    fresh target with kmirror and with MirrorMaker 2 in dedicated mode (and the lz4 topic
 #    alone, for its CPU per GB), tuned as its docs
@@ -19,6 +24,11 @@
 #
 # Usage: bench/mirror-bench.sh     RECORDS=2000000 SIZE=1024 SMALL_RECORDS=5000000 SMALL_SIZE=100
 #                                  PARTITIONS=8 ROUNDS=3 LAT_RATE=5000 LAT_SECONDS=60
+#                                  MANY_RECORDS=2000000 MANY_SIZE=100 MANY_TOPICS=20 MANY_PARTITIONS=50
+#                                  KEYED_RECORDS=2000000 KEYED_SIZE=200 KEYED_KEYS=100000 KEYED_PARTITIONS=100
+#        CASES="large many" EXTRAS="latency" bench/mirror-bench.sh   a subset (before/after runs):
+#                                  CASES of large lz4 small many keyed, EXTRAS of record direct latency
+#        TOOLS=kmirror KMIRROR_BIN=/tmp/old-kmirror bench/mirror-bench.sh   kmirror alone (another build)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
 #        QUICK=1 bench/mirror-bench.sh   CI's regression guard (well under 2 minutes): kmirror only,
 #                                  next to the Java producer writing the same data straight into
@@ -31,6 +41,12 @@ if [[ $QUICK == 1 ]]; then RECORDS="${RECORDS:-200000}" PARTITIONS="${PARTITIONS
 RECORDS="${RECORDS:-2000000}" SIZE="${SIZE:-1024}" PARTITIONS="${PARTITIONS:-8}" ROUNDS="${ROUNDS:-3}"
 SMALL_RECORDS="${SMALL_RECORDS:-5000000}" SMALL_SIZE="${SMALL_SIZE:-100}"
 LAT_RATE="${LAT_RATE:-5000}" LAT_SECONDS="${LAT_SECONDS:-60}"
+MANY_RECORDS="${MANY_RECORDS:-2000000}" MANY_SIZE="${MANY_SIZE:-100}" MANY_TOPICS="${MANY_TOPICS:-20}" MANY_PARTITIONS="${MANY_PARTITIONS:-50}"
+KEYED_RECORDS="${KEYED_RECORDS:-2000000}" KEYED_SIZE="${KEYED_SIZE:-200}" KEYED_KEYS="${KEYED_KEYS:-100000}" KEYED_PARTITIONS="${KEYED_PARTITIONS:-100}"
+CASES="${CASES:-large lz4 small many keyed}" EXTRAS="${EXTRAS:-record direct latency}"
+has() { [[ " $1 " == *" $2 "* ]]; }
+# many-plain-0, ..., many-lz4-0, ...: the many-partition case's topics, half of them compressed
+many_topics() { local i; for i in $(seq 0 $((MANY_TOPICS / 2 - 1))); do printf 'many-%s-%s, ' "$1" "$i"; done | sed 's/, $//'; }
 H=scripts/kafka/kafka-harness.sh
 export KAFKA_HARNESS_RUN="${TMPDIR:-/tmp}/kmirror-bench-$$"
 cleanup() {
@@ -40,13 +56,13 @@ cleanup() {
 }
 trap cleanup EXIT
 bash $H fetch >/dev/null
-cargo build -q --release --bin kmirror
+[[ -n "${KMIRROR_BIN:-}" ]] || cargo build -q --release --bin kmirror
 K=${KMIRROR_BIN:-./target/release/kmirror}  # another build, for before/after figures
 CLK=$(getconf CLK_TCK)
 mkdir -p "$KAFKA_HARNESS_RUN"
 CP="$KAFKA_HARNESS_RUN/classes:$(bash $H classpath)"
 # Compiled once, so each use starts in well under a second.
-javac -nowarn -d "$KAFKA_HARNESS_RUN/classes" -cp "$CP" bench/WaitEnds.java bench/LatencyProbe.java
+javac -nowarn -d "$KAFKA_HARNESS_RUN/classes" -cp "$CP" bench/WaitEnds.java bench/LatencyProbe.java bench/Load.java
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick() { local p; for p in $(seq "$1" 2 "$2"); do if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi; done; exit 1; }
@@ -60,6 +76,12 @@ load() {  # load TOPIC CODEC RECORDS SIZE [PORT] -> the perf test's closing line
   tool topics --bootstrap-server "127.0.0.1:$port" --create --topic "$1" --partitions "$PARTITIONS" --replication-factor 1 >/dev/null
   tool producer-perf-test --topic "$1" --num-records "$3" --record-size "$4" --throughput -1 \
     --producer-props bootstrap.servers="127.0.0.1:$port" compression.type="$2" linger.ms=20 batch.size=262144 acks=all | tail -1
+}
+load_java() {  # load_java "T1, T2" PARTITIONS RECORDS SIZE [Load options] -> Load's closing line
+  local topics=$1 partitions=$2 records=$3 size=$4
+  shift 4
+  java -cp "$CP" Load --bootstrap "127.0.0.1:$PS" --topics "${topics//, /,}" --create-partitions "$partitions" \
+    --records "$records" --size "$size" "$@"
 }
 cpu_rss() {  # cpu_rss PID -> "cpu_seconds peak_rss_mb" (MM2 runs in one JVM)
   local t
@@ -124,6 +146,8 @@ backlog() {
     large) topics="plain, lz4" records=$RECORDS size=$SIZE ;;
     lz4) topics="lz4" records=$((RECORDS / 2)) size=$SIZE ;;  # the compressed topic alone, for its CPU per GB
     small) topics="small-plain, small-lz4" records=$SMALL_RECORDS size=$SMALL_SIZE ;;
+    many) topics="$(many_topics plain), $(many_topics lz4)" records=$MANY_RECORDS size=$MANY_SIZE ;;
+    keyed) topics="keyed-0, keyed-1" records=$KEYED_RECORDS size=$KEYED_SIZE ;;
   esac
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
   name="$tool-$case-$round"
@@ -218,25 +242,44 @@ if [[ ${LATENCY_ONLY:-0} == 1 ]]; then
   exit 0
 fi
 half=$((RECORDS / 2)) small_half=$((SMALL_RECORDS / 2))
-echo "load plain: $(load plain none "$half" "$SIZE")"
-echo "load lz4: $(load lz4 lz4 "$half" "$SIZE")"
-echo "load small-plain: $(load small-plain none "$small_half" "$SMALL_SIZE")"
-echo "load small-lz4: $(load small-lz4 lz4 "$small_half" "$SMALL_SIZE")"
+if has "$CASES" large || has "$CASES" lz4 || has "$EXTRAS" record; then
+  echo "load plain: $(load plain none "$half" "$SIZE")"
+  echo "load lz4: $(load lz4 lz4 "$half" "$SIZE")"
+fi
+if has "$CASES" small; then
+  echo "load small-plain: $(load small-plain none "$small_half" "$SMALL_SIZE")"
+  echo "load small-lz4: $(load small-lz4 lz4 "$small_half" "$SMALL_SIZE")"
+fi
+# (Assigned first, so a failed load stops the run under set -e.)
+if has "$CASES" many; then
+  out=$(load_java "$(many_topics plain)" "$MANY_PARTITIONS" $((MANY_RECORDS / 2)) "$MANY_SIZE")
+  echo "load many-plain-*: $out"
+  out=$(load_java "$(many_topics lz4)" "$MANY_PARTITIONS" $((MANY_RECORDS / 2)) "$MANY_SIZE" --compression lz4)
+  echo "load many-lz4-*: $out"
+fi
+if has "$CASES" keyed; then
+  out=$(load_java "keyed-0, keyed-1" "$KEYED_PARTITIONS" "$KEYED_RECORDS" "$KEYED_SIZE" \
+    --keys "$KEYED_KEYS" --compression zstd --linger-ms 5)
+  echo "load keyed-*: $out"
+fi
 # Written-back before the first run, so round 1 does not share the disk with the load's pages.
 sync
 sleep 3
 echo "kind	case	tool	round	wall_s|p50_ms	copy_s|p99_ms	MB/s|max_ms	rec/s|send_p50	cpu_s|send_p99	cpu_s/GB|cpu_s	rss_MB|rate	(rss_MB)"
 for round in $(seq 1 "$ROUNDS"); do
-  if ((round % 2)); then order="kmirror mm2"; else order="mm2 kmirror"; fi
-  for case in large lz4 small; do
+  tools="${TOOLS:-kmirror mm2}"
+  if ((round % 2)); then order="$tools"; else order="$(echo "$tools" | awk '{ for (i = NF; i; i--) printf "%s ", $i }')"; fi
+  for case in $CASES; do
     for t in $order; do backlog "$t" "$case" "$round"; done
   done
-  backlog kmirror-record large "$round"
-  direct "$round"
-  for t in $order; do latency "$t" "$round"; done
+  if has "$EXTRAS" record; then backlog kmirror-record large "$round"; fi
+  if has "$EXTRAS" direct; then direct "$round"; fi
+  if has "$EXTRAS" latency; then for t in $order; do latency "$t" "$round"; done; fi
 done
 cp "$ROWS" "${BENCH_ROWS:-/tmp/mirror-bench-rows.tsv}"
 echo
 echo "machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/Mem:/ { print $2 }') GiB; $(java -version 2>&1 | head -1); $(date -u +%F)"
-echo "large: $RECORDS x $SIZE B, small: $SMALL_RECORDS x $SMALL_SIZE B, $PARTITIONS partitions x 2 topics (none, lz4); $ROUNDS rounds; latency at $LAT_RATE rec/s for $LAT_SECONDS s"
+echo "cases: $CASES; extras: $EXTRAS; tools: ${TOOLS:-kmirror mm2}; kmirror: $K; $ROUNDS rounds"
+echo "large: $RECORDS x $SIZE B, small: $SMALL_RECORDS x $SMALL_SIZE B, $PARTITIONS partitions x 2 topics (none, lz4); latency at $LAT_RATE rec/s for $LAT_SECONDS s"
+echo "many: $MANY_RECORDS x $MANY_SIZE B over $MANY_TOPICS topics x $MANY_PARTITIONS partitions (half lz4, keyless, producer defaults); keyed: $KEYED_RECORDS x $KEYED_SIZE B, $KEYED_KEYS keys, 2 topics x $KEYED_PARTITIONS partitions, zstd, linger.ms 5"
 python3 bench/summarize.py "$ROWS"

@@ -55,7 +55,7 @@ def main(path):
         return "-" if not x or not y else f"{x / y:.2f}"
 
     print("\nratios of medians")
-    for case in ("large", "lz4", "small"):
+    for case in ("large", "lz4", "small", "many", "keyed"):
         k, m = ("backlog", case, "kmirror"), ("backlog", case, "mm2")
         if k in runs and m in runs:
             print(

@@ -53,6 +53,29 @@ pub struct FetcherConfig {
     pub buffer_bytes: usize,
 }
 
+/// The smallest buffer: one default-sized partition fetch, so a tiny `buffer.memory` cannot
+/// stall.
+const MIN_BUFFER: usize = 1 << 20;
+
+impl FetcherConfig {
+    /// A consumer's settings, with a buffer of `buffer_bytes` (at least 1 MiB). One partition
+    /// asks for at most a quarter of the buffer, so at least four partitions can hold data at
+    /// once (a partition allowed the whole buffer would hold up every other one).
+    pub fn from_tuning(tuning: &crate::settings::ConsumerTuning, buffer_bytes: usize) -> Self {
+        let buffer_bytes = buffer_bytes.clamp(MIN_BUFFER, i32::MAX as usize);
+        FetcherConfig {
+            isolation: tuning.isolation_level,
+            min_bytes: tuning.fetch_min_bytes.max(1),
+            max_wait: tuning.fetch_max_wait,
+            max_bytes: tuning.fetch_max_bytes.max(1),
+            partition_max_bytes: tuning
+                .max_partition_fetch_bytes
+                .clamp(1, (buffer_bytes / 4) as i32),
+            buffer_bytes,
+        }
+    }
+}
+
 impl Default for FetcherConfig {
     fn default() -> Self {
         // The Java consumer's defaults; the buffer as the Java producer's buffer.memory.
@@ -98,6 +121,9 @@ pub struct FetcherStats {
     /// Partitions sent back to routing (their leader moved, or their broker failed twice in a
     /// row), to go to whichever broker leads them after a metadata refresh.
     pub rerouted: u64,
+    /// Requests that failed as a whole (connection lost, timeout, a broker-level error); the
+    /// fetcher retries them itself.
+    pub failed_requests: u64,
 }
 
 /// Bytes of a delivered response; released when dropped.
@@ -242,6 +268,7 @@ struct Shared {
     /// Sums over every broker fetcher, past and present.
     stats: Mutex<SessionStats>,
     requests: AtomicU64,
+    failed_requests: AtomicU64,
     rerouted: AtomicU64,
     max_partitions: AtomicUsize,
     stop: watch::Receiver<bool>,
@@ -270,6 +297,7 @@ impl Fetcher {
             homeless,
             stats: Mutex::new(SessionStats::default()),
             requests: AtomicU64::new(0),
+            failed_requests: AtomicU64::new(0),
             rerouted: AtomicU64::new(0),
             max_partitions: AtomicUsize::new(0),
             stop,
@@ -330,6 +358,7 @@ impl Fetcher {
             session,
             max_partitions_per_request: self.shared.max_partitions.load(Ordering::SeqCst),
             rerouted: self.shared.rerouted.load(Ordering::SeqCst),
+            failed_requests: self.shared.failed_requests.load(Ordering::SeqCst),
         }
     }
 
@@ -339,7 +368,7 @@ impl Fetcher {
     }
 
     /// Stops every fetcher (closing their sessions) and waits for them.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let tasks: Vec<_> = std::mem::take(&mut *lock(&self.shared.tasks));
         for t in tasks {
@@ -531,6 +560,7 @@ impl BrokerFetcher {
             match result {
                 Ok(()) => self.failures = 0,
                 Err(e) => {
+                    self.shared.failed_requests.fetch_add(1, Ordering::SeqCst);
                     self.session.on_outcome(SessionOutcome::Failed);
                     if let Some(c) = self.conn.take() {
                         // A timed-out request leaves the connection in an unknown state.

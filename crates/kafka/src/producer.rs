@@ -217,6 +217,38 @@ impl PartitionLane {
         Ok(acked)
     }
 
+    /// Waits until the oldest batch in flight has its answer (or its request timed out), without
+    /// taking it; pending forever while nothing is in flight. Cancel-safe: a partition waits on
+    /// this and on its next fetched data at once, so acknowledgements (and stored positions)
+    /// follow as they arrive and several produces stay in flight while it waits for data.
+    pub async fn answered(&mut self) {
+        if !self.resolved.is_empty() {
+            return;
+        }
+        match self.in_flight.front_mut() {
+            Some(InFlight {
+                response: Some(r), ..
+            }) => r.ready().await,
+            // Not written: completing it resends it.
+            Some(_) => {}
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The batches whose answers are already there, in order, acknowledged (a failed answer runs
+    /// the usual recovery, which may wait). Never waits for an answer still on its way.
+    pub async fn take_answered(&mut self) -> Result<Vec<Acked>> {
+        let mut acked: Vec<Acked> = self.resolved.drain(..).collect();
+        while let Some(front) = self.in_flight.front_mut() {
+            if front.response.as_mut().is_some_and(|r| !r.is_ready()) {
+                break;
+            }
+            acked.push(self.complete_oldest().await?);
+            acked.extend(self.resolved.drain(..));
+        }
+        Ok(acked)
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }

@@ -332,3 +332,55 @@ async fn partitions_follow_their_leader_between_brokers() {
     drop(subs);
     fetcher.shutdown().await;
 }
+
+/// Idle partitions cost nothing and wake at once: with every partition at its end, the broker
+/// holds each request for `fetch.max.wait.ms` (so a second of idling takes a handful of
+/// requests, not one per partition per tick), and a record for one of them is delivered as soon
+/// as it is written, not when the wait ends. (It replaces the engine's former idle watch.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_partitions_wait_on_the_broker_and_wake_on_a_record() {
+    let c = Cluster::start("fetcher-idle", Security::Plaintext).unwrap();
+    let k = Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    create(&k, &["quiet"], 20).await;
+    let fetcher = Fetcher::start(
+        k.clone(),
+        FetcherConfig {
+            max_wait: Duration::from_secs(2),
+            ..FetcherConfig::default()
+        },
+    );
+    let mut subs: Vec<Subscription> = (0..20)
+        .map(|p| fetcher.subscribe("quiet", p, 0).unwrap())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = fetcher.stats().requests;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_requests = fetcher.stats().requests - before;
+    assert!(
+        idle_requests <= 3,
+        "3 s of 20 idle partitions took {idle_requests} requests; the broker's 2 s wait should hold each"
+    );
+    // Written while a long poll waits: delivered well before the poll's 2 s are over.
+    let t = tokio::time::Instant::now();
+    produce(&k, "quiet", 13, &batch(0, 3, 10)).await;
+    let ev = tokio::time::timeout(Duration::from_secs(10), subs[13].recv())
+        .await
+        .expect("the record arrives")
+        .expect("the fetcher is running");
+    let waited = t.elapsed();
+    match ev {
+        FetchEvent::Data { data, .. } => assert_eq!(data.batches[0].record_count(), 3),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        waited < Duration::from_millis(1500),
+        "the long poll answered when the record was written, not at its end: {waited:?}"
+    );
+    eprintln!("idle: {idle_requests} requests in 3 s for 20 partitions; a record arrived after {waited:?}");
+    subs.clear();
+    fetcher.shutdown().await;
+}

@@ -42,6 +42,14 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Fetch requests of a flow, by kind (`full`, `incremental`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchLabels {
+    pub source: String,
+    pub target: String,
+    pub kind: String,
+}
+
 /// Periodic work of a flow, by kind (`topic_refresh`, `config_sync`, `acl_sync`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoundLabels {
@@ -94,6 +102,12 @@ pub struct Metrics {
     pub buffered_bytes: Family<FlowLabels, Gauge>,
     /// Rounds of periodic work completed: a loop that stops counting has stopped working.
     pub rounds: Family<RoundLabels, Counter>,
+    /// Fetch requests sent to the source (one per broker carries all its partitions), by kind.
+    pub fetch_requests: Family<FetchLabels, Counter>,
+    /// Fetch sessions the source lost or refused, each followed by a full request (KIP-227).
+    pub fetch_session_fallbacks: Family<FlowLabels, Counter>,
+    /// The most partitions one fetch request carried so far.
+    pub fetch_max_partitions: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -132,6 +146,9 @@ impl Metrics {
             checkpoint_timestamp: Family::default(),
             buffered_bytes: Family::default(),
             rounds: Family::default(),
+            fetch_requests: Family::default(),
+            fetch_session_fallbacks: Family::default(),
+            fetch_max_partitions: Family::default(),
         };
         registry.register(
             "record_count",
@@ -250,6 +267,21 @@ impl Metrics {
             "Rounds of a flow's periodic work completed, by kind: topic_refresh (topic discovery), config_sync, acl_sync",
             m.rounds.clone(),
         );
+        registry.register(
+            "fetch_requests",
+            "Fetch requests sent to the source, by kind: full or incremental (KIP-227 fetch sessions); one request per broker carries all its partitions",
+            m.fetch_requests.clone(),
+        );
+        registry.register(
+            "fetch_session_fallbacks",
+            "Fetch sessions the source broker lost or refused (a restart, a full session cache), each followed by a full fetch request",
+            m.fetch_session_fallbacks.clone(),
+        );
+        registry.register(
+            "fetch_max_partitions_per_request",
+            "The most partitions one fetch request carried",
+            m.fetch_max_partitions.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -307,6 +339,13 @@ impl FlowLabels {
     }
     pub fn round(&self, kind: &str) -> RoundLabels {
         RoundLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            kind: kind.to_string(),
+        }
+    }
+    pub fn fetch(&self, kind: &str) -> FetchLabels {
+        FetchLabels {
             source: self.source.clone(),
             target: self.target.clone(),
             kind: kind.to_string(),

@@ -256,6 +256,20 @@ async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() 
         "LogAppendTime batches are re-encoded"
     );
 
+    // Fetched per broker, not per partition: requests carried several partitions, and the
+    // fetch session went incremental (the broker's one node leads all 6 partitions).
+    kmirror_testkit::eventually(10, "fetch metrics exported", || async {
+        m.sum("kmirror_fetch_requests_total", &[("kind", "incremental")]) > 0.0
+            && m.sum("kmirror_fetch_max_partitions_per_request", &[]) >= 2.0
+    })
+    .await;
+    let full = m.sum("kmirror_fetch_requests_total", &[("kind", "full")]);
+    let incremental = m.sum("kmirror_fetch_requests_total", &[("kind", "incremental")]);
+    eprintln!(
+        "fetch requests: {full} full, {incremental} incremental, up to {} partitions each",
+        m.sum("kmirror_fetch_max_partitions_per_request", &[])
+    );
+
     // The source's topic configs, minus MM2's excluded keys, were set at creation.
     let configs = b.describe_topic_configs("A.orders").await.unwrap();
     // (value, set as a topic override: ConfigSource 1)

@@ -71,9 +71,21 @@ pub struct ResponseFuture<R: Request> {
     version: i16,
     timeout: Duration,
     rx: oneshot::Receiver<Result<Bytes>>,
+    /// When the request was written: [`ResponseFuture::ready`] gives up `timeout` after it.
+    submitted: tokio::time::Instant,
+    /// What [`ResponseFuture::ready`] saw, kept for [`ResponseFuture::wait`].
+    arrived: Option<Arrived>,
     /// The connection's flag: a request that times out marks it failed.
     closed: Arc<AtomicBool>,
     _r: std::marker::PhantomData<fn() -> R>,
+}
+
+#[derive(Debug)]
+enum Arrived {
+    Body(Result<Bytes>),
+    /// The connection ended before the answer.
+    Dropped,
+    TimedOut,
 }
 
 impl<R: Request> ResponseFuture<R> {
@@ -84,9 +96,46 @@ impl<R: Request> ResponseFuture<R> {
         self
     }
 
+    /// Waits until the answer is there, the connection ended, or the request timeout (counted
+    /// from the write) passed, without taking the answer: [`ResponseFuture::wait`] then returns
+    /// at once. Cancel-safe, so a caller can wait for its oldest produce and for new data at the
+    /// same time (`tokio::select!`) without losing either.
+    pub async fn ready(&mut self) {
+        if self.arrived.is_some() {
+            return;
+        }
+        let arrived =
+            match tokio::time::timeout_at(self.submitted + self.timeout, &mut self.rx).await {
+                Err(_) => Arrived::TimedOut,
+                Ok(Err(_)) => Arrived::Dropped,
+                Ok(Ok(body)) => Arrived::Body(body),
+            };
+        self.arrived = Some(arrived);
+    }
+
+    /// Whether [`ResponseFuture::wait`] would return without waiting (looks, never blocks).
+    pub fn is_ready(&mut self) -> bool {
+        if self.arrived.is_none() {
+            self.arrived = match self.rx.try_recv() {
+                Ok(body) => Some(Arrived::Body(body)),
+                Err(oneshot::error::TryRecvError::Closed) => Some(Arrived::Dropped),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+            };
+        }
+        self.arrived.is_some()
+    }
+
     pub async fn wait(self) -> Result<R::Response> {
-        let body = match tokio::time::timeout(self.timeout, self.rx).await {
-            Err(_) => {
+        let arrived = match self.arrived {
+            Some(a) => a,
+            None => match tokio::time::timeout(self.timeout, self.rx).await {
+                Err(_) => Arrived::TimedOut,
+                Ok(Err(_)) => Arrived::Dropped,
+                Ok(Ok(body)) => Arrived::Body(body),
+            },
+        };
+        let body = match arrived {
+            Arrived::TimedOut => {
                 // A broker that does not answer in time may never answer on this connection
                 // (a half-open socket, a broker that accepted but stalled): the next request
                 // must open a new one instead of waiting on this one again. Requests the broker
@@ -98,12 +147,12 @@ impl<R: Request> ResponseFuture<R> {
                     after: self.timeout,
                 });
             }
-            Ok(Err(_)) => {
+            Arrived::Dropped => {
                 return Err(KafkaError::Disconnected {
                     broker: self.broker,
                 })
             }
-            Ok(Ok(r)) => r?,
+            Arrived::Body(r) => r?,
         };
         decode_body::<R::Response>(&self.broker, self.api, self.version, body)
     }
@@ -331,6 +380,8 @@ impl Connection {
             version,
             timeout: self.request_timeout,
             rx,
+            submitted: tokio::time::Instant::now(),
+            arrived: None,
             closed: self.closed.clone(),
             _r: std::marker::PhantomData,
         })
@@ -572,6 +623,12 @@ mod tests {
     /// A broker that completes the ApiVersions handshake and then reads requests without ever
     /// answering them (a stalled broker, or a half-open connection).
     async fn silent_broker() -> (u16, tokio::task::JoinHandle<()>) {
+        fake_broker(None).await
+    }
+
+    /// A broker that completes the ApiVersions handshake, then answers every Metadata request
+    /// with an empty response `answer_after` later, or never (`None`).
+    async fn fake_broker(answer_after: Option<Duration>) -> (u16, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .unwrap();
@@ -601,15 +658,33 @@ mod tests {
             let len = (buf.len() - 4) as i32;
             buf[..4].copy_from_slice(&len.to_be_bytes());
             s.write_all(&buf).await.unwrap();
-            while read_frame(&mut s).await.is_ok() {}
+            while let Ok(mut frame) = read_frame(&mut s).await {
+                let Some(delay) = answer_after else { continue };
+                tokio::time::sleep(delay).await;
+                // Metadata v9+ uses the flexible request header (v2) and response header (v1).
+                let version = i16::from_be_bytes([frame[2], frame[3]]);
+                let flexible = version >= 9;
+                let header =
+                    RequestHeader::decode(&mut frame, if flexible { 2 } else { 1 }).unwrap();
+                let mut buf = BytesMut::new();
+                buf.put_i32(0);
+                ResponseHeader::default()
+                    .with_correlation_id(header.correlation_id)
+                    .encode(&mut buf, if flexible { 1 } else { 0 })
+                    .unwrap();
+                kafka_protocol::messages::MetadataResponse::default()
+                    .encode(&mut buf, version)
+                    .unwrap();
+                let len = (buf.len() - 4) as i32;
+                buf[..4].copy_from_slice(&len.to_be_bytes());
+                s.write_all(&buf).await.unwrap();
+            }
         });
         (port, task)
     }
 
-    #[tokio::test]
-    async fn a_request_that_times_out_marks_its_connection_failed() {
-        let (port, task) = silent_broker().await;
-        let settings = ClientSettings {
+    fn settings_for(port: u16, request_timeout: Duration) -> ClientSettings {
+        ClientSettings {
             bootstrap: vec![BrokerAddress {
                 host: "127.0.0.1".into(),
                 port,
@@ -618,8 +693,76 @@ mod tests {
             sasl: None,
             tls: None,
             client_id: None,
-            request_timeout: Duration::from_millis(300),
-        };
+            request_timeout,
+        }
+    }
+
+    /// `ready` is cancelled (as `select!` does when another branch wins) before the answer is
+    /// there, waited on again, and the answer is still there for `wait`, at once.
+    #[tokio::test]
+    async fn ready_is_cancel_safe_and_keeps_the_answer() {
+        let (port, task) = fake_broker(Some(Duration::from_millis(300))).await;
+        let settings = settings_for(port, Duration::from_secs(5));
+        let conn = Connection::connect("127.0.0.1", port, "1@fake".into(), &settings)
+            .await
+            .unwrap();
+        let version = conn.version::<MetadataRequest>().unwrap();
+        let mut f = conn
+            .submit(&MetadataRequest::default(), version)
+            .await
+            .unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(50), f.ready()).await;
+        assert!(early.is_err(), "no answer within 50 ms");
+        assert!(!f.is_ready());
+        tokio::time::timeout(Duration::from_secs(3), f.ready())
+            .await
+            .expect("the answer arrives after the cancelled wait");
+        assert!(f.is_ready());
+        let t = std::time::Instant::now();
+        f.wait().await.expect("the answer kept by ready");
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(!conn.is_closed());
+        task.abort();
+    }
+
+    /// A request nobody answers: `ready` ends at the request timeout counted from the write,
+    /// and `wait` then reports the timeout at once and fails the connection.
+    #[tokio::test]
+    async fn ready_ends_at_the_request_timeout() {
+        let (port, task) = silent_broker().await;
+        let settings = settings_for(port, Duration::from_millis(400));
+        let conn = Connection::connect("127.0.0.1", port, "1@silent".into(), &settings)
+            .await
+            .unwrap();
+        let version = conn.version::<MetadataRequest>().unwrap();
+        let t = std::time::Instant::now();
+        let mut f = conn
+            .submit(&MetadataRequest::default(), version)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        f.ready().await;
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(380) && waited < Duration::from_millis(1000),
+            "ready ended {waited:?} after the write, not 400 ms after its own start"
+        );
+        let t = std::time::Instant::now();
+        let err = f.wait().await.unwrap_err();
+        assert!(matches!(err, KafkaError::Timeout { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_millis(100));
+        assert!(conn.is_closed(), "a timed-out connection is failed");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_request_that_times_out_marks_its_connection_failed() {
+        let (port, task) = silent_broker().await;
+        let settings = settings_for(port, Duration::from_millis(300));
         let conn = Connection::connect("127.0.0.1", port, "1@silent".into(), &settings)
             .await
             .unwrap();

@@ -17,6 +17,7 @@ use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
+use kmirror_kafka::fetcher::{Fetcher, FetcherConfig};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -239,15 +240,21 @@ async fn replicate(
             });
             own.into_iter().chain(process_limiter).collect()
         },
-        budget: Arc::new(super::budget::Budget::new(
-            flow.clients.producer_tuning.buffer_memory,
-        )),
-        idle: Arc::new(super::idle_watch::IdleWatch::new(
+        fetcher: Arc::new(Fetcher::start(
             source.clone(),
-            flow.clients.consumer_tuning.isolation_level,
-            flow.clients.consumer_tuning.fetch_max_wait,
+            FetcherConfig::from_tuning(
+                &flow.clients.consumer_tuning,
+                usize::try_from(flow.clients.producer_tuning.buffer_memory).unwrap_or(0),
+            ),
         )),
     });
+    let fetch_metrics_stop = Shutdown::default();
+    let fetch_metrics = tokio::spawn(super::fetch_metrics::export(
+        ctx.fetcher.clone(),
+        metrics.clone(),
+        labels.clone(),
+        fetch_metrics_stop.clone(),
+    ));
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();
     let topic_sync = (flow.sync_topic_configs.enabled || flow.sync_topic_acls.enabled).then(|| {
@@ -299,6 +306,9 @@ async fn replicate(
         let _ = t.await;
     }
     control.stop_all().await;
+    control.ctx.fetcher.shutdown().await;
+    fetch_metrics_stop.trigger();
+    let _ = fetch_metrics.await;
     writer_stop.trigger();
     let _ = writer.await;
     syncs_stop.trigger();

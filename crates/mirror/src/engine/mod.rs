@@ -8,20 +8,22 @@
 //!   (so every record keeps its append time) and a first batch that starts before the position.
 //!   Small batches that arrive back to back are merged (records re-encoded with their codec), so
 //!   a producer writing a batch per record does not cost a produce request per record.
+//! - Fetching: one fetcher per source broker serves all of a flow's partitions it leads (one
+//!   Fetch request per broker, in an incremental fetch session, KIP-227), and the broker's own
+//!   wait (`fetch.max.wait.ms`) wakes idle partitions, not a timer.
 //! - Memory: bytes fetched and not yet acknowledged stay within the producer's `buffer.memory`
-//!   (`budget`); idle partitions wait on one long poll per broker (`idle_watch`), not a timer.
+//!   (the fetcher's buffer; a response's share is released with its last batch's ack).
 //! - read_committed by default: control batches and aborted transactions are not copied.
 //! - Nothing is lost across crashes: a position is stored only after the target acknowledged
 //!   every record before it, so MM2 and kmirror can take over from each other.
 //!
-//! Not yet: sharing partitions among processes (the control loop already starts and stops
-//! partition tasks one by one), topic config and ACL sync, offset syncs and checkpoints.
+//! Not yet: sharing a flow's partitions among processes (issue 17; the control loop already
+//! starts and stops partition tasks one by one).
 
-mod budget;
 mod checkpoints;
+mod fetch_metrics;
 mod flow;
 mod heartbeats;
-mod idle_watch;
 mod log_reader;
 mod offset_syncs;
 mod partition;

@@ -3,8 +3,6 @@
 //! source offset to the positions board. Several produces stay in flight (the lane keeps order),
 //! so a high-latency link does not serialize on round trips.
 
-use super::budget::{self, Budget};
-use super::idle_watch::IdleWatch;
 use super::offset_syncs::Outbox;
 use super::positions::Board;
 use super::Shutdown;
@@ -14,6 +12,7 @@ use crate::offsets::runs::Runs;
 use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Fetcher, Subscription};
 use kmirror_kafka::producer::{Acked, IdempotentProducer};
 use kmirror_kafka::records::{decode_batch, encode_within, BatchOptions, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
@@ -21,8 +20,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::OwnedSemaphorePermit;
 
 /// Source batches smaller than this that follow each other in a response are merged into one
 /// target batch. A producer with `linger.ms=0` at a moderate rate writes a batch per record or
@@ -77,14 +74,6 @@ fn small_run(
     n.max(1)
 }
 
-/// Pauses between failed fetches: doubling from the first to the last (a leader election
-/// usually ends within the first few).
-const FETCH_RETRY_FIRST: Duration = Duration::from_millis(50);
-const FETCH_RETRY_MAX: Duration = Duration::from_millis(800);
-
-/// The longest an idle partition waits for the idle watch before fetching again anyway.
-const IDLE_RECHECK: Duration = Duration::from_secs(1);
-
 /// What a partition task needs from its flow.
 pub(super) struct Context {
     pub(super) flow: FlowConfig,
@@ -100,10 +89,10 @@ pub(super) struct Context {
     pub(super) labels: FlowLabels,
     /// The flow's and the process's rate limits, paid for each fetched response.
     pub(super) limiters: Vec<Arc<super::throttle::RateLimiter>>,
-    /// Bytes fetched and not yet acknowledged, shared by the flow's partitions.
-    pub(super) budget: Arc<Budget>,
-    /// Wakes a partition that found nothing as soon as its source has records.
-    pub(super) idle: Arc<IdleWatch>,
+    /// One fetcher per source broker for all of the flow's partitions (one Fetch request per
+    /// broker, in an incremental session, with the broker's own wait). Its buffer is the flow's
+    /// memory budget: bytes fetched and not yet acknowledged by the target (`buffer.memory`).
+    pub(super) fetcher: Arc<Fetcher>,
 }
 
 /// Why a partition stopped for good (until restart or an operator acts).
@@ -163,6 +152,12 @@ impl PartitionTask {
     /// Runs until stopped; returns why the partition stopped for good, if it did.
     pub(super) async fn run(self) -> Result<(), Stopped> {
         let labels = self.ctx.labels.partition(&self.remote, self.partition);
+        // A task started again (a re-created topic, a restarted flow) is no longer stopped.
+        self.ctx
+            .metrics
+            .partition_stopped
+            .get_or_create(&labels)
+            .set(0);
         let result = self.copy(&labels).await;
         if let Err(e) = &result {
             tracing::error!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition stopped");
@@ -230,6 +225,7 @@ impl PartitionTask {
         // Without a stored position the start is looked up once: a retry before the first
         // acknowledgement must not jump to a newer `latest` and skip what arrived meanwhile.
         let mut start: Option<i64> = None;
+        let mut sub: Option<Subscription> = None;
         loop {
             let next = match (acked_through, start) {
                 (Some(o), _) => o + 1,
@@ -248,8 +244,25 @@ impl PartitionTask {
                     Err(e) => return Err(self.fatal(next_or(acked_through), e)),
                 },
             };
+            // One subscription for the task's life: after a failure it seeks back to the first
+            // unacknowledged offset, and whatever the fetcher delivered for the old position is
+            // dropped (the seek starts a new generation).
+            let feed = match &mut sub {
+                Some(feed) => {
+                    feed.seek(next);
+                    feed
+                }
+                None => match self
+                    .ctx
+                    .fetcher
+                    .subscribe(&self.topic, self.partition, next)
+                {
+                    Ok(feed) => sub.insert(feed),
+                    Err(e) => return Err(self.fatal(next, e)),
+                },
+            };
             match self
-                .copy_from(next, &producer, &g, &mut acked_through)
+                .copy_from(feed, next, &producer, &g, &mut acked_through)
                 .await
             {
                 Ok(()) => return Ok(()),
@@ -274,9 +287,12 @@ impl PartitionTask {
         }
     }
 
-    /// Copies from `next` until stopped. On return, everything acknowledged is on the board.
+    /// Copies what `feed` delivers from `next` on until stopped, with acknowledgements taken as
+    /// they arrive (several produces stay in flight while the partition waits for data). On
+    /// return, everything acknowledged is on the board.
     async fn copy_from(
         &self,
+        feed: &mut Subscription,
         mut next: i64,
         producer: &Arc<IdempotentProducer>,
         g: &Gauges,
@@ -284,8 +300,7 @@ impl PartitionTask {
     ) -> Result<(), Failure> {
         let start = next;
         let flow = &self.ctx.flow;
-        let tuning = &flow.clients.consumer_tuning;
-        let isolation = tuning.isolation_level;
+        let isolation = flow.clients.consumer_tuning.isolation_level;
         let codec = Codec::from(flow.clients.producer_tuning.compression);
         let mut lane = producer.lane(&self.remote, self.partition).with_limits(
             flow.clients.producer_tuning.max_request_size as usize,
@@ -330,79 +345,53 @@ impl PartitionTask {
                 )
             };
         }
-        let mut batch_age_ts = None;
-        let budget = &self.ctx.budget;
-        let fetch_size = budget.fetch_size(tuning.max_partition_fetch_bytes);
+        let fetcher = &self.ctx.fetcher;
         let merge_limit = self.merge_limit();
-        let mut fetch_failures = 0u32;
-        while !self.stop.is_triggered() {
-            let mut permit = match budget.try_take(fetch_size) {
-                Some(p) => Some(p),
-                None => {
-                    // Wait for the budget holding none of it: what this partition has in
-                    // flight is released by its acknowledgements, which only it collects.
-                    flush_and_report!();
-                    tokio::select! {
-                        p = budget.take(fetch_size) => p,
-                        _ = self.stop.wait() => break,
+        // The newest record's timestamp, and whether everything fetched so far was the log's
+        // end: the replication latency is measured when such a batch is acknowledged.
+        let mut batch_age_ts = None;
+        let mut caught_up = false;
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = self.stop.wait() => break,
+                _ = lane.answered() => {
+                    let acked = lane
+                        .take_answered()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?;
+                    report(acked, acked_through, &mut in_flight);
+                    if in_flight.is_empty() && caught_up {
+                        if let Some(ts) = batch_age_ts {
+                            g.latency.set(super::now_ms() - ts);
+                        }
                     }
+                    g.buffered.set(fetcher.buffered() as i64);
+                    continue;
                 }
+                event = feed.recv() => event,
             };
-            // One attempt at a time: retrying inside the client would hold this partition's
-            // share of the budget while its broker is away, starving healthy partitions.
-            let fetched = self
-                .ctx
-                .source
-                .fetch_attempt(
-                    &self.topic,
-                    self.partition,
-                    next,
-                    fetch_size as i32,
-                    // Brokers answer one request per connection at a time, and partitions share
-                    // a connection per broker: a long poll for an idle partition would hold up
-                    // the others. Ask without waiting; an idle partition waits on the idle watch.
-                    Duration::ZERO,
-                    isolation,
-                )
-                .await;
-            let f = match fetched {
-                Ok(f) => f,
-                Err(KafkaError::OffsetOutOfRange {
+            let (f, share) = match event {
+                Some(FetchEvent::Data { data, share }) => (data, share),
+                Some(FetchEvent::OutOfRange {
                     requested,
                     log_start,
                     log_end,
-                    ..
                 }) => {
                     flush_and_report!();
                     return Err(self.out_of_range(requested, log_start, log_end));
                 }
-                Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "fetch failed; retrying");
-                    self.count_error("fetch");
-                    // Let go of the budget, including what acknowledged batches still hold.
-                    drop(permit.take());
+                Some(FetchEvent::Failed(e)) => {
                     flush_and_report!();
-                    if e.is_stale_metadata() {
-                        let _ = self.ctx.source.refresh_metadata(Some(&[&self.topic])).await;
-                    }
-                    let pause = FETCH_RETRY_FIRST * 2u32.pow(fetch_failures.min(4));
-                    fetch_failures += 1;
-                    if self.stop.sleep(pause.min(FETCH_RETRY_MAX)).await {
-                        break;
-                    }
-                    continue;
-                }
-                Err(e) => {
                     return Err(Failure::Stop(self.fatal(next, e)));
                 }
+                // The fetcher stopped: the flow is ending.
+                None => break,
             };
-            fetch_failures = 0;
-            let fetched_bytes: usize = f.batches.iter().map(|b| b.bytes().len()).sum();
-            budget::keep(&mut permit, fetched_bytes);
-            g.buffered.set(budget.used() as i64);
+            g.buffered.set(fetcher.buffered() as i64);
             if !self.ctx.limiters.is_empty() {
                 for l in &self.ctx.limiters {
-                    l.acquire(fetched_bytes, &self.stop).await;
+                    l.acquire(share.bytes(), &self.stop).await;
                 }
             }
             let end = match isolation {
@@ -422,6 +411,7 @@ impl PartitionTask {
                     && b.offsets_contiguous()
                     && !b.is_log_append_time()
             };
+            let mut share = Some(share);
             let mut i = 0;
             while i < batches.len() {
                 let b = batches[i];
@@ -456,7 +446,7 @@ impl PartitionTask {
                         .acknowledged(&self.topic, self.partition, b.last_offset());
                 }
                 for (batch, ups, tag) in sent {
-                    in_flight.push_back((ups, None));
+                    in_flight.push_back((ups, Vec::new()));
                     let size = batch.bytes().len() as u64;
                     let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
@@ -477,40 +467,23 @@ impl PartitionTask {
                 g.age.set(super::now_ms() - last.max_timestamp());
             }
             // The response's memory goes back once everything now in flight is acknowledged
-            // (acknowledgements come in order, so with the newest batch in flight).
-            if let (Some(p), Some((_, share))) = (permit.take(), in_flight.back_mut()) {
-                match share {
-                    Some(held) => held.merge(p),
-                    None => *share = Some(p),
-                }
+            // (acknowledgements come in order, so with the newest batch in flight); with
+            // nothing in flight it goes back now.
+            if let (Some(share), Some((_, held))) = (share.take(), in_flight.back_mut()) {
+                held.push(share);
             }
-            let fetched_end = f.batches.last().map(|b| b.last_offset() + 1);
-            if let Some(e) = fetched_end {
+            if let Some(e) = f.batches.last().map(|b| b.last_offset() + 1) {
                 // Also past control batches and aborted data at the end of the response.
                 next = next.max(e);
             }
             g.lag.set((end - next).max(0));
-            if fetched_end.is_none() {
-                // Caught up: wait for the acknowledgements so the position gets stored, then
-                // for new records. (After a non-empty fetch the loop fetches again at once,
-                // with its batches still in flight: records that arrived meanwhile follow
-                // without waiting a produce round trip.)
-                flush_and_report!();
+            caught_up = next >= end;
+            if caught_up && in_flight.is_empty() {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
-                g.buffered.set(budget.used() as i64);
-                let wait = self.ctx.idle.wait(
-                    &self.topic,
-                    self.partition,
-                    next,
-                    IDLE_RECHECK.max(tuning.fetch_max_wait),
-                );
-                tokio::select! {
-                    _ = wait => {}
-                    _ = self.stop.wait() => break,
-                }
             }
+            g.buffered.set(fetcher.buffered() as i64);
         }
         flush_and_report!();
         Ok(())
@@ -685,9 +658,9 @@ impl PartitionTask {
     }
 }
 
-/// A batch sent and not yet acknowledged: its source offsets, and the share of the memory
-/// budget its acknowledgement releases.
-type InFlight = (SourceOffsets, Option<OwnedSemaphorePermit>);
+/// A batch sent and not yet acknowledged: its source offsets, and the shares of the memory
+/// budget (fetched responses) its acknowledgement releases.
+type InFlight = (SourceOffsets, Vec<BufferShare>);
 
 enum Failure {
     /// Transient: resume from the last acknowledged offset.

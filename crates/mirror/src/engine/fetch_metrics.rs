@@ -1,0 +1,98 @@
+//! The flow's fetcher counters as metrics. The fetcher (kafka crate) keeps plain totals and
+//! knows nothing of Prometheus; this copies their growth into the flow's metrics once a second
+//! and once more when the flow stops.
+
+use super::Shutdown;
+use crate::metrics::{FlowLabels, Metrics};
+use kmirror_kafka::fetcher::{Fetcher, FetcherStats};
+use std::sync::Arc;
+use std::time::Duration;
+
+const EVERY: Duration = Duration::from_secs(1);
+
+pub(super) async fn export(
+    fetcher: Arc<Fetcher>,
+    metrics: Arc<Metrics>,
+    labels: FlowLabels,
+    stop: Shutdown,
+) {
+    let mut was = FetcherStats::default();
+    loop {
+        let stopped = stop.sleep(EVERY).await;
+        let now = fetcher.stats();
+        add(&metrics, &labels, &was, &now);
+        was = now;
+        if stopped {
+            return;
+        }
+    }
+}
+
+/// Adds what grew between two readings.
+fn add(m: &Metrics, labels: &FlowLabels, was: &FetcherStats, now: &FetcherStats) {
+    let grew = |a: u64, b: u64| b.saturating_sub(a);
+    m.fetch_requests
+        .get_or_create(&labels.fetch("full"))
+        .inc_by(grew(was.session.full_requests, now.session.full_requests));
+    m.fetch_requests
+        .get_or_create(&labels.fetch("incremental"))
+        .inc_by(grew(
+            was.session.incremental_requests,
+            now.session.incremental_requests,
+        ));
+    m.fetch_session_fallbacks
+        .get_or_create(labels)
+        .inc_by(grew(was.session.fallbacks, now.session.fallbacks));
+    // One count per failed request (for all of a broker's partitions), not per partition.
+    m.errors
+        .get_or_create(&labels.error("fetch"))
+        .inc_by(grew(was.failed_requests, now.failed_requests));
+    m.fetch_max_partitions
+        .get_or_create(labels)
+        .set(now.max_partitions_per_request as i64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_kafka::fetch_session::SessionStats;
+
+    fn stats(full: u64, incremental: u64, fallbacks: u64, failed: u64) -> FetcherStats {
+        FetcherStats {
+            requests: full + incremental,
+            session: SessionStats {
+                full_requests: full,
+                incremental_requests: incremental,
+                fallbacks,
+                ..SessionStats::default()
+            },
+            max_partitions_per_request: 7,
+            rerouted: 0,
+            failed_requests: failed,
+        }
+    }
+
+    #[test]
+    fn only_growth_is_added() {
+        let m = Metrics::new();
+        let labels = FlowLabels {
+            source: "A".into(),
+            target: "B".into(),
+        };
+        let a = stats(1, 10, 0, 0);
+        let b = stats(2, 25, 1, 3);
+        add(&m, &labels, &FetcherStats::default(), &a);
+        add(&m, &labels, &a, &b);
+        add(&m, &labels, &b, &b);
+        let text = m.render();
+        for want in [
+            r#"kmirror_fetch_requests_total{source="A",target="B",kind="full"} 2"#,
+            r#"kmirror_fetch_requests_total{source="A",target="B",kind="incremental"} 25"#,
+            r#"kmirror_fetch_session_fallbacks_total{source="A",target="B"} 1"#,
+            r#"kmirror_errors_total{source="A",target="B",kind="fetch"} 3"#,
+            r#"kmirror_fetch_max_partitions_per_request{source="A",target="B"} 7"#,
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
+    }
+}
