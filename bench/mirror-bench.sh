@@ -27,8 +27,16 @@
 #                                  MANY_RECORDS=2000000 MANY_SIZE=100 MANY_TOPICS=20 MANY_PARTITIONS=50
 #                                  KEYED_RECORDS=2000000 KEYED_SIZE=200 KEYED_KEYS=100000 KEYED_PARTITIONS=100
 #        CASES="large many" EXTRAS="latency" bench/mirror-bench.sh   a subset (before/after runs):
-#                                  CASES of large lz4 small many keyed, EXTRAS of record direct latency
+#                                  CASES of large lz4 small many keyed, EXTRAS of record direct latency scale
+#        CASES= EXTRAS=scale bench/mirror-bench.sh   scale figures only: SCALE_TOPICS x SCALE_PARTITIONS
+#                                  (100 x 100 = 10,000) partitions holding SCALE_RECORDS keyed records;
+#                                  per tool the time from its start to the first and to the last record on
+#                                  a fresh target, its CPU while every partition is idle (IDLE_SECONDS,
+#                                  as % of one core) and its peak RSS; a tool that has not copied
+#                                  everything within SCALE_TIMEOUT s is reported, not waited for
 #        TOOLS=kmirror KMIRROR_BIN=/tmp/old-kmirror bench/mirror-bench.sh   kmirror alone (another build)
+#        TOOLS="kmirror-before kmirror mm2" KMIRROR_BEFORE_BIN=/tmp/old-kmirror LAT_TOOLS="kmirror-before kmirror"
+#                                  bench/mirror-bench.sh   before/after and MM2 in one run, on the same data
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
 #        QUICK=1 bench/mirror-bench.sh   CI's regression guard (well under 2 minutes): kmirror only,
 #                                  next to the Java producer writing the same data straight into
@@ -37,13 +45,52 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK="${QUICK:-0}"
+# scale TOOL ROUND: the scale topics into a fresh target; appends a row
+#   scale - TOOL ROUND first_s last_s idle_cpu_pct rss_MB (first_s/last_s "-" when not reached)
+scale_topics() { local i; for i in $(seq 0 $((SCALE_TOPICS - 1))); do printf 'scale-%s, ' "$i"; done | sed 's/, $//'; }
+scale() {
+  local tool=$1 round=$2 name port cfg out t0 first done c0 c1 rss idle
+  name="$tool-scale-$round"
+  port=$(pick 19792 19890)
+  KAFKA_HEAP=1g bash $H start "dst-$name" "$port" >/dev/null
+  cfg="$KAFKA_HARNESS_RUN/$name.properties"
+  config "$port" "$(scale_topics)" plain >"$cfg"
+  out="$KAFKA_HARNESS_RUN/$name.wait"
+  java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$(scale_topics)" | sed 's/, /,A./g')" \
+    --records "$SCALE_RECORDS" --timeout-seconds "$SCALE_TIMEOUT" >"$out" 2>"$out.err" &
+  local wpid=$!
+  sleep 1
+  t0=$(now_ms)
+  start_tool "$tool" "$cfg" "$name"
+  if wait "$wpid"; then
+    first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
+    # Settled (positions stored, the last produces answered), then idle.
+    sleep 10
+    c0=$(awk '{ print $14 + $15 }' "/proc/$KPID/stat")
+    sleep "$IDLE_SECONDS"
+    c1=$(awk '{ print $14 + $15 }' "/proc/$KPID/stat")
+    idle=$(awk -v a="$c0" -v b="$c1" -v c="$CLK" -v s="$IDLE_SECONDS" 'BEGIN { printf "%.2f", (b - a) / c / s * 100 }')
+    first=$(awk -v f="$first" -v t="$t0" 'BEGIN { printf "%.1f", (f - t) / 1000 }')
+    done=$(awk -v d="$done" -v t="$t0" 'BEGIN { printf "%.1f", (d - t) / 1000 }')
+  else
+    echo "bench: $tool did not copy the scale topics within $SCALE_TIMEOUT s: $(cat "$out.err")" >&2
+    first=- done=- idle=-
+  fi
+  rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$KPID/status")
+  stop_tool "$tool" "$name"
+  bash $H stop "dst-$name" >/dev/null
+  printf 'scale\t-\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$round" "$first" "$done" "$idle" "$rss" | tee -a "$ROWS"
+}
+
 if [[ $QUICK == 1 ]]; then RECORDS="${RECORDS:-200000}" PARTITIONS="${PARTITIONS:-4}"; fi
 RECORDS="${RECORDS:-2000000}" SIZE="${SIZE:-1024}" PARTITIONS="${PARTITIONS:-8}" ROUNDS="${ROUNDS:-3}"
 SMALL_RECORDS="${SMALL_RECORDS:-5000000}" SMALL_SIZE="${SMALL_SIZE:-100}"
 LAT_RATE="${LAT_RATE:-5000}" LAT_SECONDS="${LAT_SECONDS:-60}"
 MANY_RECORDS="${MANY_RECORDS:-2000000}" MANY_SIZE="${MANY_SIZE:-100}" MANY_TOPICS="${MANY_TOPICS:-20}" MANY_PARTITIONS="${MANY_PARTITIONS:-50}"
 KEYED_RECORDS="${KEYED_RECORDS:-2000000}" KEYED_SIZE="${KEYED_SIZE:-200}" KEYED_KEYS="${KEYED_KEYS:-100000}" KEYED_PARTITIONS="${KEYED_PARTITIONS:-100}"
-CASES="${CASES:-large lz4 small many keyed}" EXTRAS="${EXTRAS:-record direct latency}"
+SCALE_TOPICS="${SCALE_TOPICS:-100}" SCALE_PARTITIONS="${SCALE_PARTITIONS:-100}" SCALE_RECORDS="${SCALE_RECORDS:-200000}"
+IDLE_SECONDS="${IDLE_SECONDS:-60}" SCALE_TIMEOUT="${SCALE_TIMEOUT:-900}"
+CASES="${CASES-large lz4 small many keyed}" EXTRAS="${EXTRAS-record direct latency}"
 has() { [[ " $1 " == *" $2 "* ]]; }
 # many-plain-0, ..., many-lz4-0, ...: the many-partition case's topics, half of them compressed
 many_topics() { local i; for i in $(seq 0 $((MANY_TOPICS / 2 - 1))); do printf 'many-%s-%s, ' "$1" "$i"; done | sed 's/, $//'; }
@@ -69,7 +116,7 @@ pick() { local p; for p in $(seq "$1" 2 "$2"); do if port_free "$p" && port_free
 now_ms() { date +%s%3N; }
 tool() { bash $H tool "$@" 2>/dev/null; }
 PS=$(pick 19692 19790)
-bash $H start src "$PS" >/dev/null
+if has "${EXTRAS-}" scale; then KAFKA_HEAP=1g bash $H start src "$PS" >/dev/null; else bash $H start src "$PS" >/dev/null; fi
 
 load() {  # load TOPIC CODEC RECORDS SIZE [PORT] -> the perf test's closing line
   local port=${5:-$PS}
@@ -126,6 +173,10 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
     kmirror | kmirror-record)
       $K run "$2" --metrics-address off --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
+    kmirror-before)  # another build of kmirror, for before/after figures in one run
+      "${KMIRROR_BEFORE_BIN:?set KMIRROR_BEFORE_BIN for the kmirror-before tool}" run "$2" --metrics-address off \
+        --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
+      KPID=$! ;;
     mm2)
       bash $H mm2 -d "$3" "$2" >/dev/null
       KPID=$(cat "$KAFKA_HARNESS_RUN/$3/mm2.pid") ;;
@@ -157,14 +208,23 @@ backlog() {
   config "$port" "$topics" tuned "$extra" >"$cfg"
   out="$KAFKA_HARNESS_RUN/$name.wait"
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
-    --records "$records" --timeout-seconds 900 >"$out" 2>"$out.err" &
+    --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" >"$out" 2>"$out.err" &
   local wpid=$!
   sleep 1
   t0=$(now_ms)
   start_tool "$tool" "$cfg" "$name"
   stats=$(cpu_rss "$KPID")
   while kill -0 "$wpid" 2>/dev/null; do stats=$(cpu_rss "$KPID"); sleep 0.2; done
-  wait "$wpid" || { echo "bench: $name did not complete: $(cat "$out.err")" >&2; exit 1; }
+  if ! wait "$wpid"; then
+    # Reported and recorded, not fatal: one tool failing a case (MM2 running out of heap, say)
+    # must not throw away the rest of a long run.
+    echo "bench: $name did not complete: $(cat "$out.err"); see $KAFKA_HARNESS_RUN/$name*" >&2
+    stop_tool "$tool" "$name"
+    bash $H stop "dst-$name" >/dev/null
+    printf 'backlog\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\t-\t-\n' "$case" "$tool" "$round" | tee -a "$ROWS"
+    KEEP_RUN=1
+    return 0
+  fi
   stats=$(cpu_rss "$KPID")
   stop_tool "$tool" "$name"
   bash $H stop "dst-$name" >/dev/null
@@ -262,6 +322,10 @@ if has "$CASES" keyed; then
     --keys "$KEYED_KEYS" --compression zstd --linger-ms 5)
   echo "load keyed-*: $out"
 fi
+if has "$EXTRAS" scale; then
+  out=$(load_java "$(scale_topics)" "$SCALE_PARTITIONS" "$SCALE_RECORDS" 100 --keys 1000000)
+  echo "load scale-*: $out"
+fi
 # Written-back before the first run, so round 1 does not share the disk with the load's pages.
 sync
 sleep 3
@@ -274,12 +338,14 @@ for round in $(seq 1 "$ROUNDS"); do
   done
   if has "$EXTRAS" record; then backlog kmirror-record large "$round"; fi
   if has "$EXTRAS" direct; then direct "$round"; fi
-  if has "$EXTRAS" latency; then for t in $order; do latency "$t" "$round"; done; fi
+  if has "$EXTRAS" latency; then for t in ${LAT_TOOLS:-$order}; do latency "$t" "$round"; done; fi
+  if has "$EXTRAS" scale; then for t in $order; do scale "$t" "$round"; done; fi
 done
 cp "$ROWS" "${BENCH_ROWS:-/tmp/mirror-bench-rows.tsv}"
 echo
 echo "machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/Mem:/ { print $2 }') GiB; $(java -version 2>&1 | head -1); $(date -u +%F)"
 echo "cases: $CASES; extras: $EXTRAS; tools: ${TOOLS:-kmirror mm2}; kmirror: $K; $ROUNDS rounds"
 echo "large: $RECORDS x $SIZE B, small: $SMALL_RECORDS x $SMALL_SIZE B, $PARTITIONS partitions x 2 topics (none, lz4); latency at $LAT_RATE rec/s for $LAT_SECONDS s"
+echo "scale: $SCALE_TOPICS topics x $SCALE_PARTITIONS partitions, $SCALE_RECORDS keyed records of 100 B, idle CPU over $IDLE_SECONDS s"
 echo "many: $MANY_RECORDS x $MANY_SIZE B over $MANY_TOPICS topics x $MANY_PARTITIONS partitions (half lz4, keyless, producer defaults); keyed: $KEYED_RECORDS x $KEYED_SIZE B, $KEYED_KEYS keys, 2 topics x $KEYED_PARTITIONS partitions, zstd, linger.ms 5"
 python3 bench/summarize.py "$ROWS"

@@ -4,6 +4,7 @@
 Rows (tab-separated):
   backlog CASE TOOL ROUND wall_s copy_s MB/s records/s cpu_s cpu_s_per_GB rss_MB
   latency -    TOOL ROUND p50_ms p99_ms max_ms send_p50_ms send_p99_ms cpu_s sent_rate rss_MB
+  scale   -    TOOL ROUND first_s last_s idle_cpu_pct rss_MB
 """
 import statistics
 import sys
@@ -11,6 +12,7 @@ from collections import defaultdict
 
 BACKLOG = ["wall_s", "copy_s", "MB/s", "rec/s", "cpu_s", "cpu_s/GB", "rss_MB"]
 LATENCY = ["p50_ms", "p99_ms", "max_ms", "send_p50_ms", "send_p99_ms", "cpu_s", "rate", "rss_MB"]
+SCALE = ["first_s", "last_s", "idle_cpu_%_of_a_core", "rss_MB"]
 
 
 def num(v):
@@ -40,7 +42,7 @@ def main(path):
             s += " (" + fmt.format(min(vals)) + "-" + fmt.format(max(vals)) + ")"
         return s
 
-    for kind, names in (("backlog", BACKLOG), ("latency", LATENCY)):
+    for kind, names in (("backlog", BACKLOG), ("latency", LATENCY), ("scale", SCALE)):
         keys = sorted(k for k in runs if k[0] == kind)
         if not keys:
             continue
@@ -63,6 +65,13 @@ def main(path):
                 f"{ratio(m, k, 1)}x), CPU-s/GB kmirror/MM2 {ratio(k, m, 5)}, "
                 f"peak RSS kmirror/MM2 {ratio(k, m, 6)}"
             )
+    for case in ("large", "lz4", "small", "many", "keyed"):
+        k, b = ("backlog", case, "kmirror"), ("backlog", case, "kmirror-before")
+        if k in runs and b in runs:
+            print(
+                f"{case}: kmirror after/before: throughput {ratio(k, b, 2)}x (copy phase only: "
+                f"{ratio(b, k, 1)}x), CPU-s/GB {ratio(k, b, 5)}, peak RSS {ratio(k, b, 6)}"
+            )
     k, d = ("backlog", "large", "kmirror"), ("backlog", "large", "direct")
     if k in runs and d in runs:
         print(f"large: kmirror / direct produce (the limit) {ratio(k, d, 2)} of its MB/s")
@@ -70,6 +79,12 @@ def main(path):
     if r in runs and k in runs:
         print(
             f"large: record mode / batch mode: MB/s {ratio(r, k, 2)}, CPU-s/GB {ratio(r, k, 5)}"
+        )
+    k, b = ("latency", "-", "kmirror"), ("latency", "-", "kmirror-before")
+    if k in runs and b in runs:
+        print(
+            f"latency kmirror after/before: p50 {ratio(k, b, 0)}, p99 {ratio(k, b, 1)}, "
+            f"max {ratio(k, b, 2)}, CPU {ratio(k, b, 5)}"
         )
     k, m = ("latency", "-", "kmirror"), ("latency", "-", "mm2")
     if k in runs and m in runs:

@@ -124,6 +124,9 @@ pub struct FetcherStats {
     /// Requests that failed as a whole (connection lost, timeout, a broker-level error); the
     /// fetcher retries them itself.
     pub failed_requests: u64,
+    /// Partition errors in answers that the fetcher retries itself (a stale leader sends the
+    /// partition back to routing, other retriable errors back off).
+    pub partition_errors: u64,
 }
 
 /// Bytes of a delivered response; released when dropped.
@@ -136,6 +139,19 @@ pub struct BufferShare {
 impl BufferShare {
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// A share of a buffer of its own, counted nowhere else: for data that did not come
+    /// through a fetcher (scripted feeds in tests).
+    pub fn detached(bytes: usize) -> BufferShare {
+        BufferShare {
+            bytes,
+            buffer: Arc::new(Buffer {
+                capacity: bytes,
+                used: AtomicUsize::new(bytes),
+                freed: Notify::new(),
+            }),
+        }
     }
 }
 
@@ -213,13 +229,21 @@ impl Slot {
 pub struct Subscription {
     slot: Arc<Slot>,
     rx: mpsc::Receiver<(u64, FetchEvent)>,
+    /// The fetcher's stop (set by `shutdown`, or by a fetcher task that panicked).
+    stopped: watch::Receiver<bool>,
+    buffer: Arc<Buffer>,
 }
 
 impl Subscription {
-    /// The next event; `None` once the fetcher stopped. Cancel-safe.
+    /// The next event; `None` once the fetcher stopped (shut down, or one of its tasks
+    /// panicked) and nothing is left to take. Cancel-safe.
     pub async fn recv(&mut self) -> Option<FetchEvent> {
         loop {
-            let (generation, event) = self.rx.recv().await?;
+            let (generation, event) = tokio::select! {
+                biased;
+                e = self.rx.recv() => e?,
+                _ = self.stopped.wait_for(|stopped| *stopped) => return None,
+            };
             self.slot.wake();
             if generation == self.slot.lock().generation {
                 return Some(event);
@@ -236,6 +260,11 @@ impl Subscription {
             s.out_of_range = false;
         }
         self.slot.wake();
+    }
+
+    /// Bytes the fetcher has delivered (to every subscription) and not yet seen released.
+    pub fn buffered(&self) -> usize {
+        self.buffer.used.load(Ordering::SeqCst)
     }
 
     /// The next offset the fetcher will ask for.
@@ -265,10 +294,13 @@ struct Shared {
     brokers: Mutex<HashMap<i32, BrokerHandle>>,
     /// Partitions without a usable leader, routed again after one metadata refresh for all.
     homeless: mpsc::UnboundedSender<Arc<Slot>>,
+    /// Stops every task of the fetcher (and ends subscriptions' `recv`).
+    halt: watch::Sender<bool>,
     /// Sums over every broker fetcher, past and present.
     stats: Mutex<SessionStats>,
     requests: AtomicU64,
     failed_requests: AtomicU64,
+    partition_errors: AtomicU64,
     rerouted: AtomicU64,
     max_partitions: AtomicUsize,
     stop: watch::Receiver<bool>,
@@ -279,12 +311,24 @@ struct Shared {
 #[derive(Debug)]
 pub struct Fetcher {
     shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
+}
+
+/// Stops the whole fetcher when a task of it panics: its subscriptions must not wait for data
+/// that will never come.
+struct StopOnPanic(Arc<Shared>);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("a fetcher task panicked; the fetcher stops");
+            self.0.halt.send_replace(true);
+        }
+    }
 }
 
 impl Fetcher {
     pub fn start(cluster: Arc<KafkaCluster>, config: FetcherConfig) -> Fetcher {
-        let (stop_tx, stop) = watch::channel(false);
+        let (halt, stop) = watch::channel(false);
         let (homeless, homeless_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             cluster,
@@ -295,9 +339,11 @@ impl Fetcher {
             }),
             brokers: Mutex::new(HashMap::new()),
             homeless,
+            halt,
             stats: Mutex::new(SessionStats::default()),
             requests: AtomicU64::new(0),
             failed_requests: AtomicU64::new(0),
+            partition_errors: AtomicU64::new(0),
             rerouted: AtomicU64::new(0),
             max_partitions: AtomicUsize::new(0),
             stop,
@@ -305,10 +351,7 @@ impl Fetcher {
         });
         let router = tokio::spawn(route_homeless(shared.clone(), homeless_rx));
         lock(&shared.tasks).push(router);
-        Fetcher {
-            shared,
-            stop: stop_tx,
-        }
+        Fetcher { shared }
     }
 
     /// Starts fetching `topic`-`partition` from `offset`. The topic id is taken from the
@@ -348,7 +391,12 @@ impl Fetcher {
                 let _ = self.shared.homeless.send(slot.clone());
             }
         }
-        Ok(Subscription { slot, rx })
+        Ok(Subscription {
+            slot,
+            rx,
+            stopped: self.shared.stop.clone(),
+            buffer: self.shared.buffer.clone(),
+        })
     }
 
     pub fn stats(&self) -> FetcherStats {
@@ -359,6 +407,7 @@ impl Fetcher {
             max_partitions_per_request: self.shared.max_partitions.load(Ordering::SeqCst),
             rerouted: self.shared.rerouted.load(Ordering::SeqCst),
             failed_requests: self.shared.failed_requests.load(Ordering::SeqCst),
+            partition_errors: self.shared.partition_errors.load(Ordering::SeqCst),
         }
     }
 
@@ -369,7 +418,7 @@ impl Fetcher {
 
     /// Stops every fetcher (closing their sessions) and waits for them.
     pub async fn shutdown(&self) {
-        let _ = self.stop.send(true);
+        self.shared.halt.send_replace(true);
         let tasks: Vec<_> = std::mem::take(&mut *lock(&self.shared.tasks));
         for t in tasks {
             let _ = t.await;
@@ -379,7 +428,7 @@ impl Fetcher {
 
 impl Drop for Fetcher {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.shared.halt.send_replace(true);
     }
 }
 
@@ -428,6 +477,7 @@ impl Shared {
 /// Routes partitions that lost their leader: one metadata refresh for all of them, then each
 /// goes to its new leader's fetcher; those still without one wait and try again.
 async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc<Slot>>) {
+    let _guard = StopOnPanic(shared.clone());
     let mut stop = shared.stop.clone();
     let mut waiting: Vec<Arc<Slot>> = Vec::new();
     let mut delay = Duration::from_millis(50);
@@ -455,7 +505,7 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
             let now_id = md.topics.get(&*slot.topic).map(|t| t.id);
             if now_id.is_some_and(|id| id != slot.topic_id && !slot.topic_id.is_nil()) {
                 let generation = slot.lock().generation;
-                let _ = slot.tx.try_send((
+                let failed = slot.tx.try_send((
                     generation,
                     FetchEvent::Failed(KafkaError::Broker {
                         broker: "metadata".into(),
@@ -467,6 +517,11 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
                         )),
                     }),
                 ));
+                // Its consumer has not taken the data before it yet: tell it next round, or it
+                // would wait for events that never come.
+                if let Err(mpsc::error::TrySendError::Full(_)) = failed {
+                    still.push(slot);
+                }
                 continue;
             }
             match shared.cluster.leader_of(&slot.topic, slot.partition) {
@@ -517,6 +572,7 @@ struct BrokerFetcher {
 
 impl BrokerFetcher {
     async fn run(mut self) {
+        let _guard = StopOnPanic(self.shared.clone());
         let mut stop = self.shared.stop.clone();
         loop {
             if *stop.borrow() {
@@ -780,6 +836,16 @@ impl BrokerFetcher {
         let by_id: HashMap<uuid::Uuid, &SessionPartition> =
             wanted.keys().map(|k| (k.topic_id, k)).collect();
         let mut verdicts: Vec<(SessionPartition, Verdict)> = Vec::new();
+        // Each partition's records are a slice of the whole response: one partition whose
+        // consumer holds its data would keep every other partition's bytes of it in memory
+        // too, far past what the buffer counts. With several partitions, each gets a copy.
+        let with_data = resp
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+            .count();
+        let detach = with_data > 1;
         for t in resp.responses {
             for p in t.partitions {
                 // The response names the topic as the request did.
@@ -803,7 +869,7 @@ impl BrokerFetcher {
                 let Some(&generation) = generations.get(&key) else {
                     continue; // in the session from before, not asked for this time
                 };
-                let verdict = self.on_partition(&conn, &slot, generation, p).await;
+                let verdict = self.on_partition(&conn, &slot, generation, p, detach).await;
                 verdicts.push((key, verdict));
             }
         }
@@ -825,6 +891,7 @@ impl BrokerFetcher {
         slot: &Slot,
         generation: u64,
         p: kafka_protocol::messages::fetch_response::PartitionData,
+        detach: bool,
     ) -> Verdict {
         if slot.lock().generation != generation {
             return Verdict::Keep; // sought meanwhile: this answer is for the old position
@@ -850,15 +917,20 @@ impl BrokerFetcher {
                         return Verdict::Keep;
                     }
                 };
-                slot.lock().out_of_range = true;
-                let _ = slot.tx.try_send((
-                    generation,
-                    FetchEvent::OutOfRange {
-                        requested,
-                        log_start,
-                        log_end,
-                    },
-                ));
+                // A seek during the lookups wins: pausing its new position would stall the
+                // partition for good (its consumer drops this generation's event).
+                let mut s = slot.lock();
+                if s.generation == generation {
+                    s.out_of_range = true;
+                    let _ = slot.tx.try_send((
+                        generation,
+                        FetchEvent::OutOfRange {
+                            requested,
+                            log_start,
+                            log_end,
+                        },
+                    ));
+                }
                 return Verdict::Keep;
             }
             Some(
@@ -870,7 +942,10 @@ impl BrokerFetcher {
                 | ResponseError::KafkaStorageError
                 | ResponseError::UnknownTopicId
                 | ResponseError::InconsistentTopicId,
-            ) => return Verdict::Reroute,
+            ) => {
+                self.shared.partition_errors.fetch_add(1, Ordering::SeqCst);
+                return Verdict::Reroute;
+            }
             Some(e) if e.is_retriable() && e != ResponseError::CorruptMessage => {
                 self.back_off(slot);
                 return Verdict::Keep;
@@ -890,6 +965,11 @@ impl BrokerFetcher {
         }
         let position = slot.lock().position;
         let records = p.records.unwrap_or_default();
+        let records = if detach {
+            bytes::Bytes::copy_from_slice(&records)
+        } else {
+            records
+        };
         let bytes = records.len();
         let batches = match split_batches(records) {
             Ok((b, _truncated)) => b,
@@ -938,6 +1018,13 @@ impl BrokerFetcher {
                 .map(|a| (a.producer_id.0, a.first_offset))
                 .collect(),
         };
+        // The generation is checked again under the lock that a seek takes: a seek since the
+        // check above must not be overwritten by this answer's end (the records between the
+        // sought offset and it would never be delivered).
+        let mut s = slot.lock();
+        if s.generation != generation {
+            return Verdict::Keep;
+        }
         // The partition was asked for only with room in its channel, and only this fetcher
         // sends to it, so this cannot be full; a closed one is a dropped subscription.
         if slot
@@ -945,12 +1032,13 @@ impl BrokerFetcher {
             .try_send((generation, FetchEvent::Data { data, share }))
             .is_ok()
         {
-            slot.lock().position = last + 1;
+            s.position = last + 1;
         }
         Verdict::Keep
     }
 
     fn back_off(&self, slot: &Slot) {
+        self.shared.partition_errors.fetch_add(1, Ordering::SeqCst);
         let mut s = slot.lock();
         s.backoff_attempt = (s.backoff_attempt + 1).min(5);
         s.backoff_until = Some(

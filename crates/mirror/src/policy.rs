@@ -366,14 +366,17 @@ mod tests {
 
         proptest! {
             /// format → parse gives back the source and the topic, for any separator that does not
-            /// occur in the alias.
+            /// occur in the alias (nor across its end).
             #[test]
             fn remote_names_round_trip(
                 alias in "[A-Za-z0-9-]{1,8}",
                 topic in "[A-Za-z0-9._-]{1,20}",
                 sep in proptest::sample::select(vec![".", "_", "__", "-x-", "::"]),
             ) {
-                prop_assume!(!alias.contains(sep));
+                // The separator must first occur right after the alias: alias "-x" with
+                // separator "-x-" gives "-x-x-A", which Java's split (and so MM2) reads as
+                // source "" too.
+                prop_assume!(format!("{alias}{sep}").find(sep) == Some(alias.len()));
                 let p = default_with(sep);
                 let remote = p.format_remote_topic(&a(&alias), &topic);
                 // Java split drops trailing empty pieces: a topic made only of separators is

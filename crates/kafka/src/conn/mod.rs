@@ -71,8 +71,10 @@ pub struct ResponseFuture<R: Request> {
     version: i16,
     timeout: Duration,
     rx: oneshot::Receiver<Result<Bytes>>,
-    /// When the request was written: [`ResponseFuture::ready`] gives up `timeout` after it.
-    submitted: tokio::time::Instant,
+    /// Set by the first [`ResponseFuture::ready`]: it gives up `timeout` after that call, as
+    /// `wait` does after its own start. (Counting from the write would time out requests that
+    /// queue behind others on a busy connection, since a broker answers them one at a time.)
+    deadline: Option<tokio::time::Instant>,
     /// What [`ResponseFuture::ready`] saw, kept for [`ResponseFuture::wait`].
     arrived: Option<Arrived>,
     /// The connection's flag: a request that times out marks it failed.
@@ -97,19 +99,23 @@ impl<R: Request> ResponseFuture<R> {
     }
 
     /// Waits until the answer is there, the connection ended, or the request timeout (counted
-    /// from the write) passed, without taking the answer: [`ResponseFuture::wait`] then returns
-    /// at once. Cancel-safe, so a caller can wait for its oldest produce and for new data at the
-    /// same time (`tokio::select!`) without losing either.
+    /// from the first call) passed, without taking the answer: [`ResponseFuture::wait`] then
+    /// returns at once. Cancel-safe, so a caller can wait for its oldest produce and for new
+    /// data at the same time (`tokio::select!`) without losing either; the deadline stays that
+    /// of the first call.
     pub async fn ready(&mut self) {
         if self.arrived.is_some() {
             return;
         }
-        let arrived =
-            match tokio::time::timeout_at(self.submitted + self.timeout, &mut self.rx).await {
-                Err(_) => Arrived::TimedOut,
-                Ok(Err(_)) => Arrived::Dropped,
-                Ok(Ok(body)) => Arrived::Body(body),
-            };
+        let timeout = self.timeout;
+        let deadline = *self
+            .deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + timeout);
+        let arrived = match tokio::time::timeout_at(deadline, &mut self.rx).await {
+            Err(_) => Arrived::TimedOut,
+            Ok(Err(_)) => Arrived::Dropped,
+            Ok(Ok(body)) => Arrived::Body(body),
+        };
         self.arrived = Some(arrived);
     }
 
@@ -380,7 +386,7 @@ impl Connection {
             version,
             timeout: self.request_timeout,
             rx,
-            submitted: tokio::time::Instant::now(),
+            deadline: None,
             arrived: None,
             closed: self.closed.clone(),
             _r: std::marker::PhantomData,
@@ -729,8 +735,9 @@ mod tests {
         task.abort();
     }
 
-    /// A request nobody answers: `ready` ends at the request timeout counted from the write,
-    /// and `wait` then reports the timeout at once and fails the connection.
+    /// A request nobody answers: `ready` ends at the request timeout counted from its first
+    /// call (not from the write, nor from a later call after a cancelled one), and `wait` then
+    /// reports the timeout at once and fails the connection.
     #[tokio::test]
     async fn ready_ends_at_the_request_timeout() {
         let (port, task) = silent_broker().await;
@@ -739,17 +746,20 @@ mod tests {
             .await
             .unwrap();
         let version = conn.version::<MetadataRequest>().unwrap();
-        let t = std::time::Instant::now();
         let mut f = conn
             .submit(&MetadataRequest::default(), version)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Queued behind others for a while: not counted.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = std::time::Instant::now();
+        let cancelled = tokio::time::timeout(Duration::from_millis(150), f.ready()).await;
+        assert!(cancelled.is_err());
         f.ready().await;
         let waited = t.elapsed();
         assert!(
             waited >= Duration::from_millis(380) && waited < Duration::from_millis(1000),
-            "ready ended {waited:?} after the write, not 400 ms after its own start"
+            "ready ended {waited:?} after its first call, not 400 ms after it"
         );
         let t = std::time::Instant::now();
         let err = f.wait().await.unwrap_err();

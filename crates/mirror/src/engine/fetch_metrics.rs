@@ -43,10 +43,12 @@ fn add(m: &Metrics, labels: &FlowLabels, was: &FetcherStats, now: &FetcherStats)
     m.fetch_session_fallbacks
         .get_or_create(labels)
         .inc_by(grew(was.session.fallbacks, now.session.fallbacks));
-    // One count per failed request (for all of a broker's partitions), not per partition.
-    m.errors
-        .get_or_create(&labels.error("fetch"))
-        .inc_by(grew(was.failed_requests, now.failed_requests));
+    // One count per failed request (for all of a broker's partitions) and one per partition
+    // error in an answer; the fetcher retries both itself.
+    m.errors.get_or_create(&labels.error("fetch")).inc_by(
+        grew(was.failed_requests, now.failed_requests)
+            + grew(was.partition_errors, now.partition_errors),
+    );
     m.fetch_max_partitions
         .get_or_create(labels)
         .set(now.max_partitions_per_request as i64);
@@ -58,6 +60,7 @@ mod tests {
     use kmirror_kafka::fetch_session::SessionStats;
 
     fn stats(full: u64, incremental: u64, fallbacks: u64, failed: u64) -> FetcherStats {
+        // Failures split between whole requests and partitions, to see both counted.
         FetcherStats {
             requests: full + incremental,
             session: SessionStats {
@@ -68,7 +71,8 @@ mod tests {
             },
             max_partitions_per_request: 7,
             rerouted: 0,
-            failed_requests: failed,
+            failed_requests: failed - failed / 2,
+            partition_errors: failed / 2,
         }
     }
 

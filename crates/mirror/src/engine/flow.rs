@@ -391,6 +391,30 @@ impl Control {
         let md = ctx.source.metadata();
         let decisions = discovery::decide(flow, md.topics.keys().map(String::as_str));
         let (mut topics, mut partitions) = (0, 0);
+        // New remote topics are created together first (the loop below then finds them).
+        let wanted: Vec<(String, String, i32)> = decisions
+            .iter()
+            .filter_map(|d| {
+                let t = md.topics.get(&d.source)?;
+                let ok = t.error.is_none() && !t.partitions.is_empty();
+                let remote = d.remote.clone().filter(|_| ok)?;
+                Some((d.source.clone(), remote, t.partitions.len() as i32))
+            })
+            .collect();
+        let created_now = match remote_topics::create_missing(
+            flow,
+            &ctx.source,
+            &ctx.target,
+            &wanted,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(flow = %flow.id, error = %e, "creating remote topics together failed; one at a time");
+                Default::default()
+            }
+        };
         for d in decisions {
             let Some(remote) = d.remote else {
                 if self.first_round {
@@ -420,6 +444,10 @@ impl Control {
             .await
             {
                 Ok(e) => {
+                    let e = match (e, created_now.get(&remote)) {
+                        (Ensured::Exists, Some(&configs)) => Ensured::Created { configs },
+                        (e, _) => e,
+                    };
                     let created = matches!(e, Ensured::Created { .. });
                     if self.reported.remove(&d.source).is_some() {
                         tracing::info!(flow = %flow.id, topic = %d.source, "topic recovered");

@@ -23,6 +23,7 @@
 mod checkpoints;
 mod fetch_metrics;
 mod flow;
+mod forward;
 mod heartbeats;
 mod log_reader;
 mod offset_syncs;

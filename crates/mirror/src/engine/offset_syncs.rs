@@ -51,7 +51,7 @@ impl Outbox {
             }
         }
     }
-    fn take(&self, max: usize) -> Vec<OffsetSync> {
+    pub(super) fn take(&self, max: usize) -> Vec<OffsetSync> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let n = q.len().min(max);
         q.drain(..n).collect()

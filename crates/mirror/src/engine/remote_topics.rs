@@ -99,6 +99,59 @@ pub async fn ensure(
     })
 }
 
+/// Creates every remote topic of `wanted` (source topic, remote topic, partitions) that the
+/// target does not have yet, in one DescribeConfigs (source) and one CreateTopics request per
+/// 100 topics, then refreshes the target's metadata once. Returns the remote topics created,
+/// with how many configs each got. One topic at a time, a source with hundreds of topics
+/// waited seconds per topic before its last partitions started copying. A topic the target
+/// refuses is left out here; [`ensure`] tries it again on its own and reports why.
+pub async fn create_missing(
+    flow: &FlowConfig,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    wanted: &[(String, String, i32)],
+) -> Result<std::collections::BTreeMap<String, usize>, KafkaError> {
+    let md = target.metadata();
+    let missing: Vec<&(String, String, i32)> = wanted
+        .iter()
+        .filter(|(_, remote, _)| !md.topics.contains_key(remote))
+        .collect();
+    let mut created = std::collections::BTreeMap::new();
+    if missing.len() < 2 {
+        return Ok(created); // nothing to batch: `ensure` does it
+    }
+    let names: Vec<String> = missing.iter().map(|(t, _, _)| t.clone()).collect();
+    let configs = source.describe_topics_configs(&names).await?;
+    let new: Vec<NewTopic> = missing
+        .iter()
+        .filter_map(|(topic, remote, partitions)| {
+            let entries = configs.get(topic)?.as_ref().ok()?;
+            Some(NewTopic {
+                name: remote.clone(),
+                partitions: *partitions,
+                replication_factor: flow.replication_factor,
+                configs: creation_configs(flow, entries),
+            })
+        })
+        .collect();
+    for chunk in new.chunks(100) {
+        for (name, err) in target.create_topics(chunk, false).await? {
+            if err.is_none() {
+                let n = chunk
+                    .iter()
+                    .find(|t| t.name == name)
+                    .map_or(0, |t| t.configs.len());
+                created.insert(name, n);
+            }
+        }
+    }
+    if !created.is_empty() {
+        let names: Vec<&str> = created.keys().map(String::as_str).collect();
+        target.refresh_metadata(Some(&names)).await?;
+    }
+    Ok(created)
+}
+
 /// The `cleanup.policy` of a source topic and of its existing remote topic, when they differ
 /// (a compacted source copied into a `delete` topic loses keys to retention, and the reverse
 /// keeps only the last record per key).

@@ -1,0 +1,999 @@
+//! Forwarding one source partition: what arrives from the fetcher goes to the target (batch
+//! mode, merged small batches, or record mode when records must change), acknowledgements move
+//! the position on the board and feed offset syncs and checkpoints, and failures are sorted
+//! into retry, continue and stop. The I/O sits behind two seams, [`Feed`] (the fetcher's
+//! subscription) and [`Sink`] (the producer's lane for the remote partition), so these
+//! decisions are unit-tested without brokers.
+
+use super::offset_syncs::Outbox;
+use super::positions::Board;
+use super::throttle::RateLimiter;
+use super::Shutdown;
+use crate::config::model::{FlowConfig, OnTruncation};
+use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
+use crate::offsets::runs::Runs;
+use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
+use kmirror_kafka::batch::{Codec, RawBatch};
+use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Subscription};
+use kmirror_kafka::producer::{Acked, PartitionLane};
+use kmirror_kafka::records::{decode_batch, encode_within, BatchOptions, Record};
+use kmirror_kafka::{IsolationLevel, KafkaError};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// Where a partition's data comes from: the fetcher's subscription.
+pub(super) trait Feed: Send {
+    /// The next event; `None` once the fetcher stopped. Cancel-safe.
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<FetchEvent>> + Send;
+    /// Bytes the flow holds fetched and not yet acknowledged (for the metric).
+    fn buffered(&self) -> usize;
+}
+
+/// Where it goes: the producer's lane for the remote partition, acknowledging in order.
+pub(super) trait Sink: Send {
+    fn send(
+        &mut self,
+        tag: i64,
+        batch: RawBatch,
+    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
+    fn flush(&mut self)
+        -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
+    /// Ready once the oldest batch in flight has its answer; pending while nothing is in
+    /// flight. Cancel-safe.
+    fn answered(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// The acknowledgements whose answers are there, in order.
+    fn take_answered(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
+}
+
+impl Feed for Subscription {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<FetchEvent>> + Send {
+        Subscription::recv(self)
+    }
+    fn buffered(&self) -> usize {
+        Subscription::buffered(self)
+    }
+}
+
+impl Sink for PartitionLane {
+    fn send(
+        &mut self,
+        tag: i64,
+        batch: RawBatch,
+    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+        PartitionLane::send(self, tag, batch)
+    }
+    fn flush(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+        PartitionLane::flush(self)
+    }
+    fn answered(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        PartitionLane::answered(self)
+    }
+    fn take_answered(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+        PartitionLane::take_answered(self)
+    }
+}
+
+/// Source batches smaller than this that follow each other in a response are merged into one
+/// target batch. A producer with `linger.ms=0` at a moderate rate writes a batch per record or
+/// two, and the target takes one produce request per batch and partition (at most five in
+/// flight): forwarded one by one they would cap a partition at a few thousand records per
+/// second. Large batches are always forwarded untouched.
+const SMALL_BATCH: usize = 16 * 1024;
+
+/// A merged run stays below this (and below half of `max.request.size`).
+const MERGED_MAX: usize = 256 * 1024;
+
+/// How a source batch reached the target (the `mode` label of `kmirror_batches_total`).
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Forwarded as fetched.
+    Batch,
+    /// Small batches merged, records re-encoded with their codec.
+    Merged,
+    /// Decoded, filtered or transformed, re-encoded with the producer's codec.
+    Record,
+}
+
+/// How many batches from the start of `batches` form a run to merge: consecutive, each
+/// forwardable as is, small, with the same codec, with no offset gap between them, and
+/// together within `limit` bytes. 1 when there is nothing to merge.
+fn small_run(
+    batches: &[&RawBatch],
+    forwardable: &dyn Fn(&RawBatch) -> bool,
+    limit: usize,
+) -> usize {
+    let Some(first) = batches.first() else {
+        return 0;
+    };
+    let mut total = 0;
+    let mut n = 0;
+    let mut prev_end = first.base_offset();
+    for b in batches {
+        let size = b.bytes().len();
+        if size >= SMALL_BATCH
+            || total + size > limit
+            || b.record_count() <= 0
+            || b.codec() != first.codec()
+            || b.base_offset() != prev_end
+            || !forwardable(b)
+        {
+            break;
+        }
+        total += size;
+        prev_end = b.last_offset() + 1;
+        n += 1;
+    }
+    n.max(1)
+}
+
+/// Why a partition stopped for good (until restart or an operator acts).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Stopped {
+    #[error("{topic}-{partition}: the source deleted offsets {requested}..{log_start} before they were copied ({lost} records lost; the log now spans {log_start}..{log_end}); set kmirror.source.truncation=continue to go on from the log start")]
+    Truncated {
+        topic: String,
+        partition: i32,
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+        lost: i64,
+    },
+    #[error("{topic}-{partition}: the stored position {requested} is beyond the source log end {log_end}: the topic was deleted and re-created, or the source lost data (unclean leader election); positions no longer match this log")]
+    BeyondEnd {
+        topic: String,
+        partition: i32,
+        requested: i64,
+        log_end: i64,
+    },
+    #[error("{topic}-{partition} at source offset {first}: {source}")]
+    Kafka {
+        topic: String,
+        partition: i32,
+        first: i64,
+        #[source]
+        source: KafkaError,
+    },
+}
+
+pub(super) struct Gauges {
+    records: Counter,
+    bytes: Counter,
+    age: Gauge,
+    latency: Gauge,
+    lag: Gauge,
+    batch_mode: Counter,
+    record_mode: Counter,
+    merged_mode: Counter,
+    buffered: Gauge,
+}
+
+impl Gauges {
+    pub(super) fn new(m: &Metrics, flow: &FlowLabels, partition: &PartitionLabels) -> Gauges {
+        // One statement per lookup: a family's guard lives to the end of its statement, and a
+        // second lookup in the same family within it would deadlock on the family's lock.
+        let records = m.record_count.get_or_create(partition).clone();
+        let bytes = m.byte_count.get_or_create(partition).clone();
+        let age = m.record_age_ms.get_or_create(partition).clone();
+        let latency = m.replication_latency_ms.get_or_create(partition).clone();
+        let lag = m.lag_records.get_or_create(partition).clone();
+        let batch_mode = m.batches.get_or_create(&flow.mode("batch")).clone();
+        let record_mode = m.batches.get_or_create(&flow.mode("record")).clone();
+        let merged_mode = m.batches.get_or_create(&flow.mode("merged")).clone();
+        let buffered = m.buffered_bytes.get_or_create(flow).clone();
+        Gauges {
+            records,
+            bytes,
+            age,
+            latency,
+            lag,
+            batch_mode,
+            record_mode,
+            merged_mode,
+            buffered,
+        }
+    }
+}
+
+/// Forwards one source partition to the same partition of its remote topic.
+pub(super) struct Forwarder<'a> {
+    pub(super) flow: &'a FlowConfig,
+    pub(super) topic: &'a str,
+    pub(super) remote: &'a str,
+    pub(super) partition: i32,
+    pub(super) board: &'a Board,
+    /// Where offset syncs go (`emit.offset-syncs.enabled`).
+    pub(super) offset_syncs: Option<&'a Outbox>,
+    /// What this process copied, for exact checkpoints.
+    pub(super) runs: &'a Mutex<Runs>,
+    pub(super) metrics: &'a Metrics,
+    pub(super) labels: &'a FlowLabels,
+    /// The flow's and the process's rate limits, paid for each fetched response.
+    pub(super) limiters: &'a [Arc<RateLimiter>],
+    pub(super) stop: &'a Shutdown,
+    pub(super) g: &'a Gauges,
+}
+
+impl Forwarder<'_> {
+    /// Copies what `feed` delivers from `next` on until stopped, with acknowledgements taken as
+    /// they arrive (several produces stay in flight while the partition waits for data). On
+    /// return, everything acknowledged is on the board.
+    pub(super) async fn run<F: Feed, S: Sink>(
+        &self,
+        feed: &mut F,
+        lane: &mut S,
+        mut next: i64,
+        acked_through: &mut Option<i64>,
+    ) -> Result<(), Failure> {
+        let start = next;
+        let g = self.g;
+        let flow = self.flow;
+        let isolation = flow.clients.consumer_tuning.isolation_level;
+        let codec = Codec::from(flow.clients.producer_tuning.compression);
+        // The source offsets of each batch in flight, in send order (acks come back in order),
+        // to turn acknowledgements into exact offset syncs; the last batch of each response
+        // carries the response's share of the memory budget, released with its ack.
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
+        let mut report =
+            |acked: Vec<Acked>, through: &mut Option<i64>, in_flight: &mut VecDeque<InFlight>| {
+                if let Some(last) = acked.last() {
+                    *through = Some(last.tag);
+                    self.board
+                        .acknowledged(self.topic, self.partition, last.tag);
+                }
+                for a in &acked {
+                    g.records.inc_by(a.records.max(0) as u64);
+                    if let Some((ups, _released)) = in_flight.pop_front() {
+                        if let Some(outbox) = self.offset_syncs {
+                            outbox.push(rules.on_batch(&ups, a.base_offset));
+                        }
+                        self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
+                            self.topic,
+                            self.partition,
+                            &ups,
+                            a.base_offset,
+                        );
+                    }
+                }
+            };
+        // Waits for every batch in flight and reports what was acknowledged.
+        macro_rules! flush_and_report {
+            () => {
+                report(
+                    lane.flush()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                    acked_through,
+                    &mut in_flight,
+                )
+            };
+        }
+        let merge_limit = self.merge_limit();
+        // The newest record's timestamp, and whether everything fetched so far was the log's
+        // end: the replication latency is measured when such a batch is acknowledged.
+        let mut batch_age_ts = None;
+        let mut caught_up = false;
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = self.stop.wait() => break,
+                _ = lane.answered() => {
+                    let acked = lane
+                        .take_answered()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?;
+                    report(acked, acked_through, &mut in_flight);
+                    if in_flight.is_empty() && caught_up {
+                        if let Some(ts) = batch_age_ts {
+                            g.latency.set(super::now_ms() - ts);
+                        }
+                    }
+                    g.buffered.set(feed.buffered() as i64);
+                    continue;
+                }
+                event = feed.recv() => event,
+            };
+            let (f, share) = match event {
+                Some(FetchEvent::Data { data, share }) => (data, share),
+                Some(FetchEvent::OutOfRange {
+                    requested,
+                    log_start,
+                    log_end,
+                }) => {
+                    flush_and_report!();
+                    return Err(self.out_of_range(requested, log_start, log_end));
+                }
+                Some(FetchEvent::Failed(e)) => {
+                    flush_and_report!();
+                    return Err(Failure::Stop(self.fatal(next, e)));
+                }
+                // The fetcher stopped: the flow is ending, or a fetcher task panicked.
+                None if self.stop.is_triggered() => break,
+                None => {
+                    flush_and_report!();
+                    return Err(Failure::Stop(self.fatal(
+                        next,
+                        KafkaError::Config(
+                            "the source fetcher stopped unexpectedly (see the log)".into(),
+                        ),
+                    )));
+                }
+            };
+            g.buffered.set(feed.buffered() as i64);
+            if !self.limiters.is_empty() {
+                for l in self.limiters {
+                    l.acquire(share.bytes(), self.stop).await;
+                }
+            }
+            let end = match isolation {
+                IsolationLevel::ReadCommitted => f.last_stable_offset,
+                IsolationLevel::ReadUncommitted => f.high_watermark,
+            };
+            let batches: Vec<&RawBatch> = match isolation {
+                IsolationLevel::ReadCommitted => f.committed_batches(),
+                IsolationLevel::ReadUncommitted => {
+                    f.batches.iter().filter(|b| !b.is_control()).collect()
+                }
+            };
+            let forwardable = |b: &RawBatch| {
+                flow.batch_mode
+                    && flow.transforms.is_empty()
+                    && b.base_offset() >= next
+                    && b.offsets_contiguous()
+                    && !b.is_log_append_time()
+            };
+            let mut share = Some(share);
+            let mut i = 0;
+            while i < batches.len() {
+                let b = batches[i];
+                let as_is = forwardable(b);
+                let run = if as_is {
+                    small_run(&batches[i..], &forwardable, merge_limit)
+                } else {
+                    1
+                };
+                let last = batches[i + run - 1];
+                // (batch, its records' source offsets, the tag: the source offset the position
+                // may move to once the target acknowledged it)
+                let (sent, mode) = if run > 1 {
+                    (self.merge(&batches[i..i + run])?, Mode::Merged)
+                } else if as_is {
+                    let ups = SourceOffsets::Contiguous {
+                        first: b.base_offset(),
+                        count: b.record_count() as i64,
+                    };
+                    (vec![(b.clone(), ups, b.last_offset())], Mode::Batch)
+                } else {
+                    (self.reencode(b, next, codec)?, Mode::Record)
+                };
+                i += run;
+                if sent.is_empty() && b.last_offset() >= next {
+                    // Every record was filtered out (or compacted away): once what is in flight
+                    // is acknowledged, the position may pass this batch.
+                    flush_and_report!();
+                    *acked_through = Some(b.last_offset());
+                    self.board
+                        .acknowledged(self.topic, self.partition, b.last_offset());
+                }
+                for (batch, ups, tag) in sent {
+                    in_flight.push_back((ups, Vec::new()));
+                    let size = batch.bytes().len() as u64;
+                    let acked = lane.send(tag, batch).await.map_err(|e| match e {
+                        // Refused before sending: this batch, not an earlier one.
+                        KafkaError::BatchTooLarge { .. } => {
+                            self.lane_failure(&Some(b.base_offset() - 1), start, e)
+                        }
+                        e => self.lane_failure(acked_through, start, e),
+                    })?;
+                    report(acked, acked_through, &mut in_flight);
+                    g.bytes.inc_by(size);
+                    match mode {
+                        Mode::Batch => g.batch_mode.inc(),
+                        Mode::Merged => g.merged_mode.inc(),
+                        Mode::Record => g.record_mode.inc(),
+                    };
+                }
+                batch_age_ts = Some(last.max_timestamp());
+                g.age.set(super::now_ms() - last.max_timestamp());
+            }
+            // The response's memory goes back once everything now in flight is acknowledged
+            // (acknowledgements come in order, so with the newest batch in flight); with
+            // nothing in flight it goes back now.
+            if let (Some(share), Some((_, held))) = (share.take(), in_flight.back_mut()) {
+                held.push(share);
+            }
+            if let Some(e) = f.batches.last().map(|b| b.last_offset() + 1) {
+                // Also past control batches and aborted data at the end of the response.
+                next = next.max(e);
+            }
+            g.lag.set((end - next).max(0));
+            caught_up = next >= end;
+            if caught_up && in_flight.is_empty() {
+                if let Some(ts) = batch_age_ts {
+                    g.latency.set(super::now_ms() - ts);
+                }
+            }
+            g.buffered.set(feed.buffered() as i64);
+        }
+        flush_and_report!();
+        Ok(())
+    }
+
+    /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
+    /// codec, in as many batches as `max.request.size` needs (a compressed source batch may not
+    /// fit once re-encoded with another codec). The last batch carries the source batch's last
+    /// offset as its tag, so the position passes records compaction removed at its end.
+    fn reencode(
+        &self,
+        b: &RawBatch,
+        next: i64,
+        codec: Codec,
+    ) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+        let bad = |e: String| Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e)));
+        let transforms = &self.flow.transforms;
+        let kept: Vec<Record> = decode_batch(b)
+            .map_err(|e| bad(e.to_string()))?
+            .into_iter()
+            .filter(|r| r.offset >= next)
+            // MM2 mode refuses renaming transforms, so the topic stays the remote one.
+            .filter_map(|r| transforms.apply(self.topic, r).map(|(_, r)| r))
+            .collect();
+        let limit = self.flow.clients.producer_tuning.max_request_size as usize;
+        let mut out = Vec::new();
+        let options = BatchOptions {
+            codec,
+            ..BatchOptions::default()
+        };
+        for (batch, range) in
+            encode_within(&kept, &options, limit).map_err(|e| bad(e.to_string()))?
+        {
+            let ups: Vec<i64> = kept[range].iter().map(|r| r.offset).collect();
+            let Some(&tag) = ups.last() else { continue };
+            out.push((batch, SourceOffsets::Listed(ups), tag));
+        }
+        if let Some(last) = out.last_mut() {
+            last.2 = b.last_offset();
+        }
+        Ok(out)
+    }
+
+    /// Merges a run of small consecutive batches (see [`small_run`]) into as few target batches
+    /// as `max.request.size` allows, each record re-encoded with its source codec and its own
+    /// timestamp. The offsets stay contiguous, so translation stays exact.
+    fn merge(&self, run: &[&RawBatch]) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+        let first = run[0];
+        let bad = |e: String| Failure::Stop(self.fatal(first.base_offset(), KafkaError::Config(e)));
+        let mut records: Vec<Record> = Vec::new();
+        for b in run {
+            records.extend(decode_batch(b).map_err(|e| bad(e.to_string()))?);
+        }
+        let options = BatchOptions {
+            codec: first.codec().unwrap_or(Codec::None),
+            ..BatchOptions::default()
+        };
+        let limit = self.flow.clients.producer_tuning.max_request_size as usize;
+        let mut out = Vec::new();
+        for (batch, range) in
+            encode_within(&records, &options, limit).map_err(|e| bad(e.to_string()))?
+        {
+            let Some(r) = records.get(range.start) else {
+                continue;
+            };
+            let count = range.len() as i64;
+            let ups = SourceOffsets::Contiguous {
+                first: r.offset,
+                count,
+            };
+            out.push((batch, ups, r.offset + count - 1));
+        }
+        Ok(out)
+    }
+
+    /// The most bytes a run of merged batches may hold.
+    fn merge_limit(&self) -> usize {
+        let max_request = self.flow.clients.producer_tuning.max_request_size as usize;
+        MERGED_MAX.min(max_request / 2)
+    }
+
+    fn out_of_range(&self, requested: i64, log_start: i64, log_end: i64) -> Failure {
+        let labels = self.labels.partition(self.remote, self.partition);
+        if requested > log_end {
+            self.count_error("position_beyond_end");
+            return Failure::Stop(Stopped::BeyondEnd {
+                topic: self.topic.to_string(),
+                partition: self.partition,
+                requested,
+                log_end,
+            });
+        }
+        // Never skip silently (issue 4): report how many offsets were lost.
+        let lost = (log_start - requested).max(0);
+        self.metrics
+            .truncated_offsets
+            .get_or_create(&labels)
+            .inc_by(lost as u64);
+        self.count_error("truncation");
+        let stopped = Stopped::Truncated {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            requested,
+            log_start,
+            log_end,
+            lost,
+        };
+        match self.flow.on_truncation {
+            OnTruncation::Stop => Failure::Stop(stopped),
+            OnTruncation::Continue => {
+                tracing::error!(flow = %self.flow.id, error = %stopped, "records lost; continuing from the source log start (kmirror.source.truncation=continue)");
+                Failure::Continue { log_start }
+            }
+        }
+    }
+
+    /// A produce failure. The lane acknowledges in order, so the batch that failed is the
+    /// oldest unacknowledged one: it starts after the last acknowledged offset.
+    fn lane_failure(&self, acked_through: &Option<i64>, start: i64, e: KafkaError) -> Failure {
+        if e.is_retriable() || e.is_stale_metadata() {
+            self.count_error("produce");
+            Failure::Retry(e)
+        } else {
+            self.count_error("fatal");
+            let first = acked_through.map_or(start, |o| o + 1);
+            Failure::Stop(Stopped::Kafka {
+                topic: self.topic.to_string(),
+                partition: self.partition,
+                first,
+                source: e,
+            })
+        }
+    }
+
+    pub(super) fn fatal(&self, offset: i64, e: KafkaError) -> Stopped {
+        self.count_error("fatal");
+        Stopped::Kafka {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            first: offset,
+            source: e,
+        }
+    }
+
+    fn count_error(&self, kind: &str) {
+        self.metrics
+            .errors
+            .get_or_create(&self.labels.error(kind))
+            .inc();
+    }
+}
+
+/// A batch sent and not yet acknowledged: its source offsets, and the shares of the memory
+/// budget (fetched responses) its acknowledgement releases.
+type InFlight = (SourceOffsets, Vec<BufferShare>);
+
+pub(super) enum Failure {
+    /// Transient: resume from the last acknowledged offset.
+    Retry(KafkaError),
+    /// Source truncated and `kmirror.source.truncation=continue`.
+    Continue {
+        log_start: i64,
+    },
+    Stop(Stopped),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::FlowLabels;
+    use crate::test_support::flow;
+    use bytes::{Bytes, BytesMut};
+    use kmirror_kafka::cluster::PartitionFetch;
+    use kmirror_kafka::fetcher::BufferShare;
+    use kmirror_kafka::records::encode_batch;
+    use std::future::Future;
+
+    /// A scripted subscription: its events in order, then the task's stop (as the engine's
+    /// shutdown would), so the forwarder flushes and returns.
+    struct FakeFeed {
+        events: VecDeque<FetchEvent>,
+        stop: Shutdown,
+    }
+
+    impl Feed for FakeFeed {
+        // Taken when polled, not when the future is made: cancel-safe, as the real one.
+        async fn recv(&mut self) -> Option<FetchEvent> {
+            match self.events.pop_front() {
+                Some(e) => Some(e),
+                None => {
+                    self.stop.trigger();
+                    std::future::pending().await
+                }
+            }
+        }
+        fn buffered(&self) -> usize {
+            0
+        }
+    }
+
+    /// A target partition: a batch is appended at the log end when it is acknowledged, and
+    /// every answer is there at once, unless `fail_send` names a send (0-based) to refuse.
+    #[derive(Default)]
+    struct FakeSink {
+        log_end: i64,
+        queued: VecDeque<(i64, RawBatch)>,
+        /// (tag, records, codec) of every batch sent.
+        sent: Vec<(i64, i32, Option<Codec>)>,
+        fail_send: Option<(usize, fn() -> KafkaError)>,
+    }
+
+    impl FakeSink {
+        fn ack_all(&mut self) -> Vec<Acked> {
+            let mut out = Vec::new();
+            while let Some((tag, b)) = self.queued.pop_front() {
+                out.push(Acked {
+                    tag,
+                    base_offset: self.log_end,
+                    records: b.record_count(),
+                });
+                self.log_end += b.record_count() as i64;
+            }
+            out
+        }
+    }
+
+    impl Sink for FakeSink {
+        fn send(
+            &mut self,
+            tag: i64,
+            batch: RawBatch,
+        ) -> impl Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+            let n = self.sent.len();
+            self.sent.push((tag, batch.record_count(), batch.codec()));
+            let result = match self.fail_send {
+                Some((i, e)) if i == n => Err(e()),
+                _ => {
+                    self.queued.push_back((tag, batch));
+                    Ok(Vec::new())
+                }
+            };
+            std::future::ready(result)
+        }
+        fn flush(&mut self) -> impl Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+            std::future::ready(Ok(self.ack_all()))
+        }
+        fn answered(&mut self) -> impl Future<Output = ()> + Send {
+            let any = !self.queued.is_empty();
+            async move {
+                if !any {
+                    std::future::pending::<()>().await
+                }
+            }
+        }
+        fn take_answered(&mut self) -> impl Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
+            std::future::ready(Ok(self.ack_all()))
+        }
+    }
+
+    /// `n` records of `size` bytes from source offset `base`, in one batch.
+    fn batch(base: i64, n: usize, size: usize, codec: Codec) -> RawBatch {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                offset: i as i64,
+                timestamp: 1_700_000_000_000 + base + i as i64,
+                key: Some(Bytes::from(format!("k{}", base + i as i64))),
+                value: Some(Bytes::from(vec![b'v'; size])),
+                headers: vec![],
+            })
+            .collect();
+        let b = encode_batch(
+            &records,
+            &BatchOptions {
+                codec,
+                ..BatchOptions::default()
+            },
+        )
+        .unwrap();
+        // The base offset is outside the CRC: set it as a broker would.
+        let mut bytes = BytesMut::from(b.bytes().as_ref());
+        bytes[..8].copy_from_slice(&base.to_be_bytes());
+        RawBatch::new(bytes.freeze()).unwrap()
+    }
+
+    fn data(batches: Vec<RawBatch>, high_watermark: i64) -> FetchEvent {
+        let bytes = batches.iter().map(|b| b.bytes().len()).sum();
+        FetchEvent::Data {
+            data: PartitionFetch {
+                high_watermark,
+                last_stable_offset: high_watermark,
+                log_start_offset: 0,
+                batches,
+                aborted: vec![],
+            },
+            share: BufferShare::detached(bytes),
+        }
+    }
+
+    struct Rig {
+        flow: FlowConfig,
+        board: Board,
+        outbox: Outbox,
+        runs: Mutex<Runs>,
+        metrics: Metrics,
+        labels: FlowLabels,
+        stop: Shutdown,
+        g: Gauges,
+    }
+
+    impl Rig {
+        fn new(extra: &str) -> Rig {
+            let metrics = Metrics::new();
+            let labels = FlowLabels {
+                source: "A".into(),
+                target: "B".into(),
+            };
+            let g = Gauges::new(&metrics, &labels, &labels.partition("A.t", 0));
+            Rig {
+                flow: flow(extra),
+                board: Board::default(),
+                outbox: Outbox::default(),
+                runs: Mutex::new(Runs::default()),
+                metrics,
+                labels,
+                stop: Shutdown::default(),
+                g,
+            }
+        }
+
+        fn forwarder(&self) -> Forwarder<'_> {
+            Forwarder {
+                flow: &self.flow,
+                topic: "t",
+                remote: "A.t",
+                partition: 0,
+                board: &self.board,
+                offset_syncs: Some(&self.outbox),
+                runs: &self.runs,
+                metrics: &self.metrics,
+                labels: &self.labels,
+                limiters: &[],
+                stop: &self.stop,
+                g: &self.g,
+            }
+        }
+
+        /// Runs the forwarder over `events` from `next` into `sink`.
+        async fn run(
+            &self,
+            events: Vec<FetchEvent>,
+            sink: &mut FakeSink,
+            next: i64,
+            acked_through: &mut Option<i64>,
+        ) -> Result<(), Failure> {
+            let mut feed = FakeFeed {
+                events: events.into(),
+                stop: self.stop.clone(),
+            };
+            let forwarder = self.forwarder();
+            let run = forwarder.run(&mut feed, sink, next, acked_through);
+            tokio::time::timeout(std::time::Duration::from_secs(10), run)
+                .await
+                .expect("the forwarder returns once its feed is done")
+        }
+
+        fn batches(&self, mode: &str) -> f64 {
+            self.metrics.sum("kmirror_batches_total", &[("mode", mode)])
+        }
+    }
+
+    #[tokio::test]
+    async fn small_batches_back_to_back_are_merged_and_large_ones_forwarded_as_they_are() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink::default();
+        let mut acked = None;
+        let events = vec![
+            data(
+                vec![
+                    batch(0, 2, 10, Codec::Lz4),
+                    batch(2, 3, 10, Codec::Lz4),
+                    batch(5, 1, 10, Codec::Lz4),
+                    // Large: forwarded untouched, and it ends the run of small ones.
+                    batch(6, 40, 1000, Codec::None),
+                ],
+                46,
+            ),
+            // Another codec starts a run of its own.
+            data(
+                vec![batch(46, 2, 10, Codec::Zstd), batch(48, 2, 10, Codec::Zstd)],
+                50,
+            ),
+        ];
+        rig.run(events, &mut sink, 0, &mut acked)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(
+            sink.sent,
+            vec![
+                (5, 6, Some(Codec::Lz4)),
+                (45, 40, Some(Codec::None)),
+                (49, 4, Some(Codec::Zstd)),
+            ],
+            "(tag = last source offset, records, codec) of each send"
+        );
+        assert_eq!(acked, Some(49));
+        assert_eq!(rig.batches("merged"), 2.0);
+        assert_eq!(rig.batches("batch"), 1.0);
+        assert_eq!(sink.log_end, 50, "every record once");
+        // Offsets stay contiguous, so each source offset has its exact target offset.
+        let runs = rig.runs.lock().unwrap();
+        for (source, target) in [(0, 0), (5, 5), (6, 6), (45, 45), (49, 49)] {
+            assert_eq!(runs.translate("t", 0, source), Some(target), "{source}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_starting_before_the_position_goes_through_record_mode_from_the_position() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink::default();
+        let mut acked = Some(2);
+        // Fetched from offset 3, the broker returns the whole batch 0..=9.
+        rig.run(
+            vec![data(vec![batch(0, 10, 20, Codec::None)], 10)],
+            &mut sink,
+            3,
+            &mut acked,
+        )
+        .await
+        .ok()
+        .unwrap();
+        assert_eq!(sink.sent, vec![(9, 7, Some(Codec::None))]);
+        assert_eq!(rig.batches("record"), 1.0);
+        assert_eq!(acked, Some(9));
+    }
+
+    #[tokio::test]
+    async fn a_retriable_send_failure_asks_for_a_retry_from_the_last_acknowledged_offset() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink {
+            fail_send: Some((1, || KafkaError::Disconnected { broker: "b".into() })),
+            ..FakeSink::default()
+        };
+        let mut acked = None;
+        let events = vec![
+            data(vec![batch(0, 100, 200, Codec::None)], 300),
+            data(vec![batch(100, 100, 200, Codec::None)], 300),
+        ];
+        let result = rig.run(events, &mut sink, 0, &mut acked).await;
+        assert!(matches!(result, Err(Failure::Retry(_))));
+        assert_eq!(acked, Some(99), "the first batch was acknowledged before");
+        assert_eq!(
+            rig.metrics
+                .sum("kmirror_errors_total", &[("kind", "produce")]),
+            1.0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_too_large_for_the_target_stops_the_partition_at_that_batch() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink {
+            fail_send: Some((1, || KafkaError::BatchTooLarge {
+                topic: "A.t".into(),
+                partition: 0,
+                size: 2_000_000,
+                limit: 1_048_576,
+            })),
+            ..FakeSink::default()
+        };
+        let mut acked = None;
+        let events = vec![data(
+            vec![
+                batch(0, 100, 200, Codec::None),
+                batch(100, 100, 200, Codec::None),
+            ],
+            200,
+        )];
+        match rig.run(events, &mut sink, 0, &mut acked).await {
+            Err(Failure::Stop(Stopped::Kafka { first, .. })) => assert_eq!(first, 100),
+            Err(Failure::Stop(other)) => panic!("{other}"),
+            _ => panic!("expected a stop"),
+        }
+    }
+
+    #[tokio::test]
+    async fn out_of_range_is_truncation_or_a_position_beyond_the_end() {
+        let out_of_range = |requested, log_start, log_end| FetchEvent::OutOfRange {
+            requested,
+            log_start,
+            log_end,
+        };
+        let rig = Rig::new("");
+        let mut acked = Some(9);
+        match rig
+            .run(
+                vec![out_of_range(10, 50, 80)],
+                &mut FakeSink::default(),
+                10,
+                &mut acked,
+            )
+            .await
+        {
+            Err(Failure::Stop(Stopped::Truncated { lost, .. })) => assert_eq!(lost, 40),
+            _ => panic!("truncation stops by default"),
+        }
+        assert_eq!(
+            rig.metrics
+                .sum("kmirror_source_truncated_offsets_total", &[]),
+            40.0
+        );
+        let rig = Rig::new("kmirror.source.truncation = continue\n");
+        match rig
+            .run(
+                vec![out_of_range(10, 50, 80)],
+                &mut FakeSink::default(),
+                10,
+                &mut acked,
+            )
+            .await
+        {
+            Err(Failure::Continue { log_start }) => assert_eq!(log_start, 50),
+            _ => panic!("continue goes on from the log start"),
+        }
+        let rig = Rig::new("");
+        match rig
+            .run(
+                vec![out_of_range(100, 0, 80)],
+                &mut FakeSink::default(),
+                100,
+                &mut acked,
+            )
+            .await
+        {
+            Err(Failure::Stop(Stopped::BeyondEnd { log_end, .. })) => assert_eq!(log_end, 80),
+            _ => panic!("a position past the end stops"),
+        }
+    }
+
+    #[tokio::test]
+    async fn positions_and_offset_syncs_follow_acknowledgements_only() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink::default();
+        let mut acked = None;
+        // The target already holds 1000 records: translation is not the identity.
+        sink.log_end = 1000;
+        rig.run(
+            vec![data(vec![batch(0, 50, 500, Codec::None)], 50)],
+            &mut sink,
+            0,
+            &mut acked,
+        )
+        .await
+        .ok()
+        .unwrap();
+        assert_eq!(acked, Some(49));
+        assert_eq!(
+            rig.runs.lock().unwrap().translate("t", 0, 20),
+            Some(1020),
+            "source 20 is target 1020"
+        );
+        let syncs = rig.outbox.take(10);
+        assert!(
+            syncs
+                .iter()
+                .any(|s| s.upstream_offset == 0 && s.downstream_offset == 1000),
+            "{syncs:?}"
+        );
+        assert_eq!(
+            rig.metrics
+                .sum("kmirror_record_count_total", &[("topic", "A.t")]),
+            50.0
+        );
+    }
+}
