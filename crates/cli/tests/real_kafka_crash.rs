@@ -30,7 +30,11 @@ fn kmirror(config: &std::path::Path, log: &std::path::Path) -> Child {
         .arg("run")
         .arg(config)
         .args(["--metrics-address", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
+        // RUST_LOG of the test run reaches kmirror (e.g. kmirror_kafka=debug to see retries).
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -96,13 +100,20 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
         let a = a.clone();
         tokio::spawn(async move {
             let p = IdempotentProducer::new(a).await.unwrap();
+            // Current timestamps: records from years ago make the broker roll a segment per
+            // batch (segment.ms counts from the records' time) and its first retention check
+            // (30 s after start) delete them before a slow first run had copied them.
+            let base_ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
             let mut lanes: Vec<_> = (0..PARTITIONS).map(|i| p.lane("stream", i)).collect();
             for round in 0..ROUNDS {
                 for (i, lane) in lanes.iter_mut().enumerate() {
                     let records: Vec<Record> = (0..PER_BATCH)
                         .map(|j| Record {
                             offset: j,
-                            timestamp: 1_700_000_000_000 + round,
+                            timestamp: base_ts + round,
                             key: Some(Bytes::from(format!("k{j}"))),
                             value: Some(Bytes::from(format!("{i}:{}", round * PER_BATCH + j))),
                             headers: vec![],

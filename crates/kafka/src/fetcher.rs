@@ -761,10 +761,14 @@ impl BrokerFetcher {
                 .push(k.partition);
         }
         let name = |t: &Arc<str>| TopicName(StrBytes::from_string(t.to_string()));
+        // At most a quarter of the buffer per request: a response is held whole while its
+        // partitions' records are copied out of it, so a bigger one would double the memory
+        // for a moment; and the next request can go out while the last is being forwarded.
         let room = self
             .shared
             .buffer
             .room()
+            .min(self.shared.buffer.capacity / 4)
             .max(cfg.partition_max_bytes as usize);
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -804,6 +808,16 @@ impl BrokerFetcher {
                     .collect(),
             );
         self.shared.requests.fetch_add(1, Ordering::SeqCst);
+        tracing::trace!(
+            broker = self.broker,
+            partitions = n,
+            forgotten = plan.forgotten.len(),
+            session = plan.session_id,
+            epoch = plan.session_epoch,
+            max_wait_ms = max_wait.as_millis() as u64,
+            room,
+            "fetch"
+        );
         let timeout = self.shared.cluster.settings().request_timeout + max_wait;
         let resp = conn
             .submit(&req, version)

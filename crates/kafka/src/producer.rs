@@ -165,19 +165,7 @@ impl PartitionLane {
                 limit: self.max_request_size,
             });
         }
-        if self.acked_end.is_none() {
-            let end = self
-                .producer
-                .cluster
-                .list_offset(
-                    &self.topic,
-                    self.partition,
-                    crate::cluster::LATEST,
-                    crate::settings::IsolationLevel::ReadUncommitted,
-                )
-                .await?;
-            self.acked_end = Some(end);
-        }
+        self.prepare().await?;
         let mut acked: Vec<Acked> = self.resolved.drain(..).collect();
         while self.in_flight.len() >= MAX_IN_FLIGHT
             || (!self.in_flight.is_empty()
@@ -205,6 +193,28 @@ impl PartitionLane {
         }
         self.in_flight.push_back(entry);
         Ok(acked)
+    }
+
+    /// Looks up the target log's end, where recovery reads from (the first `send` does it
+    /// otherwise). It waits while the target partition has no leader yet (a topic just created:
+    /// a broker creates partition logs one by one, about 40 a second on the benchmark machine),
+    /// so a caller that fetches only after it holds no data meanwhile, and the data of partitions
+    /// that are ready is not kept waiting behind it.
+    pub async fn prepare(&mut self) -> Result<()> {
+        if self.acked_end.is_none() {
+            let end = self
+                .producer
+                .cluster
+                .list_offset(
+                    &self.topic,
+                    self.partition,
+                    crate::cluster::LATEST,
+                    crate::settings::IsolationLevel::ReadUncommitted,
+                )
+                .await?;
+            self.acked_end = Some(end);
+        }
+        Ok(())
     }
 
     /// Waits until every batch sent is acknowledged.

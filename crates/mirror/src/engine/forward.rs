@@ -301,6 +301,10 @@ impl Forwarder<'_> {
                 }
                 event = feed.recv() => event,
             };
+            tracing::trace!(topic = self.topic, partition = self.partition, next, in_flight = in_flight.len(), event = ?event.as_ref().map(|e| match e {
+                FetchEvent::Data { data, .. } => format!("data {} batches from {:?}", data.batches.len(), data.batches.first().map(|b| b.base_offset())),
+                other => format!("{other:?}"),
+            }), "fetched");
             let (f, share) = match event {
                 Some(FetchEvent::Data { data, share }) => (data, share),
                 Some(FetchEvent::OutOfRange {

@@ -117,6 +117,24 @@ impl PartitionTask {
                     Err(e) => return Err(self.forwarder(&g).fatal(next_or(acked_through), e)),
                 },
             };
+            let flow = &self.ctx.flow;
+            let mut lane = producer.lane(&self.remote, self.partition).with_limits(
+                flow.clients.producer_tuning.max_request_size as usize,
+                16 << 20,
+            );
+            // The target partition first, the data after: fetched data waiting for a target
+            // partition that is not there yet (just created) would hold the flow's memory
+            // budget, and partitions whose targets are ready would wait behind it.
+            if let Err(e) = lane.prepare().await {
+                if !(e.is_retriable() || e.is_stale_metadata()) {
+                    return Err(self.forwarder(&g).fatal(next, e));
+                }
+                sub = None;
+                if self.retry_wait(&e, &mut attempt).await {
+                    return Ok(());
+                }
+                continue;
+            }
             // One subscription while the task makes progress; after truncation with `continue`
             // it seeks to the log start (a seek starts a new generation: whatever was delivered
             // for the old position is dropped).
@@ -134,11 +152,7 @@ impl PartitionTask {
                     Err(e) => return Err(self.forwarder(&g).fatal(next, e)),
                 },
             };
-            let flow = &self.ctx.flow;
-            let mut lane = producer.lane(&self.remote, self.partition).with_limits(
-                flow.clients.producer_tuning.max_request_size as usize,
-                16 << 20,
-            );
+            tracing::debug!(topic = %self.topic, partition = self.partition, next, "copying");
             match self
                 .forwarder(&g)
                 .run(feed, &mut lane, next, &mut acked_through)
