@@ -20,7 +20,13 @@ const ROUNDS: i64 = 100;
 const PER_BATCH: i64 = 500;
 const TOTAL: i64 = PARTITIONS as i64 * ROUNDS * PER_BATCH;
 
-fn kmirror(config: &std::path::Path, log: &std::path::Path) -> Child {
+/// Killed when dropped: a failing assertion must not leave a kmirror running that retries its
+/// (stopped) clusters' ports, which later tests' brokers may reuse.
+fn kmirror(config: &std::path::Path, log: &std::path::Path) -> kmirror_testkit::KillOnDrop {
+    kmirror_testkit::KillOnDrop(spawn(config, log))
+}
+
+fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -143,8 +149,8 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
     for kill in 0..5 {
         let wait = 1000 + rand::random::<u64>() % 2500;
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        child.kill().unwrap(); // SIGKILL: no drain, no final position
-        child.wait().unwrap();
+        child.0.kill().unwrap(); // SIGKILL: no drain, no final position
+        child.0.wait().unwrap();
         eprintln!(
             "kill -9 #{} after {wait} ms; target ends {:?}",
             kill + 1,
@@ -230,13 +236,13 @@ async fn survives_kill_9_and_a_target_broker_restart_without_loss() {
     );
     assert!(metrics.contains("kmirror_replication_lag_records{source=\"A\",target=\"B\",topic=\"A.stream\",partition=\"0\"} 0"), "{metrics}");
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
     let t0 = Instant::now();
     let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(t0.elapsed() < Duration::from_secs(30), "SIGTERM drain hung");
