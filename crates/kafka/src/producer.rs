@@ -202,19 +202,22 @@ impl PartitionLane {
     /// that are ready is not kept waiting behind it.
     pub async fn prepare(&mut self) -> Result<()> {
         if self.acked_end.is_none() {
-            let end = self
-                .producer
-                .cluster
-                .list_offset(
-                    &self.topic,
-                    self.partition,
-                    crate::cluster::LATEST,
-                    crate::settings::IsolationLevel::ReadUncommitted,
-                )
-                .await?;
-            self.acked_end = Some(end);
+            self.acked_end = Some(self.log_end().await?);
         }
         Ok(())
+    }
+
+    /// The target partition's log end (every write, committed or not).
+    async fn log_end(&self) -> Result<i64> {
+        self.producer
+            .cluster
+            .list_offset(
+                &self.topic,
+                self.partition,
+                crate::cluster::LATEST,
+                crate::settings::IsolationLevel::ReadUncommitted,
+            )
+            .await
     }
 
     /// Waits until every batch sent is acknowledged.
@@ -444,15 +447,8 @@ impl PartitionLane {
         let Some((pid, epoch)) = self.identity else {
             return Ok(Vec::new());
         };
+        let end = self.log_end().await?;
         let cluster = &self.producer.cluster;
-        let end = cluster
-            .list_offset(
-                &self.topic,
-                self.partition,
-                crate::cluster::LATEST,
-                crate::settings::IsolationLevel::ReadUncommitted,
-            )
-            .await?;
         let mut written: std::collections::HashMap<i32, i64> = std::collections::HashMap::new();
         while offset < end {
             let f = cluster
