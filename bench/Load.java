@@ -13,7 +13,8 @@
 // records spread over every partition and batches stay small, as they do in a busy keyed
 // application. Values are random upper-case letters, as the perf test's payloads are. The
 // producer is not idempotent (see below).
-// --create-partitions P first creates the topics with P partitions each (replication factor 1).
+// --create-partitions P first creates the topics with P partitions each (replication factor 1)
+// and waits until each partition has a leader; with --records 0 it only does that.
 // Prints "N records sent in T ms (R records/s, M MB/s)". Exit 0 done, 1 a send failed, 2 bad
 // arguments.
 import java.util.*;
@@ -49,6 +50,23 @@ public class Load {
                 List<NewTopic> create = new ArrayList<>();
                 for (String t : topics) create.add(new NewTopic(t, partitions, (short) 1));
                 admin.createTopics(create).all().get(120, TimeUnit.SECONDS);
+                // A broker creates partition logs one by one (about 40 a second here): wait
+                // until every partition has a leader, so what follows measures copying only.
+                long deadline = System.currentTimeMillis() + 300_000;
+                while (true) {
+                    long leaderless = admin.describeTopics(Arrays.asList(topics)).allTopicNames()
+                            .get(60, TimeUnit.SECONDS).values().stream()
+                            .flatMap(d -> d.partitions().stream())
+                            .filter(pi -> pi.leader() == null || pi.leader().isEmpty()).count();
+                    if (leaderless == 0) break;
+                    if (System.currentTimeMillis() > deadline)
+                        fail(1, leaderless + " partitions still without a leader after 300 s");
+                    Thread.sleep(200);
+                }
+            }
+            if (records == 0) {
+                System.out.println("created " + topics.length + " topics of " + partitions + " partitions");
+                return;
             }
         }
         Properties p = new Properties();

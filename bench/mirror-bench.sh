@@ -37,7 +37,11 @@
 #        TOOLS=kmirror KMIRROR_BIN=/tmp/old-kmirror bench/mirror-bench.sh   kmirror alone (another build)
 #        TOOLS="kmirror-before kmirror mm2" KMIRROR_BEFORE_BIN=/tmp/old-kmirror LAT_TOOLS="kmirror-before kmirror"
 #                                  bench/mirror-bench.sh   before/after and MM2 in one run, on the same data
+#        TOOLS="kmirror kmirror-nomerge" bench/mirror-bench.sh   kmirror with small batches forwarded
+#                                  one by one (kmirror.batch.merge.enabled = false) next to merging
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
+#        PRECREATE=0 bench/mirror-bench.sh   the tools create the remote topics (by default they
+#                                  exist, every partition led, before a tool starts)
 #        QUICK=1 bench/mirror-bench.sh   CI's regression guard (well under 2 minutes): kmirror only,
 #                                  next to the Java producer writing the same data straight into
 #                                  a target; fails if kmirror is slower than a third of that or
@@ -170,7 +174,7 @@ EOF
 }
 start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
   case $1 in
-    kmirror | kmirror-record)
+    kmirror | kmirror-record | kmirror-nomerge)
       $K run "$2" --metrics-address off --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
     kmirror-before)  # another build of kmirror, for before/after figures in one run
@@ -192,18 +196,26 @@ ROWS="$KAFKA_HARNESS_RUN/rows.tsv"
 # backlog TOOL CASE ROUND: replicate one case's backlog into a fresh target; appends a row
 #   backlog CASE TOOL ROUND wall_s copy_s MB/s records/s cpu_s cpu_s_per_GB rss_MB
 backlog() {
-  local tool=$1 case=$2 round=$3 topics records size name port cfg t0 out first done stats cpu rss extra=""
+  local tool=$1 case=$2 round=$3 topics records size parts name port cfg t0 out first done stats cpu rss extra=""
   case $case in
-    large) topics="plain, lz4" records=$RECORDS size=$SIZE ;;
-    lz4) topics="lz4" records=$((RECORDS / 2)) size=$SIZE ;;  # the compressed topic alone, for its CPU per GB
-    small) topics="small-plain, small-lz4" records=$SMALL_RECORDS size=$SMALL_SIZE ;;
-    many) topics="$(many_topics plain), $(many_topics lz4)" records=$MANY_RECORDS size=$MANY_SIZE ;;
-    keyed) topics="keyed-0, keyed-1" records=$KEYED_RECORDS size=$KEYED_SIZE ;;
+    large) topics="plain, lz4" records=$RECORDS size=$SIZE parts=$PARTITIONS ;;
+    lz4) topics="lz4" records=$((RECORDS / 2)) size=$SIZE parts=$PARTITIONS ;;  # the compressed topic alone, for its CPU per GB
+    small) topics="small-plain, small-lz4" records=$SMALL_RECORDS size=$SMALL_SIZE parts=$PARTITIONS ;;
+    many) topics="$(many_topics plain), $(many_topics lz4)" records=$MANY_RECORDS size=$MANY_SIZE parts=$MANY_PARTITIONS ;;
+    keyed) topics="keyed-0, keyed-1" records=$KEYED_RECORDS size=$KEYED_SIZE parts=$KEYED_PARTITIONS ;;
   esac
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
+  [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
   name="$tool-$case-$round"
   port=$(pick 19792 19890)
   bash $H start "dst-$name" "$port" >/dev/null
+  # The remote topics exist, every partition led, before the tool starts (PRECREATE=0: the
+  # tool creates them): a broker creates partition logs one by one, about 40 a second here, so
+  # on the many-partition case creation, not copying, would bound the copy phase of both tools.
+  if [[ ${PRECREATE:-1} == 1 ]]; then
+    java -cp "$CP" Load --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
+      --records 0 --size 1 --create-partitions "$parts" >/dev/null
+  fi
   cfg="$KAFKA_HARNESS_RUN/$name.properties"
   config "$port" "$topics" tuned "$extra" >"$cfg"
   out="$KAFKA_HARNESS_RUN/$name.wait"

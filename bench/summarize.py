@@ -72,6 +72,13 @@ def main(path):
                 f"{case}: kmirror after/before: throughput {ratio(k, b, 2)}x (copy phase only: "
                 f"{ratio(b, k, 1)}x), CPU-s/GB {ratio(k, b, 5)}, peak RSS {ratio(k, b, 6)}"
             )
+    for case in ("large", "lz4", "small", "many", "keyed"):
+        k, n = ("backlog", case, "kmirror"), ("backlog", case, "kmirror-nomerge")
+        if k in runs and n in runs:
+            print(
+                f"{case}: kmirror without/with merging: throughput {ratio(n, k, 2)}x (copy phase "
+                f"only: {ratio(k, n, 1)}x), CPU-s/GB {ratio(n, k, 5)}"
+            )
     k, d = ("backlog", "large", "kmirror"), ("backlog", "large", "direct")
     if k in runs and d in runs:
         print(f"large: kmirror / direct produce (the limit) {ratio(k, d, 2)} of its MB/s")

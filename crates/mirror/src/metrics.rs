@@ -108,6 +108,11 @@ pub struct Metrics {
     pub fetch_session_fallbacks: Family<FlowLabels, Counter>,
     /// The most partitions one fetch request carried so far.
     pub fetch_max_partitions: Family<FlowLabels, Gauge>,
+    /// Produce requests sent to the target and the partition batches they carried.
+    pub produce_requests: Family<FlowLabels, Counter>,
+    pub produce_batches: Family<FlowLabels, Counter>,
+    /// The most partition batches one produce request carried so far.
+    pub produce_max_batches: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -149,6 +154,9 @@ impl Metrics {
             fetch_requests: Family::default(),
             fetch_session_fallbacks: Family::default(),
             fetch_max_partitions: Family::default(),
+            produce_requests: Family::default(),
+            produce_batches: Family::default(),
+            produce_max_batches: Family::default(),
         };
         registry.register(
             "record_count",
@@ -281,6 +289,21 @@ impl Metrics {
             "fetch_max_partitions_per_request",
             "The most partitions one fetch request carried",
             m.fetch_max_partitions.clone(),
+        );
+        registry.register(
+            "produce_requests",
+            "Produce requests sent to the target; one request per connection carries the batches of many partitions",
+            m.produce_requests.clone(),
+        );
+        registry.register(
+            "produce_batches",
+            "Partition batches written to the target (produce_batches / produce_requests: batches per request)",
+            m.produce_batches.clone(),
+        );
+        registry.register(
+            "produce_max_batches_per_request",
+            "The most partition batches one produce request carried",
+            m.produce_max_batches.clone(),
         );
         Metrics { registry, ..m }
     }

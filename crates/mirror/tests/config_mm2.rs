@@ -557,12 +557,15 @@ fn batch_mode_and_buffer_memory_are_read_per_flow() {
         "{AB}A->B.enabled = true\n\
          B->A.enabled = true\n\
          B.producer.buffer.memory = 8388608\n\
-         A->B.kmirror.batch.mode.enabled = false\n"
+         A->B.kmirror.batch.mode.enabled = false\n\
+         B->A.kmirror.batch.merge.enabled = false\n"
     ));
     let ab = c.flows.iter().find(|f| f.id.to_string() == "A->B").unwrap();
     let ba = c.flows.iter().find(|f| f.id.to_string() == "B->A").unwrap();
     assert!(!ab.batch_mode, "the flow key turns batch mode off");
     assert!(ba.batch_mode, "batch mode is the default");
+    assert!(ab.merge_small_batches, "merging is the default");
+    assert!(!ba.merge_small_batches, "the flow key turns merging off");
     assert_eq!(ab.clients.producer_tuning.buffer_memory, 8_388_608);
     assert_eq!(
         ba.clients.producer_tuning.buffer_memory, 33_554_432,

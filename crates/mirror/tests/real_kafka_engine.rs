@@ -269,6 +269,17 @@ async fn mirrors_topics_configs_new_partitions_and_resumes_from_mm2_positions() 
         "fetch requests: {full} full, {incremental} incremental, up to {} partitions each",
         m.sum("kmirror_fetch_max_partitions_per_request", &[])
     );
+    // Produce goes through the per-connection senders, whose counters are exported.
+    let requests = m.sum("kmirror_produce_requests_total", &[]);
+    let batches = m.sum("kmirror_produce_batches_total", &[]);
+    eprintln!(
+        "produce requests: {requests} carrying {batches} batches, up to {} each",
+        m.sum("kmirror_produce_max_batches_per_request", &[])
+    );
+    assert!(
+        requests > 0.0 && batches >= requests,
+        "produce counters exported: {requests} requests, {batches} batches"
+    );
 
     // The source's topic configs, minus MM2's excluded keys, were set at creation.
     let configs = b.describe_topic_configs("A.orders").await.unwrap();

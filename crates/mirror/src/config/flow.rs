@@ -160,6 +160,7 @@ pub fn build(
     let rate_limit = limit(&mut r, "kmirror.rate.limit.bytes.per.second");
     let process_rate_limit = limit(&mut r, "kmirror.process.rate.limit.bytes.per.second");
     let batch_mode = r.bool("kmirror.batch.mode.enabled", true);
+    let merge_small_batches = r.bool("kmirror.batch.merge.enabled", true);
     let on_truncation = match r.choice("kmirror.source.truncation", "stop", &["stop", "continue"]) {
         "continue" => OnTruncation::Continue,
         _ => OnTruncation::Stop,
@@ -296,6 +297,7 @@ pub fn build(
         rate_limit,
         process_rate_limit,
         batch_mode,
+        merge_small_batches,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

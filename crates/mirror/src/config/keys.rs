@@ -94,6 +94,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.process.rate.limit.bytes.per.second",
     // kmirror's own: false re-encodes every batch (record mode) with the producer's codec.
     "kmirror.batch.mode.enabled",
+    // kmirror's own: false forwards small batches one by one instead of merging them.
+    "kmirror.batch.merge.enabled",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",
     "replication.policy.class",

@@ -135,6 +135,10 @@ pub struct FlowConfig {
     /// possible. false decodes and re-encodes every batch with the producer's
     /// `compression.type` (record mode), e.g. to compress on the way to a distant target.
     pub batch_mode: bool,
+    /// `kmirror.batch.merge.enabled` (default true): merge small consecutive batches of a
+    /// partition into one target batch (re-encoding their records with their codec); false
+    /// forwards each as it is, which costs no CPU but more batches on the target.
+    pub merge_small_batches: bool,
     pub clients: FlowClients,
 }
 

@@ -248,12 +248,13 @@ async fn replicate(
             ),
         )),
     });
-    let fetch_metrics_stop = Shutdown::default();
-    let fetch_metrics = tokio::spawn(super::fetch_metrics::export(
+    let client_metrics_stop = Shutdown::default();
+    let client_metrics = tokio::spawn(super::client_metrics::export(
         ctx.fetcher.clone(),
+        ctx.producer.clone(),
         metrics.clone(),
         labels.clone(),
-        fetch_metrics_stop.clone(),
+        client_metrics_stop.clone(),
     ));
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();
@@ -307,8 +308,8 @@ async fn replicate(
     }
     control.stop_all().await;
     control.ctx.fetcher.shutdown().await;
-    fetch_metrics_stop.trigger();
-    let _ = fetch_metrics.await;
+    client_metrics_stop.trigger();
+    let _ = client_metrics.await;
     writer_stop.trigger();
     let _ = writer.await;
     syncs_stop.trigger();

@@ -359,7 +359,7 @@ impl Forwarder<'_> {
             while i < batches.len() {
                 let b = batches[i];
                 let as_is = forwardable(b);
-                let run = if as_is {
+                let run = if as_is && flow.merge_small_batches {
                     small_run(&batches[i..], &forwardable, merge_limit)
                 } else {
                     1
@@ -840,6 +840,36 @@ mod tests {
         for (source, target) in [(0, 0), (5, 5), (6, 6), (45, 45), (49, 49)] {
             assert_eq!(runs.translate("t", 0, source), Some(target), "{source}");
         }
+    }
+
+    #[tokio::test]
+    async fn with_merging_off_small_batches_go_as_they_are() {
+        let rig = Rig::new("kmirror.batch.merge.enabled = false");
+        let mut sink = FakeSink::default();
+        let mut acked = None;
+        let events = vec![data(
+            vec![
+                batch(0, 2, 10, Codec::Lz4),
+                batch(2, 3, 10, Codec::Lz4),
+                batch(5, 1, 10, Codec::Lz4),
+            ],
+            6,
+        )];
+        rig.run(events, &mut sink, 0, &mut acked)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(
+            sink.sent,
+            vec![
+                (1, 2, Some(Codec::Lz4)),
+                (4, 3, Some(Codec::Lz4)),
+                (5, 1, Some(Codec::Lz4)),
+            ]
+        );
+        assert_eq!(rig.batches("merged"), 0.0);
+        assert_eq!(rig.batches("batch"), 3.0);
+        assert_eq!(acked, Some(5));
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@
 //! starts and stops partition tasks one by one).
 
 mod checkpoints;
-mod fetch_metrics;
+mod client_metrics;
 mod flow;
 mod forward;
 mod heartbeats;

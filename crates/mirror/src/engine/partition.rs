@@ -80,7 +80,7 @@ impl PartitionTask {
         let mut producer = self.ctx.producer.clone();
         if self.own_producer {
             loop {
-                match IdempotentProducer::new(self.ctx.target.clone()).await {
+                match self.ctx.producer.fresh().await {
                     Ok(p) => {
                         producer = p;
                         break;
@@ -174,7 +174,7 @@ impl PartitionTask {
                     // The lane gave up in the middle of a sequence: resume from the last
                     // acknowledged offset with a new producer id, so sequences start afresh.
                     // Records in flight may be written twice (at-least-once), never lost.
-                    match IdempotentProducer::new(self.ctx.target.clone()).await {
+                    match self.ctx.producer.fresh().await {
                         Ok(p) => producer = p,
                         Err(e) => tracing::warn!(error = %e, "new producer id failed; retrying"),
                     }

@@ -1,10 +1,12 @@
-//! The flow's fetcher counters as metrics. The fetcher (kafka crate) keeps plain totals and
-//! knows nothing of Prometheus; this copies their growth into the flow's metrics once a second
-//! and once more when the flow stops.
+//! The flow's fetcher and producer counters as metrics. The client (kafka crate) keeps plain
+//! totals and knows nothing of Prometheus; this copies their growth into the flow's metrics once
+//! a second and once more when the flow stops.
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::fetcher::{Fetcher, FetcherStats};
+use kmirror_kafka::producer::sender::ProduceCounts;
+use kmirror_kafka::producer::IdempotentProducer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,20 +14,40 @@ const EVERY: Duration = Duration::from_secs(1);
 
 pub(super) async fn export(
     fetcher: Arc<Fetcher>,
+    producer: Arc<IdempotentProducer>,
     metrics: Arc<Metrics>,
     labels: FlowLabels,
     stop: Shutdown,
 ) {
     let mut was = FetcherStats::default();
+    let mut produced = ProduceCounts::default();
     loop {
         let stopped = stop.sleep(EVERY).await;
         let now = fetcher.stats();
         add(&metrics, &labels, &was, &now);
         was = now;
+        let now = producer.stats();
+        add_produced(&metrics, &labels, &produced, &now);
+        produced = now;
         if stopped {
             return;
         }
     }
+}
+
+/// The producer's growth. Partitions restarted after a failure write through their own
+/// producer (a fresh identity) and are not counted here.
+fn add_produced(m: &Metrics, labels: &FlowLabels, was: &ProduceCounts, now: &ProduceCounts) {
+    let grew = |a: u64, b: u64| b.saturating_sub(a);
+    m.produce_requests
+        .get_or_create(labels)
+        .inc_by(grew(was.requests, now.requests));
+    m.produce_batches
+        .get_or_create(labels)
+        .inc_by(grew(was.batches, now.batches));
+    m.produce_max_batches
+        .get_or_create(labels)
+        .set(now.max_batches_per_request as i64);
 }
 
 /// Adds what grew between two readings.
@@ -88,8 +110,19 @@ mod tests {
         add(&m, &labels, &FetcherStats::default(), &a);
         add(&m, &labels, &a, &b);
         add(&m, &labels, &b, &b);
+        let p = |requests, batches| ProduceCounts {
+            requests,
+            batches,
+            max_batches_per_request: 9,
+            ..ProduceCounts::default()
+        };
+        add_produced(&m, &labels, &ProduceCounts::default(), &p(3, 20));
+        add_produced(&m, &labels, &p(3, 20), &p(5, 31));
         let text = m.render();
         for want in [
+            r#"kmirror_produce_requests_total{source="A",target="B"} 5"#,
+            r#"kmirror_produce_batches_total{source="A",target="B"} 31"#,
+            r#"kmirror_produce_max_batches_per_request{source="A",target="B"} 9"#,
             r#"kmirror_fetch_requests_total{source="A",target="B",kind="full"} 2"#,
             r#"kmirror_fetch_requests_total{source="A",target="B",kind="incremental"} 25"#,
             r#"kmirror_fetch_session_fallbacks_total{source="A",target="B"} 1"#,

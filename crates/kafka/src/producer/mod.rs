@@ -6,20 +6,23 @@
 //! with the same sequence numbers. A batch the broker already wrote is recognised as a duplicate
 //! (the broker remembers the last five batches of each producer and partition, hence the limit)
 //! and answered with its original offset, so nothing is lost, duplicated or reordered.
+//!
+//! Lanes do not write their own requests: each hands its batches to the sender of its leader's
+//! connection ([`sender`]), which puts the batches of many partitions in one Produce request.
+
+pub mod sender;
 
 use crate::batch::RawBatch;
 use crate::cluster::KafkaCluster;
-use crate::conn::ResponseFuture;
 use crate::error::{KafkaError, Result};
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
-use std::collections::VecDeque;
-use std::sync::Arc;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProducerId};
+use sender::{Answer, Entry, ProduceCounts, ProduceStats};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Kafka brokers deduplicate only the last five batches per producer and partition.
@@ -32,6 +35,16 @@ pub struct IdempotentProducer {
     identity: tokio::sync::Mutex<(i64, i16)>,
     /// How long a batch may take to be acknowledged, retries included.
     pub delivery_timeout: Duration,
+    /// One sender per (broker, data channel), started on first use; shared with the producers
+    /// made by [`IdempotentProducer::fresh`].
+    senders: Arc<Mutex<HashMap<(i32, usize), SenderHandle>>>,
+    stats: Arc<ProduceStats>,
+}
+
+#[derive(Debug)]
+struct SenderHandle {
+    tx: mpsc::UnboundedSender<Entry>,
+    task: JoinHandle<()>,
 }
 
 impl IdempotentProducer {
@@ -40,6 +53,22 @@ impl IdempotentProducer {
             cluster,
             identity: tokio::sync::Mutex::new((-1, -1)),
             delivery_timeout: Duration::from_secs(120),
+            senders: Arc::default(),
+            stats: Arc::new(ProduceStats::default()),
+        };
+        p.init_id().await?;
+        Ok(Arc::new(p))
+    }
+
+    /// A producer with a new producer id that shares this one's senders (and counters), so a
+    /// partition that starts its sequences afresh still shares requests with the others.
+    pub async fn fresh(&self) -> Result<Arc<IdempotentProducer>> {
+        let p = IdempotentProducer {
+            cluster: self.cluster.clone(),
+            identity: tokio::sync::Mutex::new((-1, -1)),
+            delivery_timeout: self.delivery_timeout,
+            senders: self.senders.clone(),
+            stats: self.stats.clone(),
         };
         p.init_id().await?;
         Ok(Arc::new(p))
@@ -83,6 +112,35 @@ impl IdempotentProducer {
         *self.identity.lock().await
     }
 
+    /// Requests and batches written so far, over every connection.
+    pub fn stats(&self) -> ProduceCounts {
+        self.stats.snapshot()
+    }
+
+    /// Queues an entry on the sender of `(broker, channel)`, starting it if needed.
+    fn enqueue(&self, broker: i32, channel: usize, entry: Entry) -> Result<()> {
+        let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = senders.entry((broker, channel)).or_insert_with(|| {
+            let (tx, task) =
+                sender::spawn(self.cluster.clone(), broker, channel, self.stats.clone());
+            SenderHandle { tx, task }
+        });
+        match handle.tx.send(entry) {
+            Ok(()) => Ok(()),
+            // A sender ends only when its producer is dropped, or by a panic: no lane may go
+            // on as if its batch were on its way.
+            Err(_) => Err(KafkaError::Protocol {
+                broker: format!("broker {broker}"),
+                api: ApiKey::Produce,
+                message: if handle.task.is_finished() {
+                    "the produce sender of this connection failed (a bug: see the log)".into()
+                } else {
+                    "the produce sender of this connection stopped".into()
+                },
+            }),
+        }
+    }
+
     /// A lane for one partition. Use one lane per partition, from one task.
     pub fn lane(self: &Arc<Self>, topic: &str, partition: i32) -> PartitionLane {
         PartitionLane {
@@ -116,15 +174,56 @@ struct InFlight {
     tag: i64,
     batch: RawBatch,
     sequence: i32,
-    response: Option<ResponseFuture<ProduceRequest>>,
+    response: Option<Pending>,
     first_sent: Instant,
+}
+
+/// This partition's answer, coming from the sender (which applies the request timeout).
+#[derive(Debug)]
+struct Pending {
+    rx: oneshot::Receiver<Answer>,
+    arrived: Option<Answer>,
+}
+
+impl Pending {
+    /// Cancel-safe: polling the receiver by reference loses nothing.
+    async fn ready(&mut self) {
+        if self.arrived.is_none() {
+            let answer = (&mut self.rx).await.unwrap_or_else(|_| Err(sender_gone()));
+            self.arrived = Some(answer);
+        }
+    }
+
+    fn is_ready(&mut self) -> bool {
+        if self.arrived.is_none() {
+            self.arrived = match self.rx.try_recv() {
+                Ok(a) => Some(a),
+                Err(oneshot::error::TryRecvError::Closed) => Some(Err(sender_gone())),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+            };
+        }
+        self.arrived.is_some()
+    }
+
+    async fn wait(mut self) -> Answer {
+        self.ready().await;
+        self.arrived.unwrap_or_else(|| Err(sender_gone()))
+    }
+}
+
+/// A sender dropped a batch without answering: only when its task ended (the producer went
+/// away, or a panic). Retriable, so the lane's recovery decides.
+fn sender_gone() -> KafkaError {
+    KafkaError::Disconnected {
+        broker: "(produce sender)".into(),
+    }
 }
 
 /// Ordered, pipelined produce to one partition.
 #[derive(Debug)]
 pub struct PartitionLane {
     producer: Arc<IdempotentProducer>,
-    topic: String,
+    topic: Arc<str>,
     partition: i32,
     /// The connection to the leader this partition's requests use (keeps them in order).
     channel: usize,
@@ -159,7 +258,7 @@ impl PartitionLane {
         let size = batch.bytes().len();
         if size > self.max_request_size {
             return Err(KafkaError::BatchTooLarge {
-                topic: self.topic.clone(),
+                topic: self.topic.to_string(),
                 partition: self.partition,
                 size,
                 limit: self.max_request_size,
@@ -289,32 +388,23 @@ impl PartitionLane {
         let batch = entry
             .batch
             .rewrite_for_produce(pid, epoch, entry.sequence, false);
-        let cluster = &self.producer.cluster;
-        let (leader, _) = cluster.leader_of(&self.topic, self.partition)?;
-        let conn = cluster.broker_channel(leader, self.channel).await?;
-        let version = conn.version::<ProduceRequest>()?;
-        let mut data =
-            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
-                .with_index(self.partition)
-                .with_records(Some(batch.into_bytes()))]);
-        // Produce v13 names topics by id (KIP-516).
-        data = if version >= 13 {
-            data.with_topic_id(
-                cluster
-                    .metadata()
-                    .topics
-                    .get(&self.topic)
-                    .map(|t| t.id)
-                    .unwrap_or_default(),
-            )
-        } else {
-            data.with_name(TopicName(StrBytes::from_string(self.topic.clone())))
-        };
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(cluster.settings().request_timeout.as_millis() as i32)
-            .with_topic_data(vec![data]);
-        entry.response = Some(conn.submit(&req, version).await?);
+        let (leader, _) = self
+            .producer
+            .cluster
+            .leader_of(&self.topic, self.partition)?;
+        let (reply, rx) = oneshot::channel();
+        self.producer.enqueue(
+            leader,
+            self.channel,
+            Entry {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                batch: batch.into_bytes(),
+                request_limit: self.max_request_size,
+                reply,
+            },
+        )?;
+        entry.response = Some(Pending { rx, arrived: None });
         Ok(())
     }
 
@@ -327,20 +417,9 @@ impl PartitionLane {
                 broker: "(not sent)".into(),
             });
         };
-        let resp = match fut.wait().await {
-            Ok(r) => r,
+        let p = match fut.wait().await {
+            Ok(p) => p,
             Err(e) => return Outcome::Retry(e),
-        };
-        let Some(p) = resp
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-        else {
-            return Outcome::Retry(KafkaError::Protocol {
-                broker: "produce".into(),
-                api: ApiKey::Produce,
-                message: "empty response".into(),
-            });
         };
         match p.error_code.err() {
             None => Outcome::Acked(p.base_offset),
@@ -419,7 +498,7 @@ impl PartitionLane {
                     let _ = self
                         .producer
                         .cluster
-                        .refresh_metadata(Some(&[self.topic.as_str()]))
+                        .refresh_metadata(Some(&[&*self.topic]))
                         .await;
                     // A restarted broker deduplicates only the last batch of a producer, so
                     // first find in the log which unacknowledged batches were written.

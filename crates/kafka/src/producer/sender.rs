@@ -1,0 +1,512 @@
+//! Produce requests per broker connection: the batches of many partitions in one request.
+//!
+//! A lane ([`super::PartitionLane`]) keeps its partition's order, sequences and recovery; it
+//! hands each batch to the sender of its leader's connection and waits for that partition's
+//! answer. The sender writes as soon as the connection has room for another request (at most
+//! [`MAX_REQUESTS`] in flight), and everything that queued meanwhile goes out together, one batch
+//! per partition per request, as the Java producer's accumulator does. A busy broker therefore
+//! gets fewer, larger requests instead of one per partition, and an idle one gets each batch at
+//! once (no linger).
+
+use crate::cluster::KafkaCluster;
+use crate::conn::ResponseFuture;
+use crate::error::{KafkaError, Result};
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests in flight per connection, as Java's `max.in.flight.requests.per.connection`: a
+/// partition with five batches in flight (the broker's deduplication window) can have them all
+/// in flight at once, one per request.
+pub const MAX_REQUESTS: usize = 5;
+
+/// One partition's answer from a shared request.
+pub(crate) type Answer = Result<PartitionProduceResponse>;
+
+/// One batch to write, ready for the wire (producer fields already set).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub batch: Bytes,
+    /// Bytes a request may carry when this entry is the first in it (`max.request.size`).
+    pub request_limit: usize,
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Totals over every sender of a producer.
+#[derive(Debug, Default)]
+pub struct ProduceStats {
+    pub requests: AtomicU64,
+    /// Partition batches written (a request carries one per partition).
+    pub batches: AtomicU64,
+    pub max_batches_per_request: AtomicU64,
+    /// The most requests seen in flight at once on one connection.
+    pub max_in_flight: AtomicU64,
+    /// Requests that failed as a whole (connection, timeout); their lanes recover.
+    pub failed_requests: AtomicU64,
+}
+
+/// A snapshot of [`ProduceStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProduceCounts {
+    pub requests: u64,
+    pub batches: u64,
+    pub max_batches_per_request: u64,
+    pub max_in_flight: u64,
+    pub failed_requests: u64,
+}
+
+impl ProduceStats {
+    pub fn snapshot(&self) -> ProduceCounts {
+        ProduceCounts {
+            requests: self.requests.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            max_batches_per_request: self.max_batches_per_request.load(Ordering::Relaxed),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+            failed_requests: self.failed_requests.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Takes the next request's entries from the queue, in queue order: at most one per partition
+/// (a Produce v3+ entry holds one batch per partition, and a partition's later batches must
+/// follow its earlier ones), within the first entry's request limit (the first is always
+/// taken). Entries whose lane stopped waiting (it resends, or it is gone) are dropped unsent.
+pub(crate) fn take_request(queue: &mut VecDeque<Entry>) -> Vec<Entry> {
+    let mut taken: Vec<Entry> = Vec::new();
+    let mut partitions: HashSet<(Arc<str>, i32)> = HashSet::new();
+    // A partition skipped for its order also blocks its later entries in this round.
+    let mut blocked: HashSet<(Arc<str>, i32)> = HashSet::new();
+    let mut size = 0usize;
+    let mut limit = usize::MAX;
+    let mut kept = VecDeque::with_capacity(queue.len());
+    for e in queue.drain(..) {
+        if e.reply.is_closed() {
+            continue;
+        }
+        let key = (e.topic.clone(), e.partition);
+        let fits = taken.is_empty() || size + e.batch.len() <= limit;
+        if fits && !partitions.contains(&key) && !blocked.contains(&key) {
+            if taken.is_empty() {
+                limit = e.request_limit;
+            }
+            size += e.batch.len();
+            partitions.insert(key);
+            taken.push(e);
+        } else {
+            blocked.insert(key);
+            kept.push_back(e);
+        }
+    }
+    *queue = kept;
+    taken
+}
+
+/// Builds the Produce request for `entries` (grouped by topic; by topic id from v13, KIP-516).
+fn build(
+    entries: &[Entry],
+    version: i16,
+    timeout_ms: i32,
+    topic_ids: &HashMap<String, uuid::Uuid>,
+) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for e in entries {
+        let i = *index.entry(&e.topic).or_insert_with(|| {
+            let data = if version >= 13 {
+                TopicProduceData::default()
+                    .with_topic_id(topic_ids.get(&*e.topic).copied().unwrap_or_default())
+            } else {
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(e.topic.to_string())))
+            };
+            topics.push(data);
+            topics.len() - 1
+        });
+        topics[i].partition_data.push(
+            PartitionProduceData::default()
+                .with_index(e.partition)
+                .with_records(Some(e.batch.clone())),
+        );
+    }
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(topics)
+}
+
+/// A request on the wire and the lanes waiting for it.
+struct Sent {
+    waiting: Vec<(Arc<str>, i32, oneshot::Sender<Answer>)>,
+    response: ResponseFuture<ProduceRequest>,
+}
+
+/// Hands each partition its part of the answer; a partition the broker left out gets an error
+/// (its lane recovers).
+fn dispatch(
+    broker: &str,
+    waiting: Vec<(Arc<str>, i32, oneshot::Sender<Answer>)>,
+    answer: Result<kafka_protocol::messages::ProduceResponse>,
+    topic_names: &HashMap<uuid::Uuid, String>,
+) -> bool {
+    match answer {
+        Ok(resp) => {
+            let mut by_key: HashMap<(String, i32), PartitionProduceResponse> = HashMap::new();
+            for t in resp.responses {
+                // v13 answers name the topic by id.
+                let name = if t.name.0.is_empty() {
+                    topic_names.get(&t.topic_id).cloned().unwrap_or_default()
+                } else {
+                    t.name.0.to_string()
+                };
+                for p in t.partition_responses {
+                    by_key.insert((name.clone(), p.index), p);
+                }
+            }
+            for (topic, partition, reply) in waiting {
+                let answer = by_key
+                    .remove(&(topic.to_string(), partition))
+                    .ok_or_else(|| KafkaError::Protocol {
+                        broker: broker.into(),
+                        api: ApiKey::Produce,
+                        message: format!("no answer for {topic}-{partition}"),
+                    });
+                let _ = reply.send(answer);
+            }
+            true
+        }
+        Err(e) => {
+            tracing::debug!(broker, error = %e, partitions = waiting.len(), "produce request failed; its partitions recover");
+            for (_, _, reply) in waiting {
+                let _ = reply.send(Err(copy_error(&e)));
+            }
+            false
+        }
+    }
+}
+
+/// The same failure for each partition of a failed request: what matters to a lane is whether
+/// it may retry, and the message.
+fn copy_error(e: &KafkaError) -> KafkaError {
+    match e {
+        KafkaError::Timeout { broker, api, after } => KafkaError::Timeout {
+            broker: broker.clone(),
+            api: *api,
+            after: *after,
+        },
+        KafkaError::Io { broker, .. } | KafkaError::Disconnected { broker } => {
+            KafkaError::Disconnected {
+                broker: broker.clone(),
+            }
+        }
+        KafkaError::Broker {
+            broker,
+            api,
+            error,
+            message,
+        } => KafkaError::Broker {
+            broker: broker.clone(),
+            api: *api,
+            error: *error,
+            message: message.clone(),
+        },
+        other => KafkaError::Protocol {
+            broker: String::new(),
+            api: ApiKey::Produce,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Starts the sender of one connection (`channel` of `broker`); it ends once every handle is
+/// dropped and its requests are answered.
+pub(crate) fn spawn(
+    cluster: Arc<KafkaCluster>,
+    broker: i32,
+    channel: usize,
+    stats: Arc<ProduceStats>,
+) -> (mpsc::UnboundedSender<Entry>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(run(cluster, broker, channel, rx, stats));
+    (tx, task)
+}
+
+async fn run(
+    cluster: Arc<KafkaCluster>,
+    broker: i32,
+    channel: usize,
+    mut rx: mpsc::UnboundedReceiver<Entry>,
+    stats: Arc<ProduceStats>,
+) {
+    let mut queue: VecDeque<Entry> = VecDeque::new();
+    let mut in_flight: VecDeque<Sent> = VecDeque::new();
+    let mut open = true;
+    let name = format!("broker {broker}");
+    loop {
+        while in_flight.len() < MAX_REQUESTS && !queue.is_empty() {
+            let entries = take_request(&mut queue);
+            if entries.is_empty() {
+                break;
+            }
+            match write(&cluster, broker, channel, &entries).await {
+                Ok(response) => {
+                    stats.requests.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .batches
+                        .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                    stats
+                        .max_batches_per_request
+                        .fetch_max(entries.len() as u64, Ordering::Relaxed);
+                    in_flight.push_back(Sent {
+                        waiting: entries
+                            .into_iter()
+                            .map(|e| (e.topic, e.partition, e.reply))
+                            .collect(),
+                        response,
+                    });
+                    stats
+                        .max_in_flight
+                        .fetch_max(in_flight.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    stats.failed_requests.fetch_add(1, Ordering::Relaxed);
+                    let waiting = entries
+                        .into_iter()
+                        .map(|e| (e.topic, e.partition, e.reply))
+                        .collect();
+                    dispatch(&name, waiting, Err(e), &HashMap::new());
+                }
+            }
+        }
+        if !open && queue.is_empty() && in_flight.is_empty() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            _ = async { in_flight.front_mut().expect("guarded").response.ready().await }, if !in_flight.is_empty() => {
+                let Some(sent) = in_flight.pop_front() else { continue };
+                let answer = sent.response.wait().await;
+                let names = topic_names(&cluster);
+                if !dispatch(&name, sent.waiting, answer, &names) {
+                    stats.failed_requests.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            entry = rx.recv(), if open => match entry {
+                Some(e) => {
+                    queue.push_back(e);
+                    while let Ok(e) = rx.try_recv() {
+                        queue.push_back(e);
+                    }
+                }
+                None => open = false,
+            },
+        }
+    }
+}
+
+fn topic_names(cluster: &KafkaCluster) -> HashMap<uuid::Uuid, String> {
+    cluster
+        .metadata()
+        .topics
+        .iter()
+        .map(|(name, t)| (t.id, name.clone()))
+        .collect()
+}
+
+/// Writes one request on the connection (in order after the earlier ones).
+async fn write(
+    cluster: &KafkaCluster,
+    broker: i32,
+    channel: usize,
+    entries: &[Entry],
+) -> Result<ResponseFuture<ProduceRequest>> {
+    let conn = cluster.broker_channel(broker, channel).await?;
+    let version = conn.version::<ProduceRequest>()?;
+    let ids = if version >= 13 {
+        let md = cluster.metadata();
+        entries
+            .iter()
+            .filter_map(|e| {
+                md.topics
+                    .get(&*e.topic)
+                    .map(|t| (e.topic.to_string(), t.id))
+            })
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let req = build(
+        entries,
+        version,
+        cluster.settings().request_timeout.as_millis() as i32,
+        &ids,
+    );
+    conn.submit(&req, version).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(topic: &str, partition: i32, size: usize) -> (Entry, oneshot::Receiver<Answer>) {
+        let (reply, rx) = oneshot::channel();
+        (
+            Entry {
+                topic: topic.into(),
+                partition,
+                batch: Bytes::from(vec![0u8; size]),
+                request_limit: 1000,
+                reply,
+            },
+            rx,
+        )
+    }
+
+    fn keys(entries: &[Entry]) -> Vec<(String, i32)> {
+        entries
+            .iter()
+            .map(|e| (e.topic.to_string(), e.partition))
+            .collect()
+    }
+
+    #[test]
+    fn a_request_takes_one_batch_per_partition_in_order() {
+        let mut rxs = Vec::new();
+        let mut queue = VecDeque::new();
+        for (t, p) in [("a", 0), ("a", 0), ("a", 1), ("b", 0), ("a", 1), ("a", 0)] {
+            let (e, rx) = entry(t, p, 10);
+            queue.push_back(e);
+            rxs.push(rx);
+        }
+        let first = take_request(&mut queue);
+        assert_eq!(
+            keys(&first),
+            vec![("a".into(), 0), ("a".into(), 1), ("b".into(), 0)]
+        );
+        let second = take_request(&mut queue);
+        assert_eq!(keys(&second), vec![("a".into(), 0), ("a".into(), 1)]);
+        let third = take_request(&mut queue);
+        assert_eq!(keys(&third), vec![("a".into(), 0)]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_request_stays_within_the_limit_and_a_skipped_partition_keeps_its_order() {
+        let mut rxs = Vec::new();
+        let mut queue = VecDeque::new();
+        // Limit 1000: a(600) is taken, b(600) does not fit, so b's next batch (10) must wait
+        // too although it would fit; c(300) fits.
+        for (t, size) in [("a", 600), ("b", 600), ("b", 10), ("c", 300)] {
+            let (e, rx) = entry(t, 0, size);
+            queue.push_back(e);
+            rxs.push(rx);
+        }
+        let first = take_request(&mut queue);
+        assert_eq!(keys(&first), vec![("a".into(), 0), ("c".into(), 0)]);
+        let second = take_request(&mut queue);
+        assert_eq!(keys(&second), vec![("b".into(), 0)]);
+        assert_eq!(second[0].batch.len(), 600);
+        let third = take_request(&mut queue);
+        assert_eq!(third[0].batch.len(), 10);
+    }
+
+    #[test]
+    fn the_first_batch_goes_even_above_the_limit() {
+        let (e, _rx) = entry("a", 0, 5000);
+        let mut queue = VecDeque::from([e]);
+        assert_eq!(take_request(&mut queue).len(), 1);
+    }
+
+    #[test]
+    fn batches_nobody_waits_for_are_dropped_unsent() {
+        let (a, rx_a) = entry("a", 0, 10);
+        let (b, _rx_b) = entry("a", 0, 10);
+        drop(rx_a);
+        let mut queue = VecDeque::from([a, b]);
+        let taken = take_request(&mut queue);
+        assert_eq!(taken.len(), 1);
+        assert!(!taken[0].reply.is_closed(), "the live one");
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn requests_group_partitions_by_topic_and_name_topics_by_id_from_v13() {
+        let (a0, _r1) = entry("a", 0, 1);
+        let (b0, _r2) = entry("b", 0, 1);
+        let (a1, _r3) = entry("a", 1, 1);
+        let entries = vec![a0, b0, a1];
+        let id = uuid::Uuid::from_u128(7);
+        let ids = HashMap::from([("a".to_string(), id)]);
+        let v12 = build(&entries, 12, 30_000, &ids);
+        assert_eq!(v12.topic_data.len(), 2);
+        assert_eq!(v12.topic_data[0].name.0.as_str(), "a");
+        let parts: Vec<i32> = v12.topic_data[0]
+            .partition_data
+            .iter()
+            .map(|p| p.index)
+            .collect();
+        assert_eq!(parts, vec![0, 1]);
+        let v13 = build(&entries, 13, 30_000, &ids);
+        assert_eq!(v13.topic_data[0].topic_id, id);
+        assert_eq!(v13.acks, -1);
+    }
+
+    #[test]
+    fn every_partition_of_a_request_gets_its_own_answer() {
+        let (tx_a, mut rx_a) = oneshot::channel();
+        let (tx_b, mut rx_b) = oneshot::channel();
+        let (tx_c, mut rx_c) = oneshot::channel();
+        let id = uuid::Uuid::from_u128(9);
+        let names = HashMap::from([(id, "b".to_string())]);
+        use kafka_protocol::messages::produce_response::TopicProduceResponse;
+        let resp = kafka_protocol::messages::ProduceResponse::default().with_responses(vec![
+            TopicProduceResponse::default()
+                .with_name(TopicName(StrBytes::from_static_str("a")))
+                .with_partition_responses(vec![PartitionProduceResponse::default()
+                    .with_index(0)
+                    .with_base_offset(42)]),
+            TopicProduceResponse::default()
+                .with_topic_id(id)
+                .with_partition_responses(vec![PartitionProduceResponse::default()
+                    .with_index(3)
+                    .with_error_code(6)]),
+        ]);
+        let waiting = vec![
+            (Arc::<str>::from("a"), 0, tx_a),
+            (Arc::<str>::from("b"), 3, tx_b),
+            (Arc::<str>::from("c"), 0, tx_c),
+        ];
+        assert!(dispatch("broker 1", waiting, Ok(resp), &names));
+        assert_eq!(rx_a.try_recv().unwrap().unwrap().base_offset, 42);
+        assert_eq!(rx_b.try_recv().unwrap().unwrap().error_code, 6);
+        assert!(
+            rx_c.try_recv().unwrap().is_err(),
+            "a partition left out of the answer fails"
+        );
+    }
+
+    #[test]
+    fn a_failed_request_fails_each_partition_retriably() {
+        let (tx_a, mut rx_a) = oneshot::channel();
+        let (tx_b, mut rx_b) = oneshot::channel();
+        let waiting = vec![
+            (Arc::<str>::from("a"), 0, tx_a),
+            (Arc::<str>::from("b"), 0, tx_b),
+        ];
+        let e = KafkaError::Disconnected {
+            broker: "broker 1".into(),
+        };
+        assert!(!dispatch("broker 1", waiting, Err(e), &HashMap::new()));
+        for rx in [&mut rx_a, &mut rx_b] {
+            let err = rx.try_recv().unwrap().unwrap_err();
+            assert!(err.is_retriable(), "{err}");
+        }
+    }
+}
