@@ -14,7 +14,8 @@
 // application. Values are random upper-case letters, as the perf test's payloads are. The
 // producer is not idempotent (see below).
 // --create-partitions P first creates the topics with P partitions each (replication factor 1)
-// and waits until each partition has a leader; with --records 0 it only does that.
+// and waits until each partition's log exists (it answers ListOffsets); with --records 0 it
+// only does that.
 // Prints "N records sent in T ms (R records/s, M MB/s)". Exit 0 done, 1 a send failed, 2 bad
 // arguments.
 import java.util.*;
@@ -24,6 +25,8 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -50,18 +53,22 @@ public class Load {
                 List<NewTopic> create = new ArrayList<>();
                 for (String t : topics) create.add(new NewTopic(t, partitions, (short) 1));
                 admin.createTopics(create).all().get(120, TimeUnit.SECONDS);
-                // A broker creates partition logs one by one (about 40 a second here): wait
-                // until every partition has a leader, so what follows measures copying only.
+                // A broker creates partition logs one by one (about 40 a second here), after
+                // the metadata already names a leader: wait until every partition answers
+                // ListOffsets (its log exists), so what follows measures copying only.
+                Map<TopicPartition, OffsetSpec> all = new HashMap<>();
+                for (String t : topics)
+                    for (int p = 0; p < partitions; p++) all.put(new TopicPartition(t, p), OffsetSpec.latest());
                 long deadline = System.currentTimeMillis() + 300_000;
                 while (true) {
-                    long leaderless = admin.describeTopics(Arrays.asList(topics)).allTopicNames()
-                            .get(60, TimeUnit.SECONDS).values().stream()
-                            .flatMap(d -> d.partitions().stream())
-                            .filter(pi -> pi.leader() == null || pi.leader().isEmpty()).count();
-                    if (leaderless == 0) break;
-                    if (System.currentTimeMillis() > deadline)
-                        fail(1, leaderless + " partitions still without a leader after 300 s");
-                    Thread.sleep(200);
+                    try {
+                        admin.listOffsets(all).all().get(60, TimeUnit.SECONDS);
+                        break;
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        if (System.currentTimeMillis() > deadline)
+                            fail(1, "partitions still without a log after 300 s: " + e.getCause());
+                        Thread.sleep(200);
+                    }
                 }
             }
             if (records == 0) {

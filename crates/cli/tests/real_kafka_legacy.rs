@@ -590,3 +590,88 @@ async fn a_refused_record_stops_or_is_skipped_as_abort_on_send_failure_says() {
     );
     assert!((0..5).all(|i| values.contains(&format!("v{i}"))));
 }
+
+/// MM1 mode on the shared fetcher: with a 1 MiB `buffer.memory` every record is copied; with
+/// the target down, SIGTERM ends the process within the request timeout instead of the
+/// delivery timeout, and after a restart nothing it had not committed is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_the_target_down_exits_within_the_request_timeout_and_loses_nothing() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("mm1-stop-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("mm1-stop-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("load", 20).unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let consumer = client_file(
+        &ca,
+        None,
+        "group.id=mm1-stop\nauto.offset.reset=earliest\n",
+        &dir.path().join("consumer.properties"),
+    );
+    // A small memory bound, and a short request timeout to wait for at exit.
+    let producer = client_file(
+        &cb,
+        None,
+        "buffer.memory=1048576\nrequest.timeout.ms=5000\n",
+        &dir.path().join("producer.properties"),
+    );
+    let log = dir.path().join("kmirror.log");
+    let args = [
+        "--consumer.config",
+        consumer.to_str().unwrap(),
+        "--producer.config",
+        producer.to_str().unwrap(),
+        "--whitelist",
+        "load",
+        "--offset.commit.interval.ms",
+        "1000",
+        // Tests run in parallel: no fixed metrics port.
+        "--metrics-address",
+        "127.0.0.1:0",
+    ];
+    let pad = "x".repeat(200);
+    let first: Vec<String> = (0..20_000)
+        .map(|i| format!("key-{}:v{i}-{pad}", i % 997))
+        .collect();
+    produce_keyed(&ca, "load", &first);
+    let p = legacy(&args, &log);
+    eventually(120, "every record copied under a 1 MiB buffer", || async {
+        total(&b, "load").await >= 20_000
+    })
+    .await;
+
+    // The target goes down; more records arrive; kmirror cannot deliver them.
+    cb.pause().unwrap();
+    let second: Vec<String> = (20_000..22_000)
+        .map(|i| format!("key-{}:v{i}-{pad}", i % 997))
+        .collect();
+    produce_keyed(&ca, "load", &second);
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
+    let status = p.terminate();
+    let took = t0.elapsed();
+    let text = std::fs::read_to_string(&log).unwrap();
+    eprintln!("SIGTERM with the target down: exited in {took:?}");
+    assert!(status.success(), "exit {status}:\n{text}");
+    assert!(
+        took < Duration::from_secs(5 + 10),
+        "SIGTERM with the target down took {took:?} (request timeout 5 s):\n{text}"
+    );
+
+    // Back up: a restarted kmirror copies what the stopped one had not committed.
+    cb.restart().unwrap();
+    let _p = legacy(&args, &log);
+    eventually(120, "every record copied after the restart", || async {
+        let (_, values) = layout(&b, "load").await;
+        let have: BTreeSet<String> = values
+            .iter()
+            .map(|v| v.split('-').next().unwrap_or_default().to_string())
+            .collect();
+        (0..22_000).all(|i| have.contains(&format!("v{i}")))
+    })
+    .await;
+}

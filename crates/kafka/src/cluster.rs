@@ -109,6 +109,8 @@ pub struct KafkaCluster {
     /// Connections by (broker, channel): channel 0 for metadata, admin and the like; data
     /// channels (see [`data_channel`]) for fetches and produces.
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
+    /// ListOffsets asked by many callers at once, sent together ([`crate::offset_lookup`]).
+    pub(crate) lookups: crate::offset_lookup::Lookups,
 }
 
 fn broker_error(
@@ -135,6 +137,7 @@ impl KafkaCluster {
             settings,
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
+            lookups: Default::default(),
         };
         // A broker that just started (or restarted) may refuse connections or answer metadata
         // without its listeners for a moment: go round the bootstrap list with backoff until
@@ -611,6 +614,23 @@ impl KafkaCluster {
         at: i64,
         isolation: IsolationLevel,
     ) -> Result<HashMap<(String, i32), i64>> {
+        let (mut out, retry) = self.list_offsets_once(partitions, at, isolation).await;
+        for (t, p) in retry {
+            if let Ok(o) = self.list_offset(&t, p, at, isolation).await {
+                out.insert((t, p), o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One ListOffsets request per leader broker, no retries: the offsets answered, and the
+    /// partitions that were not (no leader known, an error, a failed request).
+    pub(crate) async fn list_offsets_once(
+        &self,
+        partitions: &[(String, i32)],
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>) {
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<(i32, i32)>>> = BTreeMap::new();
         let mut retry: Vec<(String, i32)> = Vec::new();
         for (t, p) in partitions {
@@ -673,12 +693,7 @@ impl KafkaCluster {
                 ),
             }
         }
-        for (t, p) in retry {
-            if let Ok(o) = self.list_offset(&t, p, at, isolation).await {
-                out.insert((t, p), o);
-            }
-        }
-        Ok(out)
+        (out, retry)
     }
 
     /// Produces one batch to one partition with acks=all and returns its base offset on the

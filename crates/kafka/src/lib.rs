@@ -12,6 +12,7 @@ pub mod error;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod group;
+mod offset_lookup;
 pub mod partitioner;
 pub mod producer;
 pub mod secret;

@@ -175,7 +175,7 @@ pub struct ClientSettings {
 }
 
 /// `isolation.level` of a consumer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IsolationLevel {
     ReadUncommitted,

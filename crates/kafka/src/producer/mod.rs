@@ -308,9 +308,10 @@ impl PartitionLane {
 
     /// The target partition's log end (every write, committed or not).
     async fn log_end(&self) -> Result<i64> {
+        // Asked together with the other lanes starting now (one request per broker).
         self.producer
             .cluster
-            .list_offset(
+            .list_offset_batched(
                 &self.topic,
                 self.partition,
                 crate::cluster::LATEST,

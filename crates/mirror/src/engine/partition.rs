@@ -209,9 +209,10 @@ impl PartitionTask {
             AutoOffsetReset::Latest => LATEST,
             _ => EARLIEST,
         };
+        // Asked together with the flow's other partitions starting now (one request per broker).
         self.ctx
             .source
-            .list_offset(&self.topic, self.partition, at, tuning.isolation_level)
+            .list_offset_batched(&self.topic, self.partition, at, tuning.isolation_level)
             .await
     }
 

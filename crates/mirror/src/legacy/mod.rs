@@ -9,7 +9,9 @@
 //! Unlike MM1: missing target topics are created with the source's partition count and
 //! configs, new matching topics are picked up while running, and the built-in transforms
 //! replace Java message handlers. Records are always decoded and re-encoded (the target
-//! partition depends on each key), with the producer file's `compression.type`.
+//! partition depends on each key), with the producer file's `compression.type`. Fetching is
+//! per source broker, with the broker's long poll while idle, and what was fetched and not yet
+//! handed to the producer is bounded by the producer file's `buffer.memory`.
 
 mod ledger;
 mod route;
@@ -20,6 +22,7 @@ use crate::config::legacy::LegacyConfig;
 use crate::engine::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::fetcher::{Fetcher, FetcherConfig};
 use kmirror_kafka::KafkaError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -138,9 +141,19 @@ pub async fn run(
     tracing::info!(topics = first.len(), group = %cfg.group_id, streams = cfg.num_streams, "MM1 mode started");
     let (topics_tx, topics_rx) = tokio::sync::watch::channel(first.clone());
     let labels = labels();
+    // One fetcher for every stream: one fetch session per source broker, bounded by the
+    // producer file's buffer.memory (Java's producer key: what the process may hold in memory).
+    let fetcher = Arc::new(Fetcher::start(
+        source.clone(),
+        FetcherConfig::from_tuning(
+            &cfg.consumer_tuning,
+            usize::try_from(cfg.producer_tuning.buffer_memory).unwrap_or(0),
+        ),
+    ));
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
         source: source.clone(),
+        fetcher: fetcher.clone(),
         target,
         targets: targets.clone(),
         topics: topics_rx,
@@ -172,6 +185,7 @@ pub async fn run(
         }
     }
     shutdown.trigger();
+    fetcher.shutdown().await;
     let _ = discovery.await;
     let _ = probe.await;
     first_error.map_or(Ok(()), Err)

@@ -4,6 +4,11 @@
 //! copies the assigned partitions and commits, to the group, only offsets whose records the
 //! target acknowledged. Before each rejoin the copy task flushes and commits with the generation
 //! it still holds (a Java consumer's revocation), so the next owner starts where this one ended.
+//!
+//! The copy task reads through the process's [`Fetcher`] (one fetch session per source broker,
+//! the broker's long poll while idle, `buffer.memory` as the bound on fetched data), as MM2 mode
+//! does: each assigned partition's subscription is drained by a small forwarding task into one
+//! queue the copy task takes from.
 
 use super::ledger::{Key, Ledger};
 use super::route::{encode, route};
@@ -14,7 +19,8 @@ use crate::engine::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::batch::{Codec, RawBatch};
-use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
+use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Fetcher, Subscription};
 use kmirror_kafka::group::consumer_protocol::{parse_assignment, RangeAssignor};
 use kmirror_kafka::group::{GroupConfig, GroupMember};
 use kmirror_kafka::producer::{Acked, IdempotentProducer, PartitionLane};
@@ -22,20 +28,19 @@ use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
 
 /// Matching source topics and their partition counts, as discovery last saw them.
 pub(super) type TopicSet = Arc<BTreeMap<String, i32>>;
-
-/// The longest an idle stream waits before fetching again (the latency it adds).
-const IDLE_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What every stream of the process shares.
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) cfg: Arc<LegacyConfig>,
     pub(super) source: Arc<KafkaCluster>,
+    /// Every stream's partitions are fetched through it (one session per source broker).
+    pub(super) fetcher: Arc<Fetcher>,
     pub(super) target: Arc<KafkaCluster>,
     pub(super) targets: Arc<Targets>,
     pub(super) topics: watch::Receiver<TopicSet>,
@@ -277,37 +282,81 @@ impl Copier {
             if !self.start(&a.partitions, rx).await? {
                 continue;
             }
-            let mut last_commit = Instant::now();
+            let (mut events, mut forwarders) = self.subscribe();
+            let interval = self.sh.cfg.offset_commit_interval;
+            let mut next_commit = tokio::time::Instant::now() + interval;
             loop {
-                match rx.try_recv() {
-                    Ok(Control::Revoke(ack)) => {
-                        self.finish().await?;
-                        let _ = ack.send(());
-                        break;
+                tokio::select! {
+                    biased;
+                    msg = rx.recv() => match msg {
+                        Some(Control::Revoke(ack)) => {
+                            forwarders.abort_all();
+                            self.finish().await?;
+                            let _ = ack.send(());
+                            break;
+                        }
+                        Some(Control::Assigned(_)) => {}
+                        None => {
+                            forwarders.abort_all();
+                            self.finish().await?;
+                            return Ok(());
+                        }
+                    },
+                    Some(joined) = forwarders.join_next() => {
+                        if let Err(e) = joined {
+                            if e.is_panic() {
+                                return Err(LegacyError::Panicked(e.to_string()));
+                            }
+                        }
                     }
-                    Ok(Control::Assigned(_)) => {}
-                    Err(mpsc::error::TryRecvError::Empty) => {}
-                    Err(mpsc::error::TryRecvError::Disconnected) => {
-                        self.finish().await?;
-                        return Ok(());
+                    Some((i, event)) = events.recv() => {
+                        let stop = self.sh.shutdown.clone();
+                        tokio::select! {
+                            handled = self.handle(i, event) => handled?,
+                            // Stopping while the target does not answer: a chunk not fully
+                            // acknowledged is not committed, so it is copied again after a
+                            // restart (at-least-once, nothing lost).
+                            _ = stop.wait() => {}
+                        }
                     }
-                }
-                let mut moved = false;
-                for i in 0..self.positions.len() {
-                    moved |= self.copy_once(i).await?;
-                }
-                if last_commit.elapsed() >= self.sh.cfg.offset_commit_interval {
-                    self.flush_all().await?;
-                    self.commit().await;
-                    last_commit = Instant::now();
-                }
-                if !moved {
-                    self.flush_all().await?;
-                    self.sh.shutdown.sleep(IDLE_BACKOFF).await;
+                    _ = tokio::time::sleep_until(next_commit) => {
+                        let stop = self.sh.shutdown.clone();
+                        tokio::select! {
+                            flushed = self.flush_all() => {
+                                flushed?;
+                                self.commit().await;
+                            }
+                            // A target that does not answer holds the flush for up to the
+                            // delivery timeout: the revocation that follows a stop commits what
+                            // was acknowledged (`finish`).
+                            _ = stop.wait() => {}
+                        }
+                        next_commit = tokio::time::Instant::now() + interval;
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Subscribes every assigned partition at its position; each subscription's events come
+    /// out of the returned queue, tagged with the partition's index in `positions`.
+    fn subscribe(&self) -> (mpsc::Receiver<(usize, Event)>, JoinSet<()>) {
+        let (tx, rx) = mpsc::channel(16);
+        let mut forwarders = JoinSet::new();
+        let policy = self.sh.cfg.consumer_tuning.auto_offset_reset;
+        for (i, p) in self.positions.iter().enumerate() {
+            match self.sh.fetcher.subscribe(&p.topic, p.partition, p.next) {
+                Ok(sub) => {
+                    forwarders.spawn(forward(i, sub, policy, tx.clone()));
+                }
+                Err(e) => {
+                    self.count_error("fetch");
+                    tracing::error!(topic = %p.topic, partition = p.partition, error = %e, "cannot fetch this partition; it is not copied until the next rebalance");
+                }
+            }
+        }
+        (rx, forwarders)
     }
 
     /// Looks up where each assigned partition starts: the group's committed offset, or
@@ -325,10 +374,15 @@ impl Copier {
                 Err(e) => {
                     tracing::warn!(stream = self.index, error = %e, "reading committed offsets failed; retrying");
                     attempt += 1;
-                    self.sh
+                    // Stopping: the revocation that follows is answered by the caller.
+                    if self
+                        .sh
                         .shutdown
                         .sleep(crate::engine::backoff(attempt - 1))
-                        .await;
+                        .await
+                    {
+                        return Ok(false);
+                    }
                     if let Ok(Control::Revoke(ack)) = rx.try_recv() {
                         let _ = ack.send(());
                         return Ok(false);
@@ -340,7 +394,10 @@ impl Copier {
         for (topic, partition) in partitions {
             let next = match committed.get(topic).and_then(|m| m.get(partition)) {
                 Some(c) => c.offset,
-                None => self.reset(topic, *partition, None).await?,
+                None => match self.reset(topic, *partition).await? {
+                    Some(o) => o,
+                    None => return Ok(false), // stopping
+                },
             };
             tracing::debug!(topic, partition, next, "starting");
             self.positions.push(Position {
@@ -352,14 +409,9 @@ impl Copier {
         Ok(true)
     }
 
-    /// `auto.offset.reset` for a partition without a usable position; `bounds` are the log's
-    /// start and end when known (after OFFSET_OUT_OF_RANGE).
-    async fn reset(
-        &self,
-        topic: &str,
-        partition: i32,
-        bounds: Option<(i64, i64)>,
-    ) -> Result<i64, LegacyError> {
+    /// `auto.offset.reset` for a partition without a committed offset; None when the process
+    /// stops first.
+    async fn reset(&self, topic: &str, partition: i32) -> Result<Option<i64>, LegacyError> {
         let tuning = &self.sh.cfg.consumer_tuning;
         let at = match tuning.auto_offset_reset {
             AutoOffsetReset::Earliest => EARLIEST,
@@ -372,18 +424,15 @@ impl Copier {
                 })
             }
         };
-        if let Some((start, end)) = bounds {
-            return Ok(if at == EARLIEST { start } else { end });
-        }
         let mut attempt = 0;
         loop {
             match self
                 .sh
                 .source
-                .list_offset(topic, partition, at, tuning.isolation_level)
+                .list_offset_batched(topic, partition, at, tuning.isolation_level)
                 .await
             {
-                Ok(o) => return Ok(o),
+                Ok(o) => return Ok(Some(o)),
                 Err(e) => {
                     tracing::warn!(topic, partition, error = %e, "looking up the start offset failed; retrying");
                     attempt += 1;
@@ -393,7 +442,7 @@ impl Copier {
                         .sleep(crate::engine::backoff(attempt - 1))
                         .await
                     {
-                        return Ok(0);
+                        return Ok(None);
                     }
                 }
             }
@@ -408,39 +457,25 @@ impl Copier {
             .inc();
     }
 
-    /// Fetches once from position `i` and sends what it got; true if the position moved.
-    async fn copy_once(&mut self, i: usize) -> Result<bool, LegacyError> {
-        let cfg = self.sh.cfg.clone();
-        let tuning = &cfg.consumer_tuning;
-        let (topic, partition, next) = {
+    /// Takes one event of partition `i`.
+    async fn handle(&mut self, i: usize, event: Event) -> Result<(), LegacyError> {
+        let (topic, partition) = {
             let p = &self.positions[i];
-            (p.topic.clone(), p.partition, p.next)
+            (p.topic.clone(), p.partition)
         };
-        let fetched = self
-            .sh
-            .source
-            .fetch(
-                &topic,
-                partition,
-                next,
-                tuning.max_partition_fetch_bytes,
-                // Partitions share a connection per broker, and a broker answers one request per
-                // connection at a time: no long poll (see engine::partition).
-                Duration::ZERO,
-                tuning.isolation_level,
-            )
-            .await;
-        let f = match fetched {
-            Ok(f) => f,
-            Err(KafkaError::OffsetOutOfRange {
+        match event {
+            Event::Data(f, share) => {
+                self.copy(i, &f).await?;
+                // Fetched bytes count against buffer.memory until their batches are handed to
+                // the producer, whose lanes bound what is in flight.
+                drop(share);
+            }
+            Event::Reset {
                 requested,
                 log_start,
                 log_end,
-                ..
-            }) => {
-                let to = self
-                    .reset(&topic, partition, Some((log_start, log_end)))
-                    .await?;
+                to,
+            } => {
                 if requested < log_start {
                     self.count_error("truncation");
                     tracing::error!(topic, partition, requested, log_start, lost = log_start - requested, "the source deleted records before they were copied; continuing per auto.offset.reset");
@@ -454,13 +489,29 @@ impl Copier {
                     );
                 }
                 self.positions[i].next = to;
-                return Ok(true);
             }
-            Err(e) => {
+            Event::NoOffset => {
+                return Err(LegacyError::NoOffset {
+                    group: self.sh.cfg.group_id.clone(),
+                    topic,
+                    partition,
+                })
+            }
+            Event::Failed(e) => {
                 self.count_error("fetch");
-                tracing::debug!(topic, partition, error = %e, "fetch failed; will retry");
-                return Ok(false);
+                tracing::error!(topic, partition, error = %e, "fetching this partition failed for good; it is not copied until the next rebalance");
             }
+        }
+        Ok(())
+    }
+
+    /// Sends what was fetched from position `i`, then moves the position past it.
+    async fn copy(&mut self, i: usize, f: &PartitionFetch) -> Result<(), LegacyError> {
+        let cfg = self.sh.cfg.clone();
+        let tuning = &cfg.consumer_tuning;
+        let (topic, partition, next) = {
+            let p = &self.positions[i];
+            (p.topic.clone(), p.partition, p.next)
         };
         let batches: Vec<&RawBatch> = match tuning.isolation_level {
             IsolationLevel::ReadCommitted => f.committed_batches(),
@@ -485,7 +536,7 @@ impl Copier {
             }
         }
         let Some(end) = f.batches.last().map(|b| (b.last_offset() + 1).max(next)) else {
-            return Ok(false);
+            return Ok(());
         };
         let labels = self.sh.labels.partition(&topic, partition);
         let log_end = match tuning.isolation_level {
@@ -507,18 +558,27 @@ impl Copier {
         // Partition counts of the target topics named, creating missing topics.
         let mut counts: HashMap<String, i32> = HashMap::new();
         for (t, _) in &records {
-            if counts.contains_key(t) {
-                continue;
-            }
-            match self.sh.targets.partitions(t, &topic).await {
-                Ok(n) => {
-                    counts.insert(t.clone(), n);
-                }
-                Err(e) => {
-                    self.count_error("target_topic");
-                    tracing::warn!(stream = self.index, error = %e, "cannot write to the target topic yet; will retry");
-                    self.sh.shutdown.sleep(Duration::from_secs(1)).await;
-                    return Ok(false);
+            let mut attempt = 0;
+            while !counts.contains_key(t) {
+                match self.sh.targets.partitions(t, &topic).await {
+                    Ok(n) => {
+                        counts.insert(t.clone(), n);
+                    }
+                    Err(e) => {
+                        self.count_error("target_topic");
+                        tracing::warn!(stream = self.index, error = %e, "cannot write to the target topic yet; will retry");
+                        attempt += 1;
+                        // Stopping: nothing of this chunk was sent, and its position was not
+                        // committed, so it is copied again after a restart.
+                        if self
+                            .sh
+                            .shutdown
+                            .sleep(crate::engine::backoff(attempt - 1))
+                            .await
+                        {
+                            return Ok(());
+                        }
+                    }
                 }
             }
         }
@@ -559,27 +619,32 @@ impl Copier {
             .get_or_create(&labels)
             .inc_by(copied);
         self.positions[i].next = end;
-        Ok(true)
+        Ok(())
     }
 
-    async fn producer(&mut self) -> Result<Arc<IdempotentProducer>, LegacyError> {
+    /// The stream's producer; None when the process stops before the target answers.
+    async fn producer(&mut self) -> Result<Option<Arc<IdempotentProducer>>, LegacyError> {
         if let Some(p) = &self.producer {
-            return Ok(p.clone());
+            return Ok(Some(p.clone()));
         }
         let mut attempt = 0;
         loop {
             match IdempotentProducer::new(self.sh.target.clone()).await {
                 Ok(p) => {
                     self.producer = Some(p.clone());
-                    return Ok(p);
+                    return Ok(Some(p));
                 }
                 Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                     tracing::warn!(error = %e, "initialising the producer failed; retrying");
                     attempt += 1;
-                    self.sh
+                    if self
+                        .sh
                         .shutdown
                         .sleep(crate::engine::backoff(attempt - 1))
-                        .await;
+                        .await
+                    {
+                        return Ok(None);
+                    }
                 }
                 Err(source) => {
                     return Err(LegacyError::Send {
@@ -597,7 +662,11 @@ impl Copier {
     async fn send(&mut self, key: Key, tag: i64, batch: RawBatch) -> Result<(), LegacyError> {
         let mut queue: VecDeque<(i64, RawBatch)> = VecDeque::from([(tag, batch)]);
         while let Some((tag, batch)) = queue.pop_front() {
-            let producer = self.producer().await?;
+            // Stopping with no producer: the batch is not acknowledged, so its chunk's position
+            // is not committed and it is copied again after a restart.
+            let Some(producer) = self.producer().await? else {
+                return Ok(());
+            };
             let max = self.sh.cfg.producer_tuning.max_request_size as usize;
             let st = self.lanes.entry(key.clone()).or_insert_with(|| LaneState {
                 lane: producer.lane(&key.0, key.1).with_limits(max, 4 << 20),
@@ -756,10 +825,101 @@ impl Copier {
 
     /// Flushes and commits everything, then forgets the assignment.
     async fn finish(&mut self) -> Result<(), LegacyError> {
-        let flushed = self.flush_all().await;
+        // When the process stops, the target gets one request timeout to acknowledge what is in
+        // flight (a target that is down would otherwise hold the exit for the whole delivery
+        // timeout); what it did not acknowledge is not committed.
+        let flushed = if self.sh.shutdown.is_triggered() {
+            let bound = self.sh.target.settings().request_timeout;
+            match tokio::time::timeout(bound, self.flush_all()).await {
+                Ok(flushed) => flushed,
+                Err(_) => {
+                    tracing::warn!(stream = self.index, "stopping before the target acknowledged every batch; the records after the last commit are copied again after a restart");
+                    Ok(())
+                }
+            }
+        } else {
+            self.flush_all().await
+        };
         self.commit().await;
         self.ledger.clear();
         self.positions.clear();
         flushed
+    }
+}
+
+/// What a partition's forwarding task passes on to the copy task.
+#[derive(Debug)]
+enum Event {
+    /// Batches from the partition's position on; the share counts against `buffer.memory`
+    /// until dropped.
+    Data(PartitionFetch, BufferShare),
+    /// The position was outside the source log; fetching went on at `to` (`auto.offset.reset`).
+    Reset {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+        to: i64,
+    },
+    /// The position was outside the log and `auto.offset.reset` is none.
+    NoOffset,
+    /// The partition cannot be fetched (authorization, corrupt data, topic re-created).
+    Failed(KafkaError),
+}
+
+/// Drains one subscription into the copy task's queue. It applies `auto.offset.reset` itself,
+/// so that fetching goes on at once; the copy task learns the new position before any data
+/// from it (one queue, in order).
+async fn forward(
+    i: usize,
+    mut sub: Subscription,
+    policy: AutoOffsetReset,
+    tx: mpsc::Sender<(usize, Event)>,
+) {
+    while let Some(ev) = sub.recv().await {
+        let event = match ev {
+            FetchEvent::Data { data, share } => Event::Data(data, share),
+            FetchEvent::OutOfRange {
+                requested,
+                log_start,
+                log_end,
+            } => match reset_to(policy, log_start, log_end) {
+                Some(to) => {
+                    sub.seek(to);
+                    Event::Reset {
+                        requested,
+                        log_start,
+                        log_end,
+                        to,
+                    }
+                }
+                None => Event::NoOffset,
+            },
+            FetchEvent::Failed(e) => Event::Failed(e),
+        };
+        let last = matches!(event, Event::NoOffset | Event::Failed(_));
+        if tx.send((i, event)).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Where `auto.offset.reset` continues in a log spanning `log_start..log_end`.
+fn reset_to(policy: AutoOffsetReset, log_start: i64, log_end: i64) -> Option<i64> {
+    match policy {
+        AutoOffsetReset::Earliest => Some(log_start),
+        AutoOffsetReset::Latest => Some(log_end),
+        AutoOffsetReset::None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_offset_reset_picks_a_log_bound_or_none() {
+        assert_eq!(reset_to(AutoOffsetReset::Earliest, 5, 9), Some(5));
+        assert_eq!(reset_to(AutoOffsetReset::Latest, 5, 9), Some(9));
+        assert_eq!(reset_to(AutoOffsetReset::None, 5, 9), None);
     }
 }
