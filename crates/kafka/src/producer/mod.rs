@@ -155,6 +155,7 @@ impl IdempotentProducer {
             max_in_flight_bytes: 16 << 20,
             acked_end: None,
             resolved: VecDeque::new(),
+            route: None,
         }
     }
 }
@@ -239,6 +240,8 @@ pub struct PartitionLane {
     acked_end: Option<i64>,
     /// Batches found written during a recovery, not yet returned to the caller.
     resolved: VecDeque<Acked>,
+    /// The leader the last batch was handed to.
+    route: Option<i32>,
 }
 
 enum Outcome {
@@ -393,6 +396,15 @@ impl PartitionLane {
             .producer
             .cluster
             .leader_of(&self.topic, self.partition)?;
+        // The leader moved while earlier batches are still with the old leader's sender: this
+        // one waits (not written), so it cannot reach the new leader ahead of them; the
+        // recovery of the oldest resends everything in order.
+        if self.route.is_some_and(|r| r != leader)
+            && self.in_flight.iter().any(|e| e.response.is_some())
+        {
+            return Ok(());
+        }
+        self.route = Some(leader);
         let (reply, rx) = oneshot::channel();
         self.producer.enqueue(
             leader,
@@ -413,6 +425,11 @@ impl PartitionLane {
         let Some(entry) = self.in_flight.front_mut() else {
             return Outcome::Retry(KafkaError::Config("nothing in flight".into()));
         };
+        // Waited for in place first (cancel-safe): a flush cancelled here must not drop the
+        // batch from its sender's queue while later ones of the partition go out.
+        if let Some(r) = entry.response.as_mut() {
+            r.ready().await;
+        }
         let Some(fut) = entry.response.take() else {
             return Outcome::Retry(KafkaError::Disconnected {
                 broker: "(not sent)".into(),
@@ -420,7 +437,8 @@ impl PartitionLane {
         };
         let p = match fut.wait().await {
             Ok(p) => p,
-            Err(e) => return Outcome::Retry(e),
+            Err(e) if e.is_retriable() || e.is_stale_metadata() => return Outcome::Retry(e),
+            Err(e) => return Outcome::Fatal(e),
         };
         match p.error_code.err() {
             None => Outcome::Acked(p.base_offset),

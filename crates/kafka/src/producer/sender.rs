@@ -148,14 +148,18 @@ struct Sent {
     response: ResponseFuture<ProduceRequest>,
 }
 
+/// A partition of a request.
+type Key = (Arc<str>, i32);
+
 /// Hands each partition its part of the answer; a partition the broker left out gets an error
-/// (its lane recovers).
+/// (its lane recovers). Returns the partitions that did not get a plain acknowledgement.
 fn dispatch(
     broker: &str,
     waiting: Vec<(Arc<str>, i32, oneshot::Sender<Answer>)>,
     answer: Result<kafka_protocol::messages::ProduceResponse>,
     topic_names: &HashMap<uuid::Uuid, String>,
-) -> bool {
+) -> Vec<Key> {
+    let mut failed = Vec::new();
     match answer {
         Ok(resp) => {
             let mut by_key: HashMap<(String, i32), PartitionProduceResponse> = HashMap::new();
@@ -171,25 +175,54 @@ fn dispatch(
                 }
             }
             for (topic, partition, reply) in waiting {
+                // Left out of the answer: as if the broker did not know the partition (stale
+                // metadata), so the lane refreshes and recovers.
                 let answer = by_key
                     .remove(&(topic.to_string(), partition))
-                    .ok_or_else(|| KafkaError::Protocol {
+                    .ok_or_else(|| KafkaError::Broker {
                         broker: broker.into(),
                         api: ApiKey::Produce,
-                        message: format!("no answer for {topic}-{partition}"),
+                        error: kafka_protocol::error::ResponseError::UnknownTopicOrPartition,
+                        message: Some(format!("no answer for {topic}-{partition}")),
                     });
+                if !matches!(&answer, Ok(p) if p.error_code == 0) {
+                    failed.push((topic.clone(), partition));
+                }
                 let _ = reply.send(answer);
             }
-            true
         }
         Err(e) => {
             tracing::debug!(broker, error = %e, partitions = waiting.len(), "produce request failed; its partitions recover");
-            for (_, _, reply) in waiting {
+            for (topic, partition, reply) in waiting {
+                failed.push((topic, partition));
                 let _ = reply.send(Err(copy_error(&e)));
             }
-            false
         }
     }
+    failed
+}
+
+/// After a batch of these partitions failed, their batches still queued must not go: a broker
+/// with no state for the producer id accepts any first sequence number (Kafka's
+/// `ProducerAppendInfo`), so a later batch written ahead of the failed one would be out of
+/// order in the log. They fail too, without being sent; the lane resends them in order once it
+/// recovered.
+fn fail_queued(queue: &mut VecDeque<Entry>, failed: &[Key], broker: &str) {
+    if failed.is_empty() {
+        return;
+    }
+    let failed: HashSet<&Key> = failed.iter().collect();
+    let mut kept = VecDeque::with_capacity(queue.len());
+    for e in queue.drain(..) {
+        if failed.contains(&(e.topic.clone(), e.partition)) {
+            let _ = e.reply.send(Err(KafkaError::Disconnected {
+                broker: format!("{broker} (not sent: an earlier batch of the partition failed)"),
+            }));
+        } else {
+            kept.push_back(e);
+        }
+    }
+    *queue = kept;
 }
 
 /// The same failure for each partition of a failed request: what matters to a lane is whether
@@ -281,7 +314,8 @@ async fn run(
                         .into_iter()
                         .map(|e| (e.topic, e.partition, e.reply))
                         .collect();
-                    dispatch(&name, waiting, Err(e), &HashMap::new());
+                    let failed = dispatch(&name, waiting, Err(e), &HashMap::new());
+                    fail_queued(&mut queue, &failed, &name);
                 }
             }
         }
@@ -293,10 +327,25 @@ async fn run(
             _ = async { in_flight.front_mut().expect("guarded").response.ready().await }, if !in_flight.is_empty() => {
                 let Some(sent) = in_flight.pop_front() else { continue };
                 let answer = sent.response.wait().await;
-                let names = topic_names(&cluster);
-                if !dispatch(&name, sent.waiting, answer, &names) {
+                let lost = matches!(
+                    answer,
+                    Err(KafkaError::Timeout { .. } | KafkaError::Disconnected { .. } | KafkaError::Io { .. })
+                );
+                if answer.is_err() {
                     stats.failed_requests.fetch_add(1, Ordering::Relaxed);
                 }
+                let names = topic_names(&cluster);
+                let mut failed = dispatch(&name, sent.waiting, answer, &names);
+                // The connection is gone or stalled: the later requests on it will not be
+                // answered either; fail them now rather than one request timeout after another.
+                if lost {
+                    for later in in_flight.drain(..) {
+                        stats.failed_requests.fetch_add(1, Ordering::Relaxed);
+                        let e = KafkaError::Disconnected { broker: name.clone() };
+                        failed.extend(dispatch(&name, later.waiting, Err(e), &names));
+                    }
+                }
+                fail_queued(&mut queue, &failed, &name);
             }
             entry = rx.recv(), if open => match entry {
                 Some(e) => {
@@ -437,6 +486,21 @@ mod tests {
     }
 
     #[test]
+    fn after_a_failure_the_partitions_queued_batches_fail_unsent() {
+        let (a1, mut rx_a1) = entry("a", 0, 1);
+        let (b1, mut rx_b1) = entry("b", 0, 1);
+        let (a2, mut rx_a2) = entry("a", 0, 1);
+        let mut queue = VecDeque::from([a1, b1, a2]);
+        fail_queued(&mut queue, &[(Arc::<str>::from("a"), 0)], "broker 1");
+        assert_eq!(keys(queue.make_contiguous()), vec![("b".into(), 0)]);
+        for rx in [&mut rx_a1, &mut rx_a2] {
+            let err = rx.try_recv().unwrap().unwrap_err();
+            assert!(err.is_retriable(), "{err}");
+        }
+        assert!(rx_b1.try_recv().is_err(), "b is still queued, unanswered");
+    }
+
+    #[test]
     fn requests_group_partitions_by_topic_and_name_topics_by_id_from_v13() {
         let (a0, _r1) = entry("a", 0, 1);
         let (b0, _r2) = entry("b", 0, 1);
@@ -483,7 +547,12 @@ mod tests {
             (Arc::<str>::from("b"), 3, tx_b),
             (Arc::<str>::from("c"), 0, tx_c),
         ];
-        assert!(dispatch("broker 1", waiting, Ok(resp), &names));
+        let failed = dispatch("broker 1", waiting, Ok(resp), &names);
+        assert_eq!(
+            failed,
+            vec![(Arc::<str>::from("b"), 3), (Arc::<str>::from("c"), 0)],
+            "the partitions without a plain acknowledgement"
+        );
         assert_eq!(rx_a.try_recv().unwrap().unwrap().base_offset, 42);
         assert_eq!(rx_b.try_recv().unwrap().unwrap().error_code, 6);
         assert!(
@@ -503,7 +572,10 @@ mod tests {
         let e = KafkaError::Disconnected {
             broker: "broker 1".into(),
         };
-        assert!(!dispatch("broker 1", waiting, Err(e), &HashMap::new()));
+        assert_eq!(
+            dispatch("broker 1", waiting, Err(e), &HashMap::new()).len(),
+            2
+        );
         for rx in [&mut rx_a, &mut rx_b] {
             let err = rx.try_recv().unwrap().unwrap_err();
             assert!(err.is_retriable(), "{err}");

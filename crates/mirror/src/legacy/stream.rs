@@ -240,6 +240,12 @@ struct Copier {
     generation: Option<(i32, String)>,
     positions: Vec<Position>,
     codec: Codec,
+    /// The process is stopping and a chunk was left unsent: no later event may be handled, or
+    /// a later chunk's commit would pass over the unsent one.
+    stopping: bool,
+    /// A send or flush was cancelled by the stop: the lanes' bookkeeping may be partial, so
+    /// nothing is flushed any more (what was acknowledged and recorded is still committed).
+    cancelled: bool,
 }
 
 impl Copier {
@@ -255,6 +261,8 @@ impl Copier {
             generation: None,
             positions: Vec::new(),
             codec,
+            stopping: false,
+            cancelled: false,
         }
     }
 
@@ -309,14 +317,18 @@ impl Copier {
                             }
                         }
                     }
-                    Some((i, event)) = events.recv() => {
+                    Some((i, event)) = events.recv(), if !self.stopping => {
                         let stop = self.sh.shutdown.clone();
                         tokio::select! {
+                            biased;
                             handled = self.handle(i, event) => handled?,
                             // Stopping while the target does not answer: a chunk not fully
                             // acknowledged is not committed, so it is copied again after a
                             // restart (at-least-once, nothing lost).
-                            _ = stop.wait() => {}
+                            _ = stop.wait() => {
+                                self.stopping = true;
+                                self.cancelled = true;
+                            }
                         }
                     }
                     _ = tokio::time::sleep_until(next_commit) => {
@@ -329,7 +341,10 @@ impl Copier {
                             // A target that does not answer holds the flush for up to the
                             // delivery timeout: the revocation that follows a stop commits what
                             // was acknowledged (`finish`).
-                            _ = stop.wait() => {}
+                            _ = stop.wait() => {
+                                self.stopping = true;
+                                self.cancelled = true;
+                            }
                         }
                         next_commit = tokio::time::Instant::now() + interval;
                     }
@@ -576,6 +591,7 @@ impl Copier {
                             .sleep(crate::engine::backoff(attempt - 1))
                             .await
                         {
+                            self.stopping = true;
                             return Ok(());
                         }
                     }
@@ -665,6 +681,7 @@ impl Copier {
             // Stopping with no producer: the batch is not acknowledged, so its chunk's position
             // is not committed and it is copied again after a restart.
             let Some(producer) = self.producer().await? else {
+                self.stopping = true;
                 return Ok(());
             };
             let max = self.sh.cfg.producer_tuning.max_request_size as usize;
@@ -752,18 +769,32 @@ impl Copier {
             if keys.is_empty() {
                 return Ok(());
             }
+            let mut progress = false;
             for key in keys {
                 let Some(st) = self.lanes.get_mut(&key) else {
                     continue;
                 };
                 match st.lane.flush().await {
-                    Ok(acked) => self.acked(&key, acked),
+                    Ok(acked) => {
+                        progress |= !acked.is_empty();
+                        self.acked(&key, acked)
+                    }
                     Err(e) => {
+                        progress = true;
                         for (tag, batch) in self.send_failed(&key, e)? {
                             self.send(key.clone(), tag, batch).await?;
                         }
                     }
                 }
+            }
+            // A batch this stream recorded but its lane never took (a send cut short by the
+            // stop): it will not be acknowledged, so its chunk is not committed. Never loop on it.
+            if !progress {
+                tracing::debug!(
+                    stream = self.index,
+                    "batches left unacknowledged at the flush"
+                );
+                return Ok(());
             }
         }
     }
@@ -828,7 +859,10 @@ impl Copier {
         // When the process stops, the target gets one request timeout to acknowledge what is in
         // flight (a target that is down would otherwise hold the exit for the whole delivery
         // timeout); what it did not acknowledge is not committed.
-        let flushed = if self.sh.shutdown.is_triggered() {
+        let flushed = if self.cancelled {
+            self.lanes.clear();
+            Ok(())
+        } else if self.sh.shutdown.is_triggered() {
             let bound = self.sh.target.settings().request_timeout;
             match tokio::time::timeout(bound, self.flush_all()).await {
                 Ok(flushed) => flushed,
