@@ -50,8 +50,19 @@ public class Load {
             Properties ap = new Properties();
             ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
             try (Admin admin = Admin.create(ap)) {
+                // A KRaft controller refuses one request of more than 10,000 metadata records
+                // (one per partition): create in chunks.
                 List<NewTopic> create = new ArrayList<>();
-                for (String t : topics) create.add(new NewTopic(t, partitions, (short) 1));
+                int metadataRecords = 0;
+                for (String t : topics) {
+                    if (!create.isEmpty() && metadataRecords + partitions + 1 > 5000) {
+                        admin.createTopics(create).all().get(120, TimeUnit.SECONDS);
+                        create.clear();
+                        metadataRecords = 0;
+                    }
+                    create.add(new NewTopic(t, partitions, (short) 1));
+                    metadataRecords += partitions + 1;
+                }
                 admin.createTopics(create).all().get(120, TimeUnit.SECONDS);
                 // A broker creates partition logs one by one (about 40 a second here), after
                 // the metadata already names a leader: wait until every partition answers

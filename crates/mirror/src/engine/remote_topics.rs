@@ -134,7 +134,7 @@ pub async fn create_missing(
             })
         })
         .collect();
-    for chunk in new.chunks(100) {
+    for chunk in creation_batches(&new) {
         for (name, err) in target.create_topics(chunk, false).await? {
             if err.is_none() {
                 let n = chunk
@@ -150,6 +150,31 @@ pub async fn create_missing(
         target.refresh_metadata(Some(&names)).await?;
     }
     Ok(created)
+}
+
+/// A KRaft controller refuses a CreateTopics that makes more than 10,000 metadata records
+/// ("Unable to perform excessively large batch operation", `MAX_RECORDS_PER_USER_OP`): one per
+/// topic, per partition and per config. Requests stay at 100 topics and about half that limit.
+const MAX_RECORDS_PER_CREATE: usize = 5_000;
+
+/// Consecutive runs of `new` that one CreateTopics request may carry.
+fn creation_batches(new: &[NewTopic]) -> Vec<&[NewTopic]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut records = 0;
+    for (i, t) in new.iter().enumerate() {
+        let n = 1 + t.partitions.max(0) as usize + t.configs.len();
+        if i > start && (i - start >= 100 || records + n > MAX_RECORDS_PER_CREATE) {
+            out.push(&new[start..i]);
+            start = i;
+            records = 0;
+        }
+        records += n;
+    }
+    if start < new.len() {
+        out.push(&new[start..]);
+    }
+    out
 }
 
 /// The `cleanup.policy` of a source topic and of its existing remote topic, when they differ
@@ -209,6 +234,34 @@ pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaErro
 mod tests {
     use super::*;
     use crate::test_support::{entry, flow};
+
+    #[test]
+    fn creation_requests_stay_under_the_controllers_record_limit() {
+        let topic = |partitions| NewTopic {
+            name: "t".into(),
+            partitions,
+            replication_factor: -1,
+            configs: vec![("retention.ms".into(), "1".into())],
+        };
+        // 100 topics of 100 partitions: 10,200 records in one request would be refused.
+        let many: Vec<NewTopic> = (0..100).map(|_| topic(100)).collect();
+        let batches = creation_batches(&many);
+        assert!(batches.len() >= 3, "{}", batches.len());
+        assert_eq!(batches.iter().map(|b| b.len()).sum::<usize>(), 100);
+        for b in &batches {
+            let records: usize = b.iter().map(|t| 2 + t.partitions as usize).sum();
+            assert!(records <= MAX_RECORDS_PER_CREATE, "{records}");
+        }
+        // Small topics: 100 per request.
+        let small: Vec<NewTopic> = (0..250).map(|_| topic(1)).collect();
+        let sizes: Vec<usize> = creation_batches(&small).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![100, 100, 50]);
+        // One topic over the limit still goes (alone): the broker says why it refuses it.
+        let huge = vec![topic(1), topic(20_000), topic(1)];
+        let sizes: Vec<usize> = creation_batches(&huge).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![1, 1, 1]);
+        assert!(creation_batches(&[]).is_empty());
+    }
 
     #[test]
     fn copies_non_default_entries_minus_excluded_static_read_only_and_sensitive() {
