@@ -146,6 +146,24 @@ fn build(
 struct Sent {
     waiting: Vec<(Arc<str>, i32, oneshot::Sender<Answer>)>,
     response: ResponseFuture<ProduceRequest>,
+    /// The topics this request named by id (v13+), to read the answer by.
+    names: HashMap<uuid::Uuid, String>,
+}
+
+/// The lanes waiting for `entries`.
+fn waiting(entries: Vec<Entry>) -> Vec<(Arc<str>, i32, oneshot::Sender<Answer>)> {
+    entries
+        .into_iter()
+        .map(|e| (e.topic, e.partition, e.reply))
+        .collect()
+}
+
+/// Ready once the oldest request has its answer; pending while none is in flight.
+async fn oldest_answered(in_flight: &mut VecDeque<Sent>) {
+    match in_flight.front_mut() {
+        Some(sent) => sent.response.ready().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A partition of a request.
@@ -289,7 +307,7 @@ async fn run(
                 break;
             }
             match write(&cluster, broker, channel, &entries).await {
-                Ok(response) => {
+                Ok((response, names)) => {
                     stats.requests.fetch_add(1, Ordering::Relaxed);
                     stats
                         .batches
@@ -298,11 +316,9 @@ async fn run(
                         .max_batches_per_request
                         .fetch_max(entries.len() as u64, Ordering::Relaxed);
                     in_flight.push_back(Sent {
-                        waiting: entries
-                            .into_iter()
-                            .map(|e| (e.topic, e.partition, e.reply))
-                            .collect(),
+                        waiting: waiting(entries),
                         response,
+                        names,
                     });
                     stats
                         .max_in_flight
@@ -310,11 +326,7 @@ async fn run(
                 }
                 Err(e) => {
                     stats.failed_requests.fetch_add(1, Ordering::Relaxed);
-                    let waiting = entries
-                        .into_iter()
-                        .map(|e| (e.topic, e.partition, e.reply))
-                        .collect();
-                    let failed = dispatch(&name, waiting, Err(e), &HashMap::new());
+                    let failed = dispatch(&name, waiting(entries), Err(e), &HashMap::new());
                     fail_queued(&mut queue, &failed, &name);
                 }
             }
@@ -324,7 +336,7 @@ async fn run(
         }
         tokio::select! {
             biased;
-            _ = async { in_flight.front_mut().expect("guarded").response.ready().await }, if !in_flight.is_empty() => {
+            _ = oldest_answered(&mut in_flight), if !in_flight.is_empty() => {
                 let Some(sent) = in_flight.pop_front() else { continue };
                 let answer = sent.response.wait().await;
                 let lost = matches!(
@@ -334,15 +346,14 @@ async fn run(
                 if answer.is_err() {
                     stats.failed_requests.fetch_add(1, Ordering::Relaxed);
                 }
-                let names = topic_names(&cluster);
-                let mut failed = dispatch(&name, sent.waiting, answer, &names);
+                let mut failed = dispatch(&name, sent.waiting, answer, &sent.names);
                 // The connection is gone or stalled: the later requests on it will not be
                 // answered either; fail them now rather than one request timeout after another.
                 if lost {
                     for later in in_flight.drain(..) {
                         stats.failed_requests.fetch_add(1, Ordering::Relaxed);
                         let e = KafkaError::Disconnected { broker: name.clone() };
-                        failed.extend(dispatch(&name, later.waiting, Err(e), &names));
+                        failed.extend(dispatch(&name, later.waiting, Err(e), &later.names));
                     }
                 }
                 fail_queued(&mut queue, &failed, &name);
@@ -360,25 +371,17 @@ async fn run(
     }
 }
 
-fn topic_names(cluster: &KafkaCluster) -> HashMap<uuid::Uuid, String> {
-    cluster
-        .metadata()
-        .topics
-        .iter()
-        .map(|(name, t)| (t.id, name.clone()))
-        .collect()
-}
-
-/// Writes one request on the connection (in order after the earlier ones).
+/// Writes one request on the connection (in order after the earlier ones); with the topics it
+/// named by id.
 async fn write(
     cluster: &KafkaCluster,
     broker: i32,
     channel: usize,
     entries: &[Entry],
-) -> Result<ResponseFuture<ProduceRequest>> {
+) -> Result<(ResponseFuture<ProduceRequest>, HashMap<uuid::Uuid, String>)> {
     let conn = cluster.broker_channel(broker, channel).await?;
     let version = conn.version::<ProduceRequest>()?;
-    let ids = if version >= 13 {
+    let ids: HashMap<String, uuid::Uuid> = if version >= 13 {
         let md = cluster.metadata();
         entries
             .iter()
@@ -397,7 +400,8 @@ async fn write(
         cluster.settings().request_timeout.as_millis() as i32,
         &ids,
     );
-    conn.submit(&req, version).await
+    let names = ids.into_iter().map(|(name, id)| (id, name)).collect();
+    Ok((conn.submit(&req, version).await?, names))
 }
 
 #[cfg(test)]

@@ -81,6 +81,11 @@ impl Shutdown {
             _ = tokio::time::sleep(d) => self.is_triggered(),
         }
     }
+    /// Counts one more failed attempt and sleeps [`backoff`] for it; true if stopped meanwhile.
+    pub(crate) async fn retry_after(&self, attempt: &mut u32) -> bool {
+        *attempt += 1;
+        self.sleep(backoff(*attempt - 1)).await
+    }
     /// Waits until triggered.
     pub async fn wait(&self) {
         let mut rx = self.0.subscribe();

@@ -219,8 +219,7 @@ impl PartitionTask {
     /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
     async fn retry_wait(&self, e: &KafkaError, attempt: &mut u32) -> bool {
         tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying");
-        *attempt += 1;
-        self.stop.sleep(super::backoff(*attempt - 1)).await
+        self.stop.retry_after(attempt).await
     }
 }
 

@@ -106,7 +106,7 @@ async fn membership(
         session_timeout: cfg.session_timeout,
         rebalance_timeout: cfg.rebalance_timeout,
     };
-    let mut attempt = 0;
+    let mut attempt = 0u32;
     let mut member = loop {
         match GroupMember::join(
             shared.source.clone(),
@@ -118,12 +118,7 @@ async fn membership(
             Ok(m) => break m,
             Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                 tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "joining the group failed; retrying");
-                attempt += 1;
-                if shared
-                    .shutdown
-                    .sleep(crate::engine::backoff(attempt - 1))
-                    .await
-                {
+                if shared.shutdown.retry_after(&mut attempt).await {
                     return Ok(());
                 }
             }
@@ -189,18 +184,13 @@ async fn membership(
             break;
         }
         member.set_assignor(assignor(shared, &subscribed));
-        let mut attempt = 0;
+        let mut attempt = 0u32;
         loop {
             match member.rejoin().await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "rejoining the group failed; retrying");
-                    attempt += 1;
-                    if shared
-                        .shutdown
-                        .sleep(crate::engine::backoff(attempt - 1))
-                        .await
-                    {
+                    if shared.shutdown.retry_after(&mut attempt).await {
                         return Ok(());
                     }
                 }
@@ -382,20 +372,14 @@ impl Copier {
         rx: &mut mpsc::Receiver<Control>,
     ) -> Result<bool, LegacyError> {
         let cfg = &self.sh.cfg;
-        let mut attempt = 0;
+        let mut attempt = 0u32;
         let committed = loop {
             match self.sh.source.fetch_group_offsets(&cfg.group_id).await {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(stream = self.index, error = %e, "reading committed offsets failed; retrying");
-                    attempt += 1;
                     // Stopping: the revocation that follows is answered by the caller.
-                    if self
-                        .sh
-                        .shutdown
-                        .sleep(crate::engine::backoff(attempt - 1))
-                        .await
-                    {
+                    if self.sh.shutdown.retry_after(&mut attempt).await {
                         return Ok(false);
                     }
                     if let Ok(Control::Revoke(ack)) = rx.try_recv() {
@@ -439,7 +423,7 @@ impl Copier {
                 })
             }
         };
-        let mut attempt = 0;
+        let mut attempt = 0u32;
         loop {
             match self
                 .sh
@@ -450,13 +434,7 @@ impl Copier {
                 Ok(o) => return Ok(Some(o)),
                 Err(e) => {
                     tracing::warn!(topic, partition, error = %e, "looking up the start offset failed; retrying");
-                    attempt += 1;
-                    if self
-                        .sh
-                        .shutdown
-                        .sleep(crate::engine::backoff(attempt - 1))
-                        .await
-                    {
+                    if self.sh.shutdown.retry_after(&mut attempt).await {
                         return Ok(None);
                     }
                 }
@@ -573,7 +551,7 @@ impl Copier {
         // Partition counts of the target topics named, creating missing topics.
         let mut counts: HashMap<String, i32> = HashMap::new();
         for (t, _) in &records {
-            let mut attempt = 0;
+            let mut attempt = 0u32;
             while !counts.contains_key(t) {
                 match self.sh.targets.partitions(t, &topic).await {
                     Ok(n) => {
@@ -582,15 +560,9 @@ impl Copier {
                     Err(e) => {
                         self.count_error("target_topic");
                         tracing::warn!(stream = self.index, error = %e, "cannot write to the target topic yet; will retry");
-                        attempt += 1;
                         // Stopping: nothing of this chunk was sent, and its position was not
                         // committed, so it is copied again after a restart.
-                        if self
-                            .sh
-                            .shutdown
-                            .sleep(crate::engine::backoff(attempt - 1))
-                            .await
-                        {
+                        if self.sh.shutdown.retry_after(&mut attempt).await {
                             self.stopping = true;
                             return Ok(());
                         }
@@ -643,7 +615,7 @@ impl Copier {
         if let Some(p) = &self.producer {
             return Ok(Some(p.clone()));
         }
-        let mut attempt = 0;
+        let mut attempt = 0u32;
         loop {
             match IdempotentProducer::new(self.sh.target.clone()).await {
                 Ok(p) => {
@@ -652,13 +624,7 @@ impl Copier {
                 }
                 Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                     tracing::warn!(error = %e, "initialising the producer failed; retrying");
-                    attempt += 1;
-                    if self
-                        .sh
-                        .shutdown
-                        .sleep(crate::engine::backoff(attempt - 1))
-                        .await
-                    {
+                    if self.sh.shutdown.retry_after(&mut attempt).await {
                         return Ok(None);
                     }
                 }
