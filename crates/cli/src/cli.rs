@@ -176,6 +176,10 @@ pub(crate) struct LegacyCmd {
     /// true); false relies on the target's auto.create.topics.enable, as MM1 did.
     #[arg(long = "create.topics", value_name = "true|false")]
     pub(crate) create_topics: Option<String>,
+    /// Cap the bytes fetched per second by the whole process (kmirror's own, as
+    /// kmirror.rate.limit.bytes.per.second in MM2 mode); 0 or absent: no limit.
+    #[arg(long = "rate.limit.bytes.per.second", value_name = "BYTES")]
+    pub(crate) rate_limit: Option<String>,
     /// Built-in record transforms in Kafka Connect's SMT syntax (Filter with predicates,
     /// DropHeaders, InsertHeader, RegexRouter): the replacement for --message.handler.
     #[arg(long, value_name = "FILE")]

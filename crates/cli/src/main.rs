@@ -411,6 +411,7 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         message_handler: cmd.message_handler,
         rebalance_listener: cmd.consumer_rebalance_listener,
         create_topics: cmd.create_topics,
+        rate_limit: cmd.rate_limit,
         transforms: cmd
             .transforms
             .as_ref()
@@ -492,6 +493,10 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
                         "not created (the target's auto.create.topics.enable decides)"
                     }
                 );
+                match cfg.rate_limit {
+                    Some(l) => println!("  rate limit    {l} fetched bytes per second"),
+                    None => println!("  rate limit    none"),
+                }
                 for t in cfg.transforms.describe() {
                     println!("  transform     {t}");
                 }

@@ -9,6 +9,8 @@
 //!   within the session timeout; transforms filter, rename and change headers;
 //! - `--abort.on.send.failure`: true stops the process on a refused record without committing
 //!   past it; false logs, counts and skips it, and copies the records after it.
+//! - `--rate.limit.bytes.per.second` and a 1 MiB `buffer.memory` bound the copy; SIGTERM with
+//!   the target down exits within the request timeout, and a restart copies what was left.
 
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_testkit::{eventually, produce_keyed, read_partition, Cluster, KillOnDrop, Security};
@@ -16,6 +18,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// The Prometheus text a running kmirror serves at `address`.
+fn metrics_text(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).expect("the metrics endpoint answers");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
 
 fn legacy(args: &[&str], log: &Path) -> KillOnDrop {
     KillOnDrop::spawn(
@@ -595,7 +612,8 @@ async fn a_refused_record_stops_or_is_skipped_as_abort_on_send_failure_says() {
 /// the target down, SIGTERM ends the process within the request timeout instead of the
 /// delivery timeout, and after a restart nothing it had not committed is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_with_the_target_down_exits_within_the_request_timeout_and_loses_nothing() {
+async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_target_down_exits_in_time(
+) {
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("mm1-stop-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("mm1-stop-b", Security::Plaintext).unwrap());
@@ -629,20 +647,42 @@ async fn sigterm_with_the_target_down_exits_within_the_request_timeout_and_loses
         "load",
         "--offset.commit.interval.ms",
         "1000",
-        // Tests run in parallel: no fixed metrics port.
+        "--rate.limit.bytes.per.second",
+        "1000000",
+        // Tests run in parallel: no fixed metrics port (the JSON log says which it got).
         "--metrics-address",
         "127.0.0.1:0",
+        "--log-format",
+        "json",
     ];
     let pad = "x".repeat(200);
     let first: Vec<String> = (0..20_000)
         .map(|i| format!("key-{}:v{i}-{pad}", i % 997))
         .collect();
     produce_keyed(&ca, "load", &first);
+    let t0 = Instant::now();
     let p = legacy(&args, &log);
     eventually(120, "every record copied under a 1 MiB buffer", || async {
         total(&b, "load").await >= 20_000
     })
     .await;
+    // About 4.5 MB at 1 MB/s with one second of burst: at least 3.5 s, whatever the machine.
+    let took = t0.elapsed();
+    let metrics = metrics_text(&kmirror_testkit::logged_metrics_address(&log));
+    let throttled =
+        kmirror_mirror::metrics::sum_samples(&metrics, "kmirror_throttled_ms_total", &[]);
+    let limit =
+        kmirror_mirror::metrics::sum_samples(&metrics, "kmirror_rate_limit_bytes_per_second", &[]);
+    eprintln!("20,000 records under a 1 MB/s limit and a 1 MiB buffer: {took:?}, {throttled} ms throttled");
+    assert!(
+        took > Duration::from_secs(3),
+        "the rate limit held the copy back: {took:?}"
+    );
+    assert!(
+        throttled > 1000.0,
+        "time spent waiting for the limit is counted: {throttled}"
+    );
+    assert_eq!(limit, 1_000_000.0);
 
     // The target goes down; more records arrive; kmirror cannot deliver them.
     cb.pause().unwrap();

@@ -101,6 +101,25 @@ fn mm1_defaults_and_flags() {
     assert_eq!(cfg.rebalance_timeout.as_millis(), 300_000);
     assert_eq!(cfg.consumer.client_id.as_deref(), Some("kmirror-mm1"));
     assert!(cfg.create_topics && cfg.transforms.is_empty());
+    assert_eq!(cfg.rate_limit, None);
+    let limited = LegacyArgs {
+        rate_limit: Some("2000000".into()),
+        ..args.clone()
+    };
+    let cfg = legacy::load(&c, &p, &limited, &SystemEnvironment).unwrap();
+    assert_eq!(cfg.rate_limit, Some(2_000_000));
+    let e = legacy::load(
+        &c,
+        &p,
+        &LegacyArgs {
+            rate_limit: Some("fast".into()),
+            ..args.clone()
+        },
+        &SystemEnvironment,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--rate.limit.bytes.per.second = 'fast'"), "{e}");
 
     let tuned = props(
         "consumer.properties",

@@ -4,4 +4,5 @@
 //! (issue 19); the I/O modules (`cluster`, `producer`, `conn`) only call into it.
 
 pub mod batch;
+mod compression;
 pub mod records;

@@ -2,12 +2,11 @@
 //!
 //! Written here rather than taken from `kafka_protocol::records` because a replicator must keep
 //! every header: Kafka allows the same header key more than once, in order, and
-//! `kafka_protocol`'s record type stores headers in a map. The codecs themselves (gzip, Xerial
-//! Snappy, LZ4 frames, zstd) come from `kafka_protocol::compression`.
+//! `kafka_protocol`'s record type stores headers in a map. The codecs are in `compression`.
 
+use super::compression::{compress, decompress};
 use crate::batch::{BatchError, Codec, RawBatch, HEADER_LEN};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 
 /// One record. `None` and an empty value are different things and stay different.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,21 +154,8 @@ pub fn encode_batch(records: &[Record], options: &BatchOptions) -> Result<RawBat
     out.put_i16(options.producer_epoch);
     out.put_i32(options.base_sequence);
     out.put_i32(records.len() as i32);
-    let fill = |tmp: &mut BytesMut| {
-        tmp.put_slice(&raw);
-        Ok(())
-    };
-    let compressed = match options.codec {
-        Codec::None => {
-            out.put_slice(&raw);
-            Ok(())
-        }
-        Codec::Gzip => Gzip::compress(&mut out, fill),
-        Codec::Snappy => Snappy::compress(&mut out, fill),
-        Codec::Lz4 => Lz4::compress(&mut out, fill),
-        Codec::Zstd => Zstd::compress(&mut out, fill),
-    };
-    compressed.map_err(|e| err(format!("{:?} compression failed: {e}", options.codec)))?;
+    compress(options.codec, &raw, &mut out)
+        .map_err(|e| err(format!("{:?} compression failed: {e}", options.codec)))?;
     let len = (out.len() - 12) as i32;
     out[8..12].copy_from_slice(&len.to_be_bytes());
     let crc = crc32c::crc32c(&out[21..]);
@@ -231,14 +217,7 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
             batch.attributes()
         ),
     })?;
-    let plain = match codec {
-        Codec::None => Ok(section),
-        Codec::Gzip => Gzip::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone())),
-        Codec::Snappy => Snappy::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone())),
-        Codec::Lz4 => Lz4::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone())),
-        Codec::Zstd => Zstd::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone())),
-    }
-    .map_err(|e| BatchError {
+    let plain = decompress(codec, section).map_err(|e| BatchError {
         position: HEADER_LEN,
         message: format!("{codec:?} decompression failed: {e}"),
     })?;

@@ -30,6 +30,9 @@ pub struct LegacyArgs {
     pub create_topics: Option<String>,
     /// `--transforms FILE`: built-in transforms in Connect's SMT syntax.
     pub transforms: Option<Properties>,
+    /// `--rate.limit.bytes.per.second`: kmirror's own, as `kmirror.rate.limit.bytes.per.second`
+    /// in MM2 mode (MM1 had no limit).
+    pub rate_limit: Option<String>,
 }
 
 /// A validated MM1-style configuration.
@@ -61,6 +64,8 @@ pub struct LegacyConfig {
     #[serde(serialize_with = "ms")]
     pub metadata_refresh: Duration,
     pub create_topics: bool,
+    /// Fetched bytes per second for the whole process; `None`: no limit.
+    pub rate_limit: Option<u64>,
     pub transforms: Chain,
     pub ignored: Vec<IgnoredKey>,
     pub diagnostics: Diagnostics,
@@ -136,6 +141,7 @@ pub fn load(
         ("offset.commit.interval.ms", &args.offset_commit_interval_ms),
         ("abort.on.send.failure", &args.abort_on_send_failure),
         ("create.topics", &args.create_topics),
+        ("rate.limit.bytes.per.second", &args.rate_limit),
     ] {
         if let Some(v) = v {
             flags.insert(
@@ -152,6 +158,10 @@ pub fn load(
     let offset_commit_interval = r.millis("offset.commit.interval.ms", 60_000);
     let abort_on_send_failure = r.bool("abort.on.send.failure", true);
     let create_topics = r.bool("create.topics", true);
+    let rate_limit = match r.int("rate.limit.bytes.per.second", 0, 0, i64::MAX) {
+        0 => None,
+        v => Some(v as u64),
+    };
     if let Some(h) = &args.message_handler {
         diags.error(
             Some(&flag("--message.handler")),
@@ -279,6 +289,7 @@ pub fn load(
             rebalance_timeout,
             metadata_refresh,
             create_topics,
+            rate_limit,
             transforms,
             ignored,
             diagnostics: diags,

@@ -35,8 +35,8 @@ pub(super) async fn export(
     }
 }
 
-/// The producer's growth. Partitions restarted after a failure write through their own
-/// producer (a fresh identity) and are not counted here.
+/// The producer's growth. Partitions restarted after a failure write with a fresh producer id
+/// through the same senders ([`IdempotentProducer::fresh`]), so they are counted here too.
 fn add_produced(m: &Metrics, labels: &FlowLabels, was: &ProduceCounts, now: &ProduceCounts) {
     let grew = |a: u64, b: u64| b.saturating_sub(a);
     m.produce_requests

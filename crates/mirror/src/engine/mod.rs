@@ -30,7 +30,7 @@ mod offset_syncs;
 mod partition;
 mod positions;
 pub mod remote_topics;
-mod throttle;
+pub(crate) mod throttle;
 mod topic_sync;
 
 pub(crate) use log_reader::read_to_end;

@@ -150,6 +150,16 @@ pub async fn run(
             usize::try_from(cfg.producer_tuning.buffer_memory).unwrap_or(0),
         ),
     ));
+    metrics
+        .rate_limit
+        .get_or_create(&labels)
+        .set(cfg.rate_limit.map_or(0, |l| l as i64));
+    let limiter = cfg.rate_limit.map(|l| {
+        Arc::new(crate::engine::throttle::RateLimiter::new(
+            l,
+            metrics.throttled_ms.get_or_create(&labels).clone(),
+        ))
+    });
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
         source: source.clone(),
@@ -160,6 +170,7 @@ pub async fn run(
         metrics: metrics.clone(),
         labels: labels.clone(),
         shutdown: shutdown.clone(),
+        limiter,
     });
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..cfg.num_streams {

@@ -15,6 +15,7 @@ use super::route::{encode, route};
 use super::targets::Targets;
 use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
+use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::admin::CommittedOffset;
@@ -47,6 +48,8 @@ pub(super) struct Shared {
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
     pub(super) shutdown: Shutdown,
+    /// `--rate.limit.bytes.per.second`, shared by every stream.
+    pub(super) limiter: Option<Arc<RateLimiter>>,
 }
 
 #[derive(Debug)]
@@ -353,7 +356,14 @@ impl Copier {
         for (i, p) in self.positions.iter().enumerate() {
             match self.sh.fetcher.subscribe(&p.topic, p.partition, p.next) {
                 Ok(sub) => {
-                    forwarders.spawn(forward(i, sub, policy, tx.clone()));
+                    forwarders.spawn(forward(
+                        i,
+                        sub,
+                        policy,
+                        self.sh.limiter.clone(),
+                        self.sh.shutdown.clone(),
+                        tx.clone(),
+                    ));
                 }
                 Err(e) => {
                     self.count_error("fetch");
@@ -873,11 +883,22 @@ async fn forward(
     i: usize,
     mut sub: Subscription,
     policy: AutoOffsetReset,
+    limiter: Option<Arc<RateLimiter>>,
+    stop: Shutdown,
     tx: mpsc::Sender<(usize, Event)>,
 ) {
     while let Some(ev) = sub.recv().await {
         let event = match ev {
-            FetchEvent::Data { data, share } => Event::Data(data, share),
+            FetchEvent::Data { data, share } => {
+                // Paid before the data reaches the stream, as MM2 mode pays before producing;
+                // meanwhile the fetcher's buffer holds it, so fetching slows down too.
+                if let Some(l) = &limiter {
+                    if l.acquire(share.bytes(), &stop).await {
+                        return;
+                    }
+                }
+                Event::Data(data, share)
+            }
             FetchEvent::OutOfRange {
                 requested,
                 log_start,

@@ -1,0 +1,232 @@
+//! What the cluster told us last: brokers, topics, partition leaders and epochs, and how it is
+//! reloaded.
+
+use super::KafkaCluster;
+use crate::conn::Connection;
+use crate::error::{KafkaError, Result};
+use crate::settings::BrokerAddress;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::{ApiKey, MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A Kafka topic id (KIP-516).
+pub type TopicId = uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub error: Option<ResponseError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub id: TopicId,
+    pub is_internal: bool,
+    pub error: Option<ResponseError>,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// What the cluster told us last.
+#[derive(Debug, Clone, Default)]
+pub struct Metadata {
+    /// When it was loaded (for periodic refresh).
+    pub loaded_at: Option<std::time::Instant>,
+    pub cluster_id: Option<String>,
+    pub controller_id: i32,
+    pub brokers: BTreeMap<i32, BrokerAddress>,
+    pub topics: BTreeMap<String, TopicMetadata>,
+}
+
+impl KafkaCluster {
+    /// The metadata as last loaded.
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.metadata
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) async fn load_metadata(
+        &self,
+        conn: &Connection,
+        topics: Option<&[&str]>,
+    ) -> Result<()> {
+        self.load_metadata_with(conn, topics, false).await
+    }
+
+    async fn load_metadata_with(
+        &self,
+        conn: &Connection,
+        topics: Option<&[&str]>,
+        auto_create: bool,
+    ) -> Result<()> {
+        let req = MetadataRequest::default()
+            .with_allow_auto_topic_creation(auto_create)
+            .with_topics(topics.map(|t| {
+                t.iter()
+                    .map(|name| {
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+                    })
+                    .collect()
+            }));
+        let resp = conn.send(&req).await?;
+        let mut md = if topics.is_some() {
+            (*self.metadata()).clone()
+        } else {
+            Metadata::default()
+        };
+        md.loaded_at = Some(std::time::Instant::now());
+        md.cluster_id = resp.cluster_id.map(|c| c.to_string());
+        md.controller_id = resp.controller_id.0;
+        // A broker in controlled shutdown may list no live broker at all; keeping the ones known
+        // leaves the client someone to ask next time.
+        if resp.brokers.is_empty() {
+            md.brokers = self.metadata().brokers.clone();
+        } else {
+            md.brokers = resp
+                .brokers
+                .iter()
+                .map(|b| {
+                    (
+                        b.node_id.0,
+                        BrokerAddress {
+                            host: b.host.to_string(),
+                            port: b.port as u16,
+                        },
+                    )
+                })
+                .collect();
+        }
+        if topics.is_none() {
+            md.topics.clear();
+        }
+        for t in resp.topics {
+            let Some(name) = t.name.map(|n| n.0.to_string()) else {
+                continue;
+            };
+            let error = t.error_code.err();
+            if error == Some(ResponseError::UnknownTopicOrPartition) {
+                md.topics.remove(&name);
+                continue;
+            }
+            let mut partitions: Vec<PartitionMetadata> = t
+                .partitions
+                .iter()
+                .map(|p| PartitionMetadata {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+                    error: p.error_code.err(),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            md.topics.insert(
+                name.clone(),
+                TopicMetadata {
+                    name,
+                    id: t.topic_id,
+                    is_internal: t.is_internal,
+                    error,
+                    partitions,
+                },
+            );
+        }
+        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(md);
+        Ok(())
+    }
+
+    /// Reloads metadata (all topics, or only the named ones).
+    pub async fn refresh_metadata(&self, topics: Option<&[&str]>) -> Result<Arc<Metadata>> {
+        self.refresh_with(topics, false).await
+    }
+
+    /// Reloads the named topics' metadata asking the broker to create missing ones with its
+    /// defaults, as a Java producer does when `auto.create.topics.enable` is on (MM1's way of
+    /// getting its target topics).
+    pub async fn refresh_metadata_auto_creating(&self, topics: &[&str]) -> Result<Arc<Metadata>> {
+        self.refresh_with(Some(topics), true).await
+    }
+
+    /// Asks a known broker; when none answers, the bootstrap servers again (Java clients'
+    /// `metadata.recovery.strategy=rebootstrap`, the default since Kafka 4.0): a broker that
+    /// restarted under a new address, or metadata loaded while every broker was shutting down,
+    /// must not leave the client with nobody to ask.
+    async fn refresh_with(
+        &self,
+        topics: Option<&[&str]>,
+        auto_create: bool,
+    ) -> Result<Arc<Metadata>> {
+        let known = match self.any_broker().await {
+            Ok(conn) => match self.load_metadata_with(&conn, topics, auto_create).await {
+                Ok(()) => return Ok(self.metadata()),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        for b in self.settings.bootstrap.clone() {
+            let Ok(conn) =
+                Connection::connect(&b.host, b.port, b.to_string(), &self.settings).await
+            else {
+                continue;
+            };
+            let loaded = self.load_metadata_with(&conn, topics, auto_create).await;
+            conn.close().await;
+            if loaded.is_ok() {
+                tracing::debug!(bootstrap = %b, error = %known, "metadata reloaded through a bootstrap server");
+                return Ok(self.metadata());
+            }
+        }
+        Err(known)
+    }
+
+    /// Reloads all metadata when it is older than `max_age` (Kafka's `metadata.max.age.ms`), so
+    /// new brokers, topics and leaders are learned even without an error.
+    pub async fn refresh_if_older(&self, max_age: Duration) -> Result<Arc<Metadata>> {
+        let md = self.metadata();
+        if md.loaded_at.is_some_and(|t| t.elapsed() < max_age) {
+            return Ok(md);
+        }
+        self.refresh_metadata(None).await
+    }
+
+    /// The broker that leads a partition, per the current metadata.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Result<(i32, i32)> {
+        let md = self.metadata();
+        let p = md
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+            .ok_or_else(|| KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::Metadata,
+                error: ResponseError::UnknownTopicOrPartition,
+                message: Some(format!("{topic}-{partition}")),
+            })?;
+        if p.leader < 0 {
+            return Err(KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::Metadata,
+                error: ResponseError::LeaderNotAvailable,
+                message: Some(format!("{topic}-{partition}")),
+            });
+        }
+        Ok((p.leader, p.leader_epoch))
+    }
+
+    pub(crate) fn topic_id(&self, topic: &str) -> TopicId {
+        self.metadata()
+            .topics
+            .get(topic)
+            .map(|t| t.id)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,163 @@
+//! ListOffsets: for one partition, and for many in one request per leader broker
+//! ([`crate::offset_lookup`] gathers the asks of many callers into the latter).
+
+use super::{broker_error, isolation_byte, KafkaCluster};
+use crate::error::Result;
+use crate::settings::IsolationLevel;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{BTreeMap, HashMap};
+
+/// The earliest offset, for ListOffsets.
+pub const EARLIEST: i64 = -2;
+/// The next offset to be written (the high watermark, or the LSO for read_committed).
+pub const LATEST: i64 = -1;
+
+impl KafkaCluster {
+    /// ListOffsets for one partition: [`EARLIEST`], [`LATEST`] or a timestamp.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        self.retrying(topic, true, || {
+            self.list_offset_once(topic, partition, at, isolation)
+        })
+        .await
+    }
+
+    pub(super) async fn list_offset_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        let (leader, epoch) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation_byte(isolation))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(epoch)
+                    .with_timestamp(at)])]);
+        let resp = conn.send(&req).await?;
+        let p = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
+            return Err(e);
+        }
+        Ok(p.offset)
+    }
+
+    /// ListOffsets for many partitions: one request per leader broker, so thousands of
+    /// partitions cost a few round trips. A partition whose batched answer is an error is asked
+    /// again on its own (with the usual retries); one that still fails is left out.
+    pub async fn list_offsets(
+        &self,
+        partitions: &[(String, i32)],
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<HashMap<(String, i32), i64>> {
+        let (mut out, retry) = self.list_offsets_once(partitions, at, isolation).await;
+        for (t, p) in retry {
+            if let Ok(o) = self.list_offset(&t, p, at, isolation).await {
+                out.insert((t, p), o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One ListOffsets request per leader broker, no retries: the offsets answered, and the
+    /// partitions that were not (no leader known, an error, a failed request).
+    pub(crate) async fn list_offsets_once(
+        &self,
+        partitions: &[(String, i32)],
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>) {
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<(i32, i32)>>> = BTreeMap::new();
+        let mut retry: Vec<(String, i32)> = Vec::new();
+        for (t, p) in partitions {
+            match self.leader_of(t, *p) {
+                Ok((leader, epoch)) => by_leader
+                    .entry(leader)
+                    .or_default()
+                    .entry(t.clone())
+                    .or_default()
+                    .push((*p, epoch)),
+                Err(_) => retry.push((t.clone(), *p)),
+            }
+        }
+        // Every broker's request is written before any answer is awaited, so the brokers work
+        // on them at the same time: start-up pays one round trip, not one per broker.
+        let mut asked = Vec::with_capacity(by_leader.len());
+        for (leader, topics) in by_leader {
+            let submitted = async {
+                let conn = self.broker(leader).await?;
+                let req = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(isolation_byte(isolation))
+                    .with_topics(
+                        topics
+                            .iter()
+                            .map(|(t, ps)| {
+                                ListOffsetsTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t.clone())))
+                                    .with_partitions(
+                                        ps.iter()
+                                            .map(|(p, epoch)| {
+                                                ListOffsetsPartition::default()
+                                                    .with_partition_index(*p)
+                                                    .with_current_leader_epoch(*epoch)
+                                                    .with_timestamp(at)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                let version = conn.version::<ListOffsetsRequest>()?;
+                conn.submit(&req, version).await
+            }
+            .await;
+            asked.push((topics, submitted));
+        }
+        let mut out = HashMap::new();
+        for (topics, submitted) in asked {
+            let answered = match submitted {
+                Ok(answer) => answer.wait().await,
+                Err(e) => Err(e),
+            };
+            match answered {
+                Ok(resp) => {
+                    for t in &resp.topics {
+                        for p in &t.partitions {
+                            let key = (t.name.0.to_string(), p.partition_index);
+                            if p.error_code == 0 {
+                                out.insert(key, p.offset);
+                            } else {
+                                retry.push(key);
+                            }
+                        }
+                    }
+                }
+                Err(_) => retry.extend(
+                    topics
+                        .iter()
+                        .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p))),
+                ),
+            }
+        }
+        (out, retry)
+    }
+}

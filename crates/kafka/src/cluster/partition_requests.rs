@@ -1,0 +1,197 @@
+//! Fetch and Produce for one partition at a time, with no session and no pipelining: what log
+//! recovery, the log reader, tools and tests need. Copying goes through [`crate::fetcher`] and
+//! [`crate::producer`].
+
+use super::{broker_error, data_channel, isolation_byte, KafkaCluster, EARLIEST, LATEST};
+use crate::batch::{split_batches, RawBatch};
+use crate::error::{KafkaError, Result};
+use crate::settings::IsolationLevel;
+use bytes::Bytes;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::time::Duration;
+
+/// Result of fetching one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionFetch {
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// Whole batches, in offset order; batches ending before the fetch offset are dropped.
+    pub batches: Vec<RawBatch>,
+    /// (producer id, first offset) of transactions aborted in the fetched range.
+    pub aborted: Vec<(i64, i64)>,
+}
+
+impl KafkaCluster {
+    /// Produces one batch to one partition with acks=all and returns its base offset on the
+    /// target. (The pipelined idempotent producer builds on this request shape.)
+    /// Retried only on stale leadership (nothing was written then); a timeout is returned, since
+    /// without idempotence a retry could duplicate the batch.
+    pub async fn produce(&self, topic: &str, partition: i32, batch: &RawBatch) -> Result<i64> {
+        self.retrying(topic, false, || self.produce_once(topic, partition, batch))
+            .await
+    }
+
+    async fn produce_once(&self, topic: &str, partition: i32, batch: &RawBatch) -> Result<i64> {
+        let (leader, _) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        let version = conn.version::<ProduceRequest>()?;
+        let mut data =
+            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.bytes().clone()))]);
+        // Produce v13 names topics by id (KIP-516).
+        if version >= 13 {
+            data = data.with_topic_id(self.topic_id(topic));
+        } else {
+            data = data.with_name(TopicName(StrBytes::from_string(topic.to_string())));
+        }
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(self.settings.request_timeout.as_millis() as i32)
+            .with_topic_data(vec![data]);
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        let p = resp
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+            .ok_or_else(|| conn.empty_response(ApiKey::Produce))?;
+        if let Some(e) = broker_error(
+            conn.broker(),
+            ApiKey::Produce,
+            p.error_code,
+            p.error_message.as_ref(),
+        ) {
+            return Err(e);
+        }
+        Ok(p.base_offset)
+    }
+
+    /// Fetches raw batches of one partition from `offset`.
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<PartitionFetch> {
+        self.retrying(topic, true, || {
+            self.fetch_attempt(topic, partition, offset, max_bytes, max_wait, isolation)
+        })
+        .await
+    }
+
+    /// One topic of a Fetch request: v13+ names topics by id (KIP-516).
+    fn fetch_topic(
+        &self,
+        version: i16,
+        topic: &str,
+        partitions: Vec<FetchPartition>,
+    ) -> FetchTopic {
+        let ft = FetchTopic::default().with_partitions(partitions);
+        if version >= 13 {
+            ft.with_topic_id(self.topic_id(topic))
+        } else {
+            ft.with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+        }
+    }
+
+    /// [`fetch`](Self::fetch) without its retries: one attempt, so a caller holding resources
+    /// for the response (a memory budget) can let go of them between attempts. After a stale
+    /// metadata error the caller should [`refresh_metadata`](Self::refresh_metadata).
+    pub async fn fetch_attempt(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        max_wait: Duration,
+        isolation: IsolationLevel,
+    ) -> Result<PartitionFetch> {
+        let (leader, epoch) = self.leader_of(topic, partition)?;
+        let conn = self
+            .broker_channel(leader, data_channel(topic, partition))
+            .await?;
+        let version = conn.version::<FetchRequest>()?;
+        let ft = self.fetch_topic(
+            version,
+            topic,
+            vec![fetch_partition(partition, epoch, offset, max_bytes)],
+        );
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait.as_millis() as i32)
+            .with_min_bytes(1)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(isolation_byte(isolation))
+            .with_session_epoch(-1)
+            .with_topics(vec![ft]);
+        let resp = conn.submit(&req, version).await?.wait().await?;
+        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
+            return Err(e);
+        }
+        let p = resp
+            .responses
+            .into_iter()
+            .next()
+            .and_then(|t| t.partitions.into_iter().next())
+            .ok_or_else(|| conn.empty_response(ApiKey::Fetch))?;
+        if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
+            // The caller decides (stop, or resume at the log start): tell it where the log is.
+            let log_start = self
+                .list_offset_once(topic, partition, EARLIEST, isolation)
+                .await?;
+            let log_end = self
+                .list_offset_once(topic, partition, LATEST, isolation)
+                .await?;
+            return Err(KafkaError::OffsetOutOfRange {
+                topic: topic.into(),
+                partition,
+                requested: offset,
+                log_start,
+                log_end,
+            });
+        }
+        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
+            return Err(e);
+        }
+        let (batches, _truncated) =
+            split_batches(p.records.unwrap_or_else(Bytes::new)).map_err(|e| {
+                KafkaError::Protocol {
+                    broker: conn.broker().into(),
+                    api: ApiKey::Fetch,
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(PartitionFetch {
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            batches: batches
+                .into_iter()
+                .filter(|b| b.last_offset() >= offset)
+                .collect(),
+            aborted: p
+                .aborted_transactions
+                .unwrap_or_default()
+                .iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect(),
+        })
+    }
+}
+
+fn fetch_partition(partition: i32, epoch: i32, offset: i64, max_bytes: i32) -> FetchPartition {
+    FetchPartition::default()
+        .with_partition(partition)
+        .with_current_leader_epoch(epoch)
+        .with_fetch_offset(offset)
+        .with_log_start_offset(-1)
+        .with_partition_max_bytes(max_bytes)
+}

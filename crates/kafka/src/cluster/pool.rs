@@ -1,0 +1,124 @@
+//! The connections to each broker, opened on demand and shared: channel 0 for metadata, admin
+//! and the like, data channels for fetches and produces, and dedicated ones for requests a broker
+//! holds.
+
+use super::KafkaCluster;
+use crate::conn::Connection;
+use crate::error::{KafkaError, Result};
+use std::sync::Arc;
+
+/// The shared connection to one broker, opened on first use.
+pub(super) type BrokerSlot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+
+/// Connections per broker for partition data, besides channel 0.
+pub const DATA_CHANNELS: usize = 4;
+
+/// The data channel of a partition: fixed, so its requests stay in order on one connection.
+pub fn data_channel(topic: &str, partition: i32) -> usize {
+    // FNV-1a: stable across runs and processes, unlike the std hasher's random keys.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    1 + (h.wrapping_add(partition as u32) as usize) % DATA_CHANNELS
+}
+
+impl KafkaCluster {
+    /// The connection to broker `id`, opened (or reopened) on demand.
+    pub async fn broker(&self, id: i32) -> Result<Arc<Connection>> {
+        self.broker_channel(id, 0).await
+    }
+
+    /// One of several connections to broker `id` (`channel` 0 is [`broker`](Self::broker)'s).
+    /// A broker handles one request per connection at a time, so produces and fetches for
+    /// different partitions spread over [`DATA_CHANNELS`] connections are validated and
+    /// appended in parallel instead of queueing behind each other. A partition always uses
+    /// the same channel ([`data_channel`]), which keeps its requests in order.
+    pub async fn broker_channel(&self, id: i32, channel: usize) -> Result<Arc<Connection>> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.entry((id, channel)).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
+            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
+        })?;
+        let conn = Arc::new(
+            Connection::connect(
+                &addr.host,
+                addr.port,
+                format!("{id}@{addr}"),
+                &self.settings,
+            )
+            .await?,
+        );
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// A new connection to broker `id` that nobody else uses: for requests the broker holds (a
+    /// JoinGroup waits for the whole rebalance, and a broker answers one request per connection
+    /// at a time, so it would stall everything else sharing the connection).
+    pub async fn dedicated_connection(&self, id: i32) -> Result<Arc<Connection>> {
+        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
+            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
+        })?;
+        Ok(Arc::new(
+            Connection::connect(
+                &addr.host,
+                addr.port,
+                format!("{id}@{addr}"),
+                &self.settings,
+            )
+            .await?,
+        ))
+    }
+
+    /// Some live broker (for metadata and cluster-wide requests).
+    pub async fn any_broker(&self) -> Result<Arc<Connection>> {
+        let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
+        let mut last = None;
+        for id in ids {
+            match self.broker(id).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| KafkaError::Config("no broker known".into())))
+    }
+
+    pub(super) async fn controller_or_any(&self) -> Result<Arc<Connection>> {
+        // KRaft brokers forward admin requests to the controller; any broker will do.
+        let controller = self.metadata().controller_id;
+        match self.broker(controller).await {
+            Ok(c) => Ok(c),
+            Err(_) => self.any_broker().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_keeps_its_data_channel_and_partitions_spread_over_all() {
+        let mut used = std::collections::BTreeSet::new();
+        for p in 0..16 {
+            let c = data_channel("orders", p);
+            assert!((1..=DATA_CHANNELS).contains(&c), "{c}");
+            assert_eq!(c, data_channel("orders", p), "stable");
+            used.insert(c);
+        }
+        assert_eq!(
+            used.len(),
+            DATA_CHANNELS,
+            "never channel 0, every data channel used"
+        );
+        // FNV-1a's offset basis for the empty name: the hash does not depend on the process.
+        assert_eq!(data_channel("", 0), 1 + 0x811c_9dc5 % DATA_CHANNELS);
+    }
+}
