@@ -128,17 +128,21 @@ impl FetchSession {
                 forgotten: Vec::new(),
             }
         } else {
-            let partitions = wanted
-                .iter()
-                .filter(|(k, v)| self.sent.get(*k) != Some(*v))
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
-            let forgotten: Vec<SessionPartition> = self
-                .sent
-                .keys()
-                .filter(|k| !wanted.contains_key(*k))
-                .cloned()
-                .collect();
+            // One walk over both sorted maps: with 10,000 idle partitions a lookup per partition
+            // in each direction, twice a second, was most of an idle fetcher's CPU.
+            let mut partitions = Vec::new();
+            let mut forgotten = Vec::new();
+            let mut sent = self.sent.iter().peekable();
+            for (k, v) in wanted {
+                while let Some((old, _)) = sent.next_if(|(old, _)| *old < k) {
+                    forgotten.push(old.clone());
+                }
+                match sent.next_if(|(old, _)| *old == k) {
+                    Some((_, was)) if was == v => {}
+                    _ => partitions.push((k.clone(), *v)),
+                }
+            }
+            forgotten.extend(sent.map(|(old, _)| old.clone()));
             FetchPlan {
                 session_id: self.id,
                 session_epoch: self.next_epoch,

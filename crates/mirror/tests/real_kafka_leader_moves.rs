@@ -171,7 +171,11 @@ async fn copies_exactly_while_leaders_move_and_brokers_crash_on_both_sides() {
         leader(&ca, "moving", 0).await,
         leader(&ca, "moving", 1).await,
     );
-    let to = (1..=3).find(|n| *n != a0).unwrap();
+    // Not to the broker about to crash, when there is a choice: a move and a crash are two cases.
+    let to = (1..=3)
+        .find(|n| *n != a0 && *n != a1)
+        .or((1..=3).find(|n| *n != a0))
+        .unwrap();
     let c = ca.clone();
     harness(move || c.move_leader("moving", 0, to).unwrap()).await;
     let c = ca.clone();
@@ -182,13 +186,20 @@ async fn copies_exactly_while_leaders_move_and_brokers_crash_on_both_sides() {
         leader(&cb, "A.moving", 2).await,
         leader(&cb, "A.moving", 3).await,
     );
-    let to = (1..=3).find(|n| *n != b2).unwrap();
+    let to = (1..=3)
+        .find(|n| *n != b2 && *n != b3)
+        .or((1..=3).find(|n| *n != b2))
+        .unwrap();
     let c = cb.clone();
     harness(move || c.move_leader("A.moving", 2, to).unwrap()).await;
     let c = cb.clone();
     harness(move || c.kill_node(b3 as u16).unwrap()).await;
     let before = written.load(Ordering::Relaxed);
     eventually(90, "records written with both brokers down", || async {
+        assert!(
+            !writing.is_finished(),
+            "the writer stopped (see its panic above)"
+        );
         written.load(Ordering::Relaxed) >= before + 2000
     })
     .await;
@@ -198,6 +209,10 @@ async fn copies_exactly_while_leaders_move_and_brokers_crash_on_both_sides() {
     harness(move || c.start_node(b3 as u16).unwrap()).await;
     let before = written.load(Ordering::Relaxed);
     eventually(60, "records written after the restarts", || async {
+        assert!(
+            !writing.is_finished(),
+            "the writer stopped (see its panic above)"
+        );
         written.load(Ordering::Relaxed) >= before + 1000
     })
     .await;
@@ -234,13 +249,14 @@ async fn copies_exactly_while_leaders_move_and_brokers_crash_on_both_sides() {
         "{total} records copied through 2 leader moves and 2 crashes: {requests} produce requests for {batches} batches, \
          {fetch_errors} fetch errors, {produce_errors} produce errors"
     );
-    assert!(total >= 4000, "{total} records");
     assert!(
         batches > requests,
         "produce requests carried several partitions: {batches} batches in {requests} requests"
     );
+    // The move and the crash were noticed by the fetcher (that it followed them, and the
+    // produce senders too, is what the comparison of the logs above proves).
     assert!(
         fetch_errors > 0.0,
-        "the crashed source broker's partitions were seen failing and followed"
+        "the source's leader changes were seen by the fetcher"
     );
 }

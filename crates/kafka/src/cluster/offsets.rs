@@ -99,7 +99,7 @@ impl KafkaCluster {
             }
         }
         // Every broker's request is written before any answer is awaited, so the brokers work
-        // on them at the same time: start-up pays one round trip, not one per broker.
+        // on them at the same time (connections are opened one after another, once).
         let mut asked = Vec::with_capacity(by_leader.len());
         for (leader, topics) in by_leader {
             let submitted = async {

@@ -86,9 +86,12 @@ pub(crate) fn decompress(codec: Codec, section: Bytes) -> Result<Bytes, String> 
             .map_err(|e| e.to_string()),
         Codec::Lz4 => {
             let mut plain = Vec::with_capacity(section.len() * 2);
-            lz4::Decoder::new(&section[..])
-                .and_then(|mut d| d.read_to_end(&mut plain))
-                .map_err(|e| e.to_string())?;
+            let mut d = lz4::Decoder::new(&section[..]).map_err(|e| e.to_string())?;
+            d.read_to_end(&mut plain).map_err(|e| e.to_string())?;
+            // read_to_end stops quietly at a cut frame; finish says whether the end mark came.
+            d.finish()
+                .1
+                .map_err(|_| "truncated LZ4 frame".to_string())?;
             Ok(plain.into())
         }
         Codec::Zstd => ZSTD_DECOMPRESS.with(|d| zstd_decompress(&mut d.borrow_mut(), &section)),
@@ -162,6 +165,17 @@ mod tests {
         })
         .unwrap();
         assert_eq!(decompress(Codec::Lz4, theirs.freeze()).unwrap(), plain);
+    }
+
+    #[test]
+    fn a_cut_lz4_frame_is_an_error() {
+        let plain = sample();
+        let mut out = BytesMut::new();
+        compress(Codec::Lz4, &plain, &mut out).unwrap();
+        let whole = out.freeze();
+        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() - 6)).is_err());
+        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() / 2)).is_err());
+        assert_eq!(decompress(Codec::Lz4, whole).unwrap(), plain);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! twice, load positions, then a control loop that discovers topics every
 //! `refresh.topics.interval.seconds`, creates or grows remote topics and starts one task per new
 //! source partition. A topic that cannot be created is reported and skipped while the others
-//! continue; a partition that fails for good stops alone.
+//! continue, and tried again within a minute; a partition that fails for good stops alone.
 
 use super::checkpoints::CheckpointTask;
 use super::heartbeats;
@@ -22,12 +22,16 @@ use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::task::JoinHandle;
 
 struct Running {
     stop: Shutdown,
     task: JoinHandle<Result<(), Stopped>>,
 }
+
+/// The first wait before a skipped topic is tried again (see `replicate`).
+const RETRY_SKIPPED: Duration = Duration::from_secs(5);
 
 pub(super) async fn run(
     flow: FlowConfig,
@@ -281,6 +285,11 @@ async fn replicate(
         reported: HashMap::new(),
         first_round: true,
     };
+    // A topic skipped after an error (a CreateTopics that timed out while the target broker was
+    // busy creating thousands of logs, a metadata failure) is tried again after 5 s, doubling to
+    // a minute, rather than after the whole refresh interval: MM2's default is 10 minutes, and
+    // with refreshes off it would never be tried again.
+    let mut retry = RETRY_SKIPPED;
     loop {
         control.reconcile().await;
         control
@@ -289,17 +298,33 @@ async fn replicate(
             .rounds
             .get_or_create(&control.ctx.labels.round("topic_refresh"))
             .inc();
-        if !flow.refresh_topics.enabled {
-            shutdown.wait().await;
-            break;
-        }
-        if shutdown.sleep(flow.refresh_topics.interval).await {
+        let pause = match (control.reported.is_empty(), flow.refresh_topics.enabled) {
+            (true, true) => {
+                retry = RETRY_SKIPPED;
+                flow.refresh_topics.interval
+            }
+            (true, false) => {
+                shutdown.wait().await;
+                break;
+            }
+            (false, enabled) => {
+                let pause = if enabled {
+                    retry.min(flow.refresh_topics.interval)
+                } else {
+                    retry
+                };
+                retry = (retry * 2).min(Duration::from_secs(60));
+                pause
+            }
+        };
+        if shutdown.sleep(pause).await {
             break;
         }
         if let Err(e) = source.refresh_metadata(None).await {
             control.report("*", "metadata", &e);
             continue;
         }
+        control.reported.remove("*");
         let _ = target.refresh_metadata(None).await;
     }
     sync_stop.trigger();
@@ -581,7 +606,7 @@ impl Control {
     fn report(&mut self, topic: &str, kind: &str, e: &KafkaError) {
         let text = e.to_string();
         if self.reported.get(topic) != Some(&text) {
-            tracing::error!(flow = %self.ctx.flow.id, topic, error = %text, "topic skipped; retrying every refresh.topics.interval.seconds");
+            tracing::error!(flow = %self.ctx.flow.id, topic, error = %text, "topic skipped; trying again in 5 s, backing off to a minute (or refresh.topics.interval.seconds if shorter)");
             self.ctx
                 .metrics
                 .errors

@@ -26,11 +26,14 @@ use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use mailbox::Mailbox;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
+
+mod mailbox;
 
 /// The longest a fetcher with nothing to ask for sleeps before looking again.
 const IDLE_TICK: Duration = Duration::from_millis(100);
@@ -183,7 +186,8 @@ struct Slot {
     partition: i32,
     topic_id: uuid::Uuid,
     state: Mutex<SlotState>,
-    tx: mpsc::Sender<(u64, FetchEvent)>,
+    /// Its events, waiting for the consumer.
+    mailbox: Mailbox,
     /// The owning fetcher's wake-up: the consumer took an event, sought or left.
     wake: Mutex<Arc<Notify>>,
 }
@@ -228,7 +232,6 @@ impl Slot {
 #[derive(Debug)]
 pub struct Subscription {
     slot: Arc<Slot>,
-    rx: mpsc::Receiver<(u64, FetchEvent)>,
     /// The fetcher's stop (set by `shutdown`, or by a fetcher task that panicked).
     stopped: watch::Receiver<bool>,
     buffer: Arc<Buffer>,
@@ -241,7 +244,7 @@ impl Subscription {
         loop {
             let (generation, event) = tokio::select! {
                 biased;
-                e = self.rx.recv() => e?,
+                e = self.slot.mailbox.recv() => e,
                 _ = self.stopped.wait_for(|stopped| *stopped) => return None,
             };
             self.slot.wake();
@@ -276,6 +279,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.slot.lock().closed = true;
+        self.slot.mailbox.close();
         self.slot.wake();
     }
 }
@@ -365,9 +369,6 @@ impl Fetcher {
             .cluster
             .leader_of(topic, partition)
             .map_or((-1, None), |(l, e)| (e, Some(l)));
-        // Two responses per partition may wait for the consumer: the partition stays in the
-        // session while its consumer works on the previous one.
-        let (tx, rx) = mpsc::channel(2);
         let slot = Arc::new(Slot {
             topic: topic.into(),
             partition,
@@ -382,7 +383,7 @@ impl Fetcher {
                 backoff_attempt: 0,
                 closed: false,
             }),
-            tx,
+            mailbox: Mailbox::default(),
             wake: Mutex::new(Arc::new(Notify::new())),
         });
         match leader {
@@ -393,7 +394,6 @@ impl Fetcher {
         }
         Ok(Subscription {
             slot,
-            rx,
             stopped: self.shared.stop.clone(),
             buffer: self.shared.buffer.clone(),
         })
@@ -505,7 +505,7 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
             let now_id = md.topics.get(&*slot.topic).map(|t| t.id);
             if now_id.is_some_and(|id| id != slot.topic_id && !slot.topic_id.is_nil()) {
                 let generation = slot.lock().generation;
-                let failed = slot.tx.try_send((
+                let sent = slot.mailbox.try_send((
                     generation,
                     FetchEvent::Failed(KafkaError::Broker {
                         broker: "metadata".into(),
@@ -519,7 +519,8 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
                 ));
                 // Its consumer has not taken the data before it yet: tell it next round, or it
                 // would wait for events that never come.
-                if let Err(mpsc::error::TrySendError::Full(_)) = failed {
+                // (A closed mailbox is empty: its subscription is gone, and so is the slot.)
+                if !sent && slot.mailbox.is_full() {
                     still.push(slot);
                 }
                 continue;
@@ -671,30 +672,35 @@ impl BrokerFetcher {
     /// shared buffer has room. Also whether a partition with data waiting was held back
     /// because its consumer has not taken what it has.
     fn wanted(&self) -> (BTreeMap<SessionPartition, FetchPosition>, bool) {
-        let mut out = BTreeMap::new();
         let mut held_back = false;
         if self.shared.buffer.room() == 0 {
-            return (out, false);
+            return (BTreeMap::new(), false);
         }
         let now = tokio::time::Instant::now();
-        for (k, slot) in &self.assigned {
-            let s = slot.lock();
-            if s.out_of_range || s.closed || s.backoff_until.is_some_and(|t| t > now) {
-                continue;
-            }
-            if slot.tx.capacity() == 0 {
-                held_back |= s.end > s.position;
-                continue;
-            }
-            out.insert(
-                k.clone(),
-                FetchPosition {
-                    fetch_offset: s.position,
-                    leader_epoch: s.leader_epoch,
-                    max_bytes: self.shared.config.partition_max_bytes,
-                },
-            );
-        }
+        // Collected in key order, so the map is built in one pass rather than by a search per
+        // partition.
+        let out = self
+            .assigned
+            .iter()
+            .filter_map(|(k, slot)| {
+                let s = slot.lock();
+                if s.out_of_range || s.closed || s.backoff_until.is_some_and(|t| t > now) {
+                    return None;
+                }
+                if slot.mailbox.is_full() {
+                    held_back |= s.end > s.position;
+                    return None;
+                }
+                Some((
+                    k.clone(),
+                    FetchPosition {
+                        fetch_offset: s.position,
+                        leader_epoch: s.leader_epoch,
+                        max_bytes: self.shared.config.partition_max_bytes,
+                    },
+                ))
+            })
+            .collect();
         (out, held_back)
     }
 
@@ -936,7 +942,7 @@ impl BrokerFetcher {
                 let mut s = slot.lock();
                 if s.generation == generation {
                     s.out_of_range = true;
-                    let _ = slot.tx.try_send((
+                    let _ = slot.mailbox.try_send((
                         generation,
                         FetchEvent::OutOfRange {
                             requested,
@@ -965,7 +971,7 @@ impl BrokerFetcher {
                 return Verdict::Keep;
             }
             Some(e) => {
-                let _ = slot.tx.try_send((
+                let _ = slot.mailbox.try_send((
                     generation,
                     FetchEvent::Failed(KafkaError::Broker {
                         broker: conn.broker().into(),
@@ -988,7 +994,7 @@ impl BrokerFetcher {
         let batches = match split_batches(records) {
             Ok((b, _truncated)) => b,
             Err(e) => {
-                let _ = slot.tx.try_send((
+                let _ = slot.mailbox.try_send((
                     generation,
                     FetchEvent::Failed(KafkaError::Protocol {
                         broker: conn.broker().into(),
@@ -1042,9 +1048,8 @@ impl BrokerFetcher {
         // The partition was asked for only with room in its channel, and only this fetcher
         // sends to it, so this cannot be full; a closed one is a dropped subscription.
         if slot
-            .tx
+            .mailbox
             .try_send((generation, FetchEvent::Data { data, share }))
-            .is_ok()
         {
             s.position = last + 1;
         }
