@@ -6,7 +6,6 @@
 
 use super::FetchEvent;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
@@ -19,46 +18,62 @@ type Item = (u64, FetchEvent);
 
 #[derive(Debug, Default)]
 pub(super) struct Mailbox {
-    queue: Mutex<VecDeque<Item>>,
+    queue: Mutex<Queue>,
     /// A permit after each event put in (kept by `Notify` when nobody waits).
     ready: Notify,
-    /// The subscription is gone: nothing more is accepted.
-    closed: AtomicBool,
+}
+
+/// The events, and whether the subscription is gone (then nothing more is accepted), under one
+/// lock so that a send and a close cannot interleave.
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    closed: bool,
+}
+
+/// What became of an event offered with [`Mailbox::try_send`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sent {
+    Queued,
+    /// Two events wait already; the event was dropped.
+    Full,
+    /// The subscription is gone; the event was dropped.
+    Closed,
 }
 
 impl Mailbox {
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Item>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Puts an event in; false (and the event dropped) when full or closed.
-    pub(super) fn try_send(&self, item: Item) -> bool {
-        if self.closed.load(Ordering::SeqCst) {
-            return false;
-        }
+    /// Puts an event in, unless the mailbox is full or closed.
+    pub(super) fn try_send(&self, item: Item) -> Sent {
         {
             let mut q = self.queue();
-            if q.len() >= CAPACITY {
-                return false;
+            if q.closed {
+                return Sent::Closed;
             }
-            if q.capacity() == 0 {
-                q.reserve_exact(CAPACITY);
+            if q.items.len() >= CAPACITY {
+                return Sent::Full;
             }
-            q.push_back(item);
+            if q.items.capacity() == 0 {
+                q.items.reserve_exact(CAPACITY);
+            }
+            q.items.push_back(item);
         }
         self.ready.notify_one();
-        true
+        Sent::Queued
     }
 
     pub(super) fn is_full(&self) -> bool {
-        self.queue().len() >= CAPACITY
+        self.queue().items.len() >= CAPACITY
     }
 
     /// The oldest event, waiting for one. Cancel-safe: an event is only taken by a call that
     /// returns it.
     pub(super) async fn recv(&self) -> Item {
         loop {
-            if let Some(item) = self.queue().pop_front() {
+            if let Some(item) = self.queue().items.pop_front() {
                 return item;
             }
             self.ready.notified().await;
@@ -67,8 +82,11 @@ impl Mailbox {
 
     /// No more events; those waiting are dropped now, releasing their share of the buffer.
     pub(super) fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        let dropped = std::mem::take(&mut *self.queue());
+        let dropped = {
+            let mut q = self.queue();
+            q.closed = true;
+            std::mem::take(&mut q.items)
+        };
         drop(dropped);
     }
 }
@@ -90,8 +108,10 @@ mod tests {
     async fn holds_two_in_order_refuses_a_third_and_wakes_a_waiting_receiver() {
         let m = std::sync::Arc::new(Mailbox::default());
         assert!(!m.is_full());
-        assert!(m.try_send(event(1)) && m.try_send(event(2)));
-        assert!(m.is_full() && !m.try_send(event(3)), "at most two wait");
+        assert_eq!(m.try_send(event(1)), Sent::Queued);
+        assert_eq!(m.try_send(event(2)), Sent::Queued);
+        assert!(m.is_full());
+        assert_eq!(m.try_send(event(3)), Sent::Full, "at most two wait");
         assert_eq!(m.recv().await.0, 1);
         assert_eq!(m.recv().await.0, 2);
         let waiting = tokio::spawn({
@@ -100,7 +120,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiting.is_finished(), "nothing to take yet");
-        assert!(m.try_send(event(4)));
+        assert_eq!(m.try_send(event(4)), Sent::Queued);
         assert_eq!(
             tokio::time::timeout(Duration::from_secs(5), waiting)
                 .await
@@ -117,11 +137,11 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(10), m.recv())
             .await
             .is_err());
-        assert!(m.try_send(event(7)));
+        assert_eq!(m.try_send(event(7)), Sent::Queued);
         assert_eq!(m.recv().await.0, 7);
-        assert!(m.try_send(event(8)));
+        assert_eq!(m.try_send(event(8)), Sent::Queued);
         m.close();
-        assert!(!m.try_send(event(9)), "closed");
+        assert_eq!(m.try_send(event(9)), Sent::Closed);
         assert!(!m.is_full());
         assert!(
             tokio::time::timeout(Duration::from_millis(10), m.recv())

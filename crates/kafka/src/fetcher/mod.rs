@@ -26,7 +26,7 @@ use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use mailbox::Mailbox;
+use mailbox::{Mailbox, Sent};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -519,8 +519,7 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
                 ));
                 // Its consumer has not taken the data before it yet: tell it next round, or it
                 // would wait for events that never come.
-                // (A closed mailbox is empty: its subscription is gone, and so is the slot.)
-                if !sent && slot.mailbox.is_full() {
+                if sent == Sent::Full {
                     still.push(slot);
                 }
                 continue;
@@ -1050,6 +1049,7 @@ impl BrokerFetcher {
         if slot
             .mailbox
             .try_send((generation, FetchEvent::Data { data, share }))
+            == Sent::Queued
         {
             s.position = last + 1;
         }

@@ -416,6 +416,14 @@ impl Control {
         let flow = &ctx.flow;
         let md = ctx.source.metadata();
         let decisions = discovery::decide(flow, md.topics.keys().map(String::as_str));
+        // A skipped topic that was deleted or is no longer selected has nothing left to retry.
+        let selected: HashSet<&str> = decisions
+            .iter()
+            .filter(|d| d.remote.is_some())
+            .map(|d| d.source.as_str())
+            .collect();
+        self.reported
+            .retain(|t, _| t == "*" || selected.contains(t.as_str()));
         let (mut topics, mut partitions) = (0, 0);
         // New remote topics are created together first (the loop below then finds them).
         let wanted: Vec<(String, String, i32)> = decisions

@@ -16,7 +16,6 @@ use kmirror_kafka::fetcher::{Fetcher, Subscription};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::{AutoOffsetReset, KafkaError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 pub(super) use super::forward::Stopped;
 
@@ -219,52 +218,11 @@ impl PartitionTask {
 
     /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
     async fn retry_wait(&self, e: &KafkaError, attempt: &mut u32) -> bool {
-        if e.is_stale_metadata() && *attempt < STALE_RETRIES {
-            // A leader being elected, or a remote topic just created whose partitions get
-            // leaders as the broker creates their logs (about 40 a second on the benchmark
-            // machine, so minutes for 10,000): expected, and cheap to ask again, since lookups
-            // go out together per broker. The reconnect backoff (up to 30 s) would leave a
-            // partition idle long after its leader appeared.
-            *attempt += 1;
-            tracing::debug!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, attempt = *attempt, "partition has no leader yet; retrying");
-            return self.stop.sleep(stale_backoff(*attempt)).await;
-        }
         tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying");
         self.stop.retry_after(attempt).await
     }
 }
 
-/// Stale-leadership failures retried quickly before the usual backoff takes over: at most
-/// 2 s apart, about 3 minutes in all.
-const STALE_RETRIES: u32 = 100;
-
-/// 100 ms doubling to 2 s, with up to a quarter more at random so thousands of partitions
-/// waiting for leaders do not ask in step.
-fn stale_backoff(attempt: u32) -> Duration {
-    let base = (Duration::from_millis(100) * 2u32.pow(attempt.saturating_sub(1).min(5)))
-        .min(Duration::from_secs(2));
-    base + Duration::from_millis(rand::random::<u64>() % (base.as_millis() as u64 / 4 + 1))
-}
-
 fn next_or(acked: Option<i64>) -> i64 {
     acked.map_or(-1, |o| o + 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waiting_for_a_leader_retries_within_two_seconds() {
-        let at = |n| stale_backoff(n);
-        assert!(at(1) >= Duration::from_millis(100) && at(1) <= Duration::from_millis(125));
-        assert!(at(2) >= Duration::from_millis(200) && at(2) <= Duration::from_millis(250));
-        for n in 6..STALE_RETRIES + 5 {
-            let d = at(n);
-            assert!(
-                d >= Duration::from_secs(2) && d <= Duration::from_millis(2500),
-                "attempt {n}: {d:?}"
-            );
-        }
-    }
 }
