@@ -43,18 +43,7 @@ impl KafkaCluster {
         if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
-            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
-        })?;
-        let conn = Arc::new(
-            Connection::connect(
-                &addr.host,
-                addr.port,
-                format!("{id}@{addr}"),
-                &self.settings,
-            )
-            .await?,
-        );
+        let conn = self.dedicated_connection(id).await?;
         *guard = Some(conn.clone());
         Ok(conn)
     }
