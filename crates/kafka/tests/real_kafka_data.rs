@@ -343,8 +343,58 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
         .iter()
         .all(|b| !b.is_transactional() && !b.is_control()));
 
-    k.delete_topics(&["src", "dst", "java", "java-copy", "java-tx", "java-tx-copy"])
-        .await
-        .unwrap();
+    // 5. Lookups asked together before their topic exists are answered together once it has
+    //    leaders (the shared retry rounds), well within the request timeout (15 s here).
+    let shared = std::sync::Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    let asked = std::time::Instant::now();
+    let lookups: Vec<_> = (0..4)
+        .flat_map(|p| [(p, EARLIEST), (p, LATEST)])
+        .map(|(p, at)| {
+            let k = shared.clone();
+            tokio::spawn(async move {
+                k.list_offset_batched("late", p, at, IsolationLevel::ReadUncommitted)
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let late = NewTopic {
+        name: "late".into(),
+        partitions: 4,
+        replication_factor: -1,
+        configs: vec![],
+    };
+    for (name, err) in k.create_topics(&[late], false).await.unwrap() {
+        assert!(err.is_none(), "{name}: {err:?}");
+    }
+    for l in lookups {
+        let offset = tokio::time::timeout(Duration::from_secs(20), l)
+            .await
+            .expect("a lookup waiting for its topic was not answered")
+            .unwrap()
+            .expect("a lookup waiting for its topic failed");
+        assert_eq!(offset, 0, "an empty new partition starts and ends at 0");
+    }
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the waiting lookups took {:?}",
+        asked.elapsed()
+    );
+
+    k.delete_topics(&[
+        "src",
+        "dst",
+        "java",
+        "java-copy",
+        "java-tx",
+        "java-tx-copy",
+        "late",
+    ])
+    .await
+    .unwrap();
     assert!(!k.metadata().topics.contains_key("src"));
 }

@@ -2,7 +2,7 @@
 //! ([`crate::offset_lookup`] gathers the asks of many callers into the latter).
 
 use super::{broker_error, isolation_byte, KafkaCluster};
-use crate::error::Result;
+use crate::error::{KafkaError, Result};
 use crate::settings::IsolationLevel;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, TopicName};
@@ -29,7 +29,7 @@ impl KafkaCluster {
         .await
     }
 
-    pub(super) async fn list_offset_once(
+    pub(crate) async fn list_offset_once(
         &self,
         topic: &str,
         partition: i32,
@@ -68,8 +68,9 @@ impl KafkaCluster {
         at: i64,
         isolation: IsolationLevel,
     ) -> Result<HashMap<(String, i32), i64>> {
-        let (mut out, retry) = self.list_offsets_once(partitions, at, isolation).await;
-        for (t, p) in retry {
+        let round = self.list_offsets_once(partitions, at, isolation).await;
+        let mut out = round.found;
+        for (t, p) in round.retry {
             if let Ok(o) = self.list_offset(&t, p, at, isolation).await {
                 out.insert((t, p), o);
             }
@@ -77,25 +78,24 @@ impl KafkaCluster {
         Ok(out)
     }
 
-    /// One ListOffsets request per leader broker, no retries: the offsets answered, and the
-    /// partitions that were not (no leader known, an error, a failed request).
+    /// One ListOffsets request per leader broker, no retries: the offsets answered, the
+    /// partitions a retry may answer, and those answered with an error no retry fixes.
     pub(crate) async fn list_offsets_once(
         &self,
         partitions: &[(String, i32)],
         at: i64,
         isolation: IsolationLevel,
-    ) -> (HashMap<(String, i32), i64>, Vec<(String, i32)>) {
+    ) -> OffsetsRound {
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<(i32, i32)>>> = BTreeMap::new();
-        let mut retry: Vec<(String, i32)> = Vec::new();
         for (t, p) in partitions {
-            match self.leader_of(t, *p) {
-                Ok((leader, epoch)) => by_leader
+            // No leader known: left for a retry (below, as everything not answered).
+            if let Ok((leader, epoch)) = self.leader_of(t, *p) {
+                by_leader
                     .entry(leader)
                     .or_default()
                     .entry(t.clone())
                     .or_default()
-                    .push((*p, epoch)),
-                Err(_) => retry.push((t.clone(), *p)),
+                    .push((*p, epoch));
             }
         }
         // Every broker's request is written before any answer is awaited, so the brokers work
@@ -127,37 +127,49 @@ impl KafkaCluster {
                             .collect(),
                     );
                 let version = conn.version::<ListOffsetsRequest>()?;
-                conn.submit(&req, version).await
+                Ok::<_, KafkaError>((conn.broker().to_string(), conn.submit(&req, version).await?))
             }
             .await;
-            asked.push((topics, submitted));
+            asked.push(submitted);
         }
-        let mut out = HashMap::new();
-        for (topics, submitted) in asked {
-            let answered = match submitted {
-                Ok(answer) => answer.wait().await,
-                Err(e) => Err(e),
+        let mut round = OffsetsRound::default();
+        for submitted in asked {
+            let Ok((broker, answer)) = submitted else {
+                continue;
             };
-            match answered {
-                Ok(resp) => {
-                    for t in &resp.topics {
-                        for p in &t.partitions {
-                            let key = (t.name.0.to_string(), p.partition_index);
-                            if p.error_code == 0 {
-                                out.insert(key, p.offset);
-                            } else {
-                                retry.push(key);
-                            }
+            let Ok(resp) = answer.wait().await else {
+                continue;
+            };
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    let key = (t.name.0.to_string(), p.partition_index);
+                    match broker_error(&broker, ApiKey::ListOffsets, p.error_code, None) {
+                        None => {
+                            round.found.insert(key, p.offset);
                         }
+                        Some(e) if e.is_retriable() || e.is_stale_metadata() => {}
+                        Some(e) => round.failed.push((key, e)),
                     }
                 }
-                Err(_) => retry.extend(
-                    topics
-                        .iter()
-                        .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p))),
-                ),
             }
         }
-        (out, retry)
+        // Whatever is neither answered nor failed is retried: no leader known, a retriable
+        // error, a request that failed, or a partition the broker's answer left out.
+        round.retry = partitions
+            .iter()
+            .filter(|k| !round.found.contains_key(*k) && !round.failed.iter().any(|(f, _)| f == *k))
+            .cloned()
+            .collect();
+        round
     }
+}
+
+/// What one round of batched ListOffsets requests found.
+#[derive(Debug, Default)]
+pub(crate) struct OffsetsRound {
+    pub(crate) found: HashMap<(String, i32), i64>,
+    /// Not answered for a reason a retry can fix.
+    pub(crate) retry: Vec<(String, i32)>,
+    /// Answered with an error no retry fixes.
+    pub(crate) failed: Vec<((String, i32), KafkaError)>,
 }

@@ -41,8 +41,8 @@ pub(super) async fn run(
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
     let labels = FlowLabels {
-        source: flow.id.source.to_string(),
-        target: flow.id.target.to_string(),
+        source: flow.id.source.to_string().into(),
+        target: flow.id.target.to_string().into(),
     };
     // Not ready until both clusters answer.
     let connected = metrics.flow_connected.get_or_create(&labels).clone();

@@ -263,12 +263,16 @@ impl Forwarder<'_> {
                         );
                     }
                 }
+                if in_flight.is_empty() && in_flight.capacity() > 0 {
+                    // Idle partitions hold no queue (thousands of them, docs/benchmarks.md).
+                    *in_flight = VecDeque::new();
+                }
             };
         // Waits for every batch in flight and reports what was acknowledged.
         macro_rules! flush_and_report {
             () => {
                 report(
-                    lane.flush()
+                    Box::pin(lane.flush())
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?,
                     acked_through,
@@ -286,8 +290,10 @@ impl Forwarder<'_> {
                 biased;
                 _ = self.stop.wait() => break,
                 _ = lane.answered() => {
-                    let acked = lane
-                        .take_answered()
+                    // Boxed, as `send` and `flush`: a lane's futures are about a kilobyte, held
+                    // for a moment; inline they would size every partition's task for its
+                    // whole life (docs/benchmarks.md, peak RSS at 10,000 partitions).
+                    let acked = Box::pin(lane.take_answered())
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?;
                     report(acked, acked_through, &mut in_flight);
@@ -390,7 +396,7 @@ impl Forwarder<'_> {
                 for (batch, ups, tag) in sent {
                     in_flight.push_back((ups, Vec::new()));
                     let size = batch.bytes().len() as u64;
-                    let acked = lane.send(tag, batch).await.map_err(|e| match e {
+                    let acked = Box::pin(lane.send(tag, batch)).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
                         KafkaError::BatchTooLarge { .. } => {
                             self.lane_failure(&Some(b.base_offset() - 1), start, e)

@@ -13,8 +13,9 @@ use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::fetcher::{Fetcher, Subscription};
-use kmirror_kafka::producer::IdempotentProducer;
+use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
 use kmirror_kafka::{AutoOffsetReset, KafkaError};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 pub(super) use super::forward::Stopped;
@@ -76,113 +77,12 @@ impl PartitionTask {
 
     async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {
         let g = Gauges::new(&self.ctx.metrics, &self.ctx.labels, labels);
-        let mut acked_through = self.stored.filter(|o| *o >= 0);
-        let mut producer = self.ctx.producer.clone();
-        if self.own_producer {
-            loop {
-                match self.ctx.producer.fresh().await {
-                    Ok(p) => {
-                        producer = p;
-                        break;
-                    }
-                    Err(e) => {
-                        let mut attempt = 0;
-                        if self.retry_wait(&e, &mut attempt).await {
-                            return Ok(());
-                        }
-                    }
-                }
-            }
-        }
-        let mut attempt = 0u32;
-        // Without a stored position the start is looked up once: a retry before the first
-        // acknowledgement must not jump to a newer `latest` and skip what arrived meanwhile.
-        let mut start: Option<i64> = None;
-        let mut sub: Option<Subscription> = None;
-        loop {
-            let next = match (acked_through, start) {
-                (Some(o), _) => o + 1,
-                (None, Some(s)) => s,
-                (None, None) => match self.start_offset().await {
-                    Ok(o) => {
-                        start = Some(o);
-                        o
-                    }
-                    Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                        if self.retry_wait(&e, &mut attempt).await {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(self.forwarder(&g).fatal(next_or(acked_through), e)),
-                },
-            };
-            let flow = &self.ctx.flow;
-            let mut lane = producer.lane(&self.remote, self.partition).with_limits(
-                flow.clients.producer_tuning.max_request_size as usize,
-                16 << 20,
-            );
-            // The target partition first, the data after: fetched data waiting for a target
-            // partition that is not there yet (just created) would hold the flow's memory
-            // budget, and partitions whose targets are ready would wait behind it.
-            if let Err(e) = lane.prepare().await {
-                if !(e.is_retriable() || e.is_stale_metadata()) {
-                    return Err(self.forwarder(&g).fatal(next, e));
-                }
-                sub = None;
-                if self.retry_wait(&e, &mut attempt).await {
-                    return Ok(());
-                }
-                continue;
-            }
-            // One subscription while the task makes progress; after truncation with `continue`
-            // it seeks to the log start (a seek starts a new generation: whatever was delivered
-            // for the old position is dropped).
-            let feed = match &mut sub {
-                Some(feed) => {
-                    feed.seek(next);
-                    feed
-                }
-                None => match self
-                    .ctx
-                    .fetcher
-                    .subscribe(&self.topic, self.partition, next)
-                {
-                    Ok(feed) => sub.insert(feed),
-                    Err(e) => return Err(self.forwarder(&g).fatal(next, e)),
-                },
-            };
-            tracing::debug!(topic = %self.topic, partition = self.partition, next, "copying");
-            match self
-                .forwarder(&g)
-                .run(feed, &mut lane, next, &mut acked_through)
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(Failure::Retry(e)) => {
-                    // Let go of what the fetcher holds for this partition while it backs off (up
-                    // to two responses, a quarter of the flow's budget each): a target that is
-                    // away for some partitions must not starve the healthy ones. It subscribes
-                    // again at the first unacknowledged offset.
-                    sub = None;
-                    if acked_through.map(|o| o + 1) != Some(next) && acked_through.is_some() {
-                        attempt = 0; // progress since the last failure: back off from the start
-                    }
-                    if self.retry_wait(&e, &mut attempt).await {
-                        return Ok(());
-                    }
-                    // The lane gave up in the middle of a sequence: resume from the last
-                    // acknowledged offset with a new producer id, so sequences start afresh.
-                    // Records in flight may be written twice (at-least-once), never lost.
-                    match self.ctx.producer.fresh().await {
-                        Ok(p) => producer = p,
-                        Err(e) => tracing::warn!(error = %e, "new producer id failed; retrying"),
-                    }
-                }
-                Err(Failure::Continue { log_start }) => acked_through = Some(log_start - 1),
-                Err(Failure::Stop(s)) => return Err(s),
-            }
-        }
+        let mut io = Io {
+            task: self,
+            g: &g,
+            producer: self.ctx.producer.clone(),
+        };
+        drive(&mut io, self.stored, self.own_producer).await
     }
 
     fn forwarder<'a>(&'a self, g: &'a Gauges) -> Forwarder<'a> {
@@ -225,4 +125,514 @@ impl PartitionTask {
 
 fn next_or(acked: Option<i64>) -> i64 {
     acked.map_or(-1, |o| o + 1)
+}
+
+/// What a partition task does to the outside world. Its decisions (where to start, when to back
+/// off, when to take a new producer id, where to resume) are [`drive`]'s, unit-tested against a
+/// scripted double; [`Io`] is the real one (the flow's fetcher, producer and source cluster).
+pub(super) trait PartitionIo: Send {
+    type Feed: Send;
+    type Lane: Send;
+    /// Switches to a producer id of the partition's own, so its sequences start afresh.
+    fn fresh_producer(&mut self) -> impl Future<Output = Result<(), KafkaError>> + Send;
+    /// Where to start without a stored position (`auto.offset.reset`).
+    fn start_offset(&mut self) -> impl Future<Output = Result<i64, KafkaError>> + Send;
+    /// A lane of the current producer id whose target partition is ready (has a leader).
+    fn lane(&mut self) -> impl Future<Output = Result<Self::Lane, KafkaError>> + Send;
+    fn subscribe(&mut self, next: i64) -> Result<Self::Feed, KafkaError>;
+    /// Moves a subscription (whatever it had fetched for its old position is dropped).
+    fn seek(&mut self, feed: &mut Self::Feed, next: i64);
+    /// Copies from `next` until stopped or failed; `acked` follows every acknowledgement.
+    fn forward(
+        &mut self,
+        feed: &mut Self::Feed,
+        lane: &mut Self::Lane,
+        next: i64,
+        acked: &mut Option<i64>,
+    ) -> impl Future<Output = Result<(), Failure>> + Send;
+    /// Counts and logs a failure that stops the partition.
+    fn fatal(&self, next: i64, e: KafkaError) -> Stopped;
+    /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
+    fn retry_wait(
+        &mut self,
+        e: &KafkaError,
+        attempt: &mut u32,
+    ) -> impl Future<Output = bool> + Send;
+}
+
+/// A partition's life: resume after the stored position (MM2 resumes at stored + 1), or look
+/// the start up once; on a transient failure back off and resume from the first unacknowledged
+/// offset under a new producer id; stop for good only on what retrying cannot fix. `Ok` when
+/// stopped from outside.
+pub(super) async fn drive<I: PartitionIo>(
+    io: &mut I,
+    stored: Option<i64>,
+    own_producer: bool,
+) -> Result<(), Stopped> {
+    let mut acked_through = stored.filter(|o| *o >= 0);
+    if own_producer {
+        let mut attempt = 0;
+        while let Err(e) = io.fresh_producer().await {
+            if io.retry_wait(&e, &mut attempt).await {
+                return Ok(());
+            }
+        }
+    }
+    let mut attempt = 0u32;
+    // Without a stored position the start is looked up once: a retry before the first
+    // acknowledgement must not jump to a newer `latest` and skip what arrived meanwhile.
+    let mut start: Option<i64> = None;
+    let mut sub: Option<I::Feed> = None;
+    loop {
+        let next = match (acked_through, start) {
+            (Some(o), _) => o + 1,
+            (None, Some(s)) => s,
+            (None, None) => match io.start_offset().await {
+                Ok(o) => {
+                    start = Some(o);
+                    o
+                }
+                Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                    if io.retry_wait(&e, &mut attempt).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(io.fatal(next_or(acked_through), e)),
+            },
+        };
+        // The target partition first, the data after: fetched data waiting for a target
+        // partition that is not there yet (just created) would hold the flow's memory budget,
+        // and partitions whose targets are ready would wait behind it.
+        let mut lane = match io.lane().await {
+            Ok(lane) => lane,
+            Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                sub = None;
+                if io.retry_wait(&e, &mut attempt).await {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(e) => return Err(io.fatal(next, e)),
+        };
+        // One subscription while the task makes progress; after truncation with `continue` it
+        // seeks to the log start (a seek starts a new generation: whatever was delivered for
+        // the old position is dropped).
+        let feed = match &mut sub {
+            Some(feed) => {
+                io.seek(feed, next);
+                feed
+            }
+            None => match io.subscribe(next) {
+                Ok(feed) => sub.insert(feed),
+                Err(e) => return Err(io.fatal(next, e)),
+            },
+        };
+        match io.forward(feed, &mut lane, next, &mut acked_through).await {
+            Ok(()) => return Ok(()),
+            Err(Failure::Retry(e)) => {
+                // Let go of what the fetcher holds for this partition while it backs off (up to
+                // two responses, a quarter of the flow's budget each): a target that is away for
+                // some partitions must not starve the healthy ones. It subscribes again at the
+                // first unacknowledged offset.
+                sub = None;
+                if acked_through.is_some_and(|o| o + 1 != next) {
+                    attempt = 0; // progress since the last failure: back off from the start
+                }
+                if io.retry_wait(&e, &mut attempt).await {
+                    return Ok(());
+                }
+                // The lane gave up in the middle of a sequence: resume from the last
+                // acknowledged offset with a new producer id, so sequences start afresh. Records
+                // in flight may be written twice (at-least-once), never lost.
+                if let Err(e) = io.fresh_producer().await {
+                    tracing::warn!(error = %e, "new producer id failed; retrying");
+                }
+            }
+            Err(Failure::Continue { log_start }) => acked_through = Some(log_start - 1),
+            Err(Failure::Stop(s)) => return Err(s),
+        }
+    }
+}
+
+/// The real outside world of a partition task.
+struct Io<'a> {
+    task: &'a PartitionTask,
+    g: &'a Gauges,
+    producer: Arc<IdempotentProducer>,
+}
+
+impl PartitionIo for Io<'_> {
+    type Feed = Subscription;
+    type Lane = PartitionLane;
+
+    async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
+        // Boxed, as the lookups below: their futures are kilobytes, and inline they would size
+        // every partition task for its whole life (docs/benchmarks.md, peak RSS at 10,000
+        // partitions).
+        self.producer = Box::pin(self.task.ctx.producer.fresh()).await?;
+        Ok(())
+    }
+
+    async fn start_offset(&mut self) -> Result<i64, KafkaError> {
+        Box::pin(self.task.start_offset()).await
+    }
+
+    async fn lane(&mut self) -> Result<PartitionLane, KafkaError> {
+        let tuning = &self.task.ctx.flow.clients.producer_tuning;
+        let mut lane = self
+            .producer
+            .lane(&self.task.remote, self.task.partition)
+            .with_limits(tuning.max_request_size as usize, 16 << 20);
+        lane.prepare().await?;
+        Ok(lane)
+    }
+
+    fn subscribe(&mut self, next: i64) -> Result<Subscription, KafkaError> {
+        let t = self.task;
+        t.ctx.fetcher.subscribe(&t.topic, t.partition, next)
+    }
+
+    fn seek(&mut self, feed: &mut Subscription, next: i64) {
+        feed.seek(next);
+    }
+
+    async fn forward(
+        &mut self,
+        feed: &mut Subscription,
+        lane: &mut PartitionLane,
+        next: i64,
+        acked: &mut Option<i64>,
+    ) -> Result<(), Failure> {
+        let t = self.task;
+        tracing::debug!(topic = %t.topic, partition = t.partition, next, "copying");
+        t.forwarder(self.g).run(feed, lane, next, acked).await
+    }
+
+    fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
+        self.task.forwarder(self.g).fatal(next, e)
+    }
+
+    async fn retry_wait(&mut self, e: &KafkaError, attempt: &mut u32) -> bool {
+        self.task.retry_wait(e, attempt).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A scripted outside world: each call takes the next scripted answer and is logged.
+    #[derive(Default)]
+    struct Script {
+        starts: VecDeque<Result<i64, KafkaError>>,
+        lanes: VecDeque<Result<(), KafkaError>>,
+        /// What each forward does: acknowledge through an offset, then return.
+        forwards: VecDeque<(Option<i64>, Result<(), Failure>)>,
+        fresh: VecDeque<Result<(), KafkaError>>,
+        /// Backoffs before the task is stopped from outside (`usize::MAX`: never).
+        waits_before_stop: usize,
+        attempts: Vec<u32>,
+        log: Vec<String>,
+    }
+
+    fn retriable() -> KafkaError {
+        KafkaError::Disconnected {
+            broker: "b1".into(),
+        }
+    }
+
+    fn fatal() -> KafkaError {
+        KafkaError::Config("broken".into())
+    }
+
+    impl PartitionIo for Script {
+        type Feed = i64;
+        type Lane = ();
+
+        async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
+            self.log.push("fresh".into());
+            self.fresh.pop_front().unwrap_or(Ok(()))
+        }
+        async fn start_offset(&mut self) -> Result<i64, KafkaError> {
+            self.log.push("start".into());
+            self.starts.pop_front().expect("an unscripted start lookup")
+        }
+        async fn lane(&mut self) -> Result<(), KafkaError> {
+            self.log.push("lane".into());
+            self.lanes.pop_front().unwrap_or(Ok(()))
+        }
+        fn subscribe(&mut self, next: i64) -> Result<i64, KafkaError> {
+            self.log.push(format!("subscribe {next}"));
+            Ok(next)
+        }
+        fn seek(&mut self, feed: &mut i64, next: i64) {
+            self.log.push(format!("seek {next}"));
+            *feed = next;
+        }
+        async fn forward(
+            &mut self,
+            feed: &mut i64,
+            _lane: &mut (),
+            next: i64,
+            acked: &mut Option<i64>,
+        ) -> Result<(), Failure> {
+            assert_eq!(*feed, next, "the feed is not where the copy starts");
+            self.log.push(format!("forward {next}"));
+            let (through, result) = self.forwards.pop_front().expect("an unscripted forward");
+            if through.is_some() {
+                *acked = through;
+            }
+            result
+        }
+        fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
+            Stopped::Kafka {
+                topic: "t".into(),
+                partition: 0,
+                first: next,
+                source: e,
+            }
+        }
+        async fn retry_wait(&mut self, _e: &KafkaError, attempt: &mut u32) -> bool {
+            *attempt += 1;
+            self.attempts.push(*attempt);
+            self.log.push("wait".into());
+            if self.waits_before_stop == 0 {
+                return true;
+            }
+            self.waits_before_stop -= 1;
+            false
+        }
+    }
+
+    fn run(mut script: Script, stored: Option<i64>, own: bool) -> (Result<(), Stopped>, Script) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let result = rt.block_on(drive(&mut script, stored, own));
+        (result, script)
+    }
+
+    fn script() -> Script {
+        Script {
+            waits_before_stop: usize::MAX,
+            ..Script::default()
+        }
+    }
+
+    #[test]
+    fn a_stored_position_resumes_after_it_without_a_lookup() {
+        let mut s = script();
+        s.forwards.push_back((Some(120), Ok(())));
+        let (r, s) = run(s, Some(99), false);
+        assert!(r.is_ok());
+        assert_eq!(s.log, ["lane", "subscribe 100", "forward 100"]);
+    }
+
+    #[test]
+    fn without_a_position_the_start_is_looked_up_once_even_across_retries() {
+        // A retry before the first acknowledgement must not look up `latest` again (it would
+        // skip what arrived meanwhile).
+        let mut s = script();
+        s.starts.push_back(Err(retriable()));
+        s.starts.push_back(Ok(40));
+        s.forwards
+            .push_back((None, Err(Failure::Retry(retriable()))));
+        s.forwards.push_back((None, Ok(())));
+        let (r, s) = run(s, None, false);
+        assert!(r.is_ok());
+        assert_eq!(
+            s.log,
+            [
+                "start",
+                "wait",
+                "start",
+                "lane",
+                "subscribe 40",
+                "forward 40",
+                "wait",
+                "fresh",
+                "lane",
+                "subscribe 40",
+                "forward 40"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_negative_stored_position_counts_as_none() {
+        let mut s = script();
+        s.starts.push_back(Ok(0));
+        s.forwards.push_back((None, Ok(())));
+        let (_, s) = run(s, Some(-1), false);
+        assert_eq!(s.log[0], "start");
+    }
+
+    #[test]
+    fn a_failed_copy_resumes_after_the_last_acknowledgement_with_a_new_producer_id() {
+        let mut s = script();
+        s.forwards
+            .push_back((Some(149), Err(Failure::Retry(retriable()))));
+        s.forwards.push_back((Some(160), Ok(())));
+        let (r, s) = run(s, Some(99), false);
+        assert!(r.is_ok());
+        assert_eq!(
+            s.log,
+            [
+                "lane",
+                "subscribe 100",
+                "forward 100",
+                "wait",
+                "fresh",
+                "lane",
+                "subscribe 150",
+                "forward 150"
+            ]
+        );
+    }
+
+    #[test]
+    fn backoff_grows_without_progress_and_starts_over_after_progress() {
+        let mut s = script();
+        s.forwards
+            .push_back((None, Err(Failure::Retry(retriable()))));
+        s.forwards
+            .push_back((None, Err(Failure::Retry(retriable()))));
+        s.forwards
+            .push_back((Some(10), Err(Failure::Retry(retriable()))));
+        s.forwards.push_back((None, Ok(())));
+        let (_, s) = run(s, Some(0), false);
+        assert_eq!(s.attempts, [1, 2, 1]);
+    }
+
+    #[test]
+    fn a_target_partition_not_ready_waits_without_holding_a_subscription() {
+        let mut s = script();
+        s.forwards
+            .push_back((Some(5), Err(Failure::Retry(retriable()))));
+        s.lanes.push_back(Ok(()));
+        s.lanes.push_back(Err(retriable()));
+        s.forwards.push_back((None, Ok(())));
+        let (r, s) = run(s, Some(0), false);
+        assert!(r.is_ok());
+        assert_eq!(
+            s.log,
+            [
+                "lane",
+                "subscribe 1",
+                "forward 1",
+                "wait",
+                "fresh",
+                "lane",
+                "wait",
+                "lane",
+                "subscribe 6",
+                "forward 6"
+            ]
+        );
+    }
+
+    #[test]
+    fn truncation_with_continue_seeks_the_same_subscription_to_the_log_start() {
+        let mut s = script();
+        s.forwards
+            .push_back((None, Err(Failure::Continue { log_start: 500 })));
+        s.forwards.push_back((None, Ok(())));
+        let (r, s) = run(s, Some(9), false);
+        assert!(r.is_ok());
+        assert_eq!(
+            s.log,
+            [
+                "lane",
+                "subscribe 10",
+                "forward 10",
+                "lane",
+                "seek 500",
+                "forward 500"
+            ]
+        );
+    }
+
+    #[test]
+    fn what_retrying_cannot_fix_stops_the_partition_at_the_offset_it_had_reached() {
+        let mut s = script();
+        s.lanes.push_back(Err(fatal()));
+        let (r, s) = run(s, Some(41), false);
+        match r {
+            Err(Stopped::Kafka { first, .. }) => assert_eq!(first, 42),
+            other => panic!("expected a stop at 42, got {other:?}"),
+        }
+        assert_eq!(s.log, ["lane"]);
+
+        let mut s = script();
+        s.starts.push_back(Err(fatal()));
+        let (r, _) = run(s, None, false);
+        assert!(matches!(r, Err(Stopped::Kafka { first: -1, .. })));
+
+        let mut s = script();
+        s.forwards.push_back((
+            Some(70),
+            Err(Failure::Stop(Stopped::Kafka {
+                topic: "t".into(),
+                partition: 0,
+                first: 71,
+                source: fatal(),
+            })),
+        ));
+        let (r, s) = run(s, None.or(Some(50)), false);
+        assert!(matches!(r, Err(Stopped::Kafka { first: 71, .. })));
+        assert!(!s.log.contains(&"wait".to_string()));
+    }
+
+    #[test]
+    fn a_restarted_partition_takes_its_own_producer_id_first_and_retries_for_it() {
+        let mut s = script();
+        s.fresh.push_back(Err(retriable()));
+        s.fresh.push_back(Err(retriable()));
+        s.forwards.push_back((None, Ok(())));
+        let (r, s) = run(s, Some(3), true);
+        assert!(r.is_ok());
+        assert_eq!(
+            s.log,
+            [
+                "fresh",
+                "wait",
+                "fresh",
+                "wait",
+                "fresh",
+                "lane",
+                "subscribe 4",
+                "forward 4"
+            ]
+        );
+        assert_eq!(
+            s.attempts,
+            [1, 2],
+            "the backoff grows while the id is refused"
+        );
+    }
+
+    #[test]
+    fn a_stop_during_any_backoff_ends_the_task_quietly() {
+        for case in 0..3 {
+            let mut s = script();
+            s.waits_before_stop = 0;
+            match case {
+                0 => s.starts.push_back(Err(retriable())),
+                1 => s.lanes.push_back(Err(retriable())),
+                _ => s
+                    .forwards
+                    .push_back((None, Err(Failure::Retry(retriable())))),
+            }
+            let stored = if case == 0 { None } else { Some(0) };
+            let (r, s) = run(s, stored, false);
+            assert!(r.is_ok(), "case {case}");
+            assert_eq!(
+                s.log.last().map(String::as_str),
+                Some("wait"),
+                "case {case}"
+            );
+        }
+    }
 }
