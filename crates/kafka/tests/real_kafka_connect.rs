@@ -110,8 +110,9 @@ async fn every_security_variant_connects_and_bad_credentials_fail_fast() {
     // mTLS with a PEM certificate and key, and with the PKCS#12 keystore.
     let key = std::fs::read_to_string(mtls.env("SSL_CLIENT_KEY_PEM").unwrap()).unwrap();
     let cert = std::fs::read_to_string(mtls.env("SSL_CLIENT_CERT_PEM").unwrap()).unwrap();
-    let dir = tempfile_dir();
-    let combined = dir.join("client-combined.pem");
+    // Removed with `dir` (it holds a private key).
+    let dir = tempfile::tempdir().unwrap();
+    let combined = dir.path().join("client-combined.pem");
     std::fs::write(&combined, format!("{cert}\n{key}")).unwrap();
     let mut s = settings(&mtls, SecurityProtocol::Ssl);
     s.tls = tls(
@@ -138,10 +139,4 @@ async fn every_security_variant_connects_and_bad_credentials_fail_fast() {
         refused.await.is_err(),
         "mTLS broker accepted a client without a certificate"
     );
-}
-
-fn tempfile_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kmirror-conn-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

@@ -7,7 +7,7 @@ use crate::settings::IsolationLevel;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The earliest offset, for ListOffsets.
 pub const EARLIEST: i64 = -2;
@@ -29,7 +29,7 @@ impl KafkaCluster {
         .await
     }
 
-    pub(crate) async fn list_offset_once(
+    pub(super) async fn list_offset_once(
         &self,
         topic: &str,
         partition: i32,
@@ -78,15 +78,16 @@ impl KafkaCluster {
         Ok(out)
     }
 
-    /// One ListOffsets request per leader broker, no retries: the offsets answered, the
-    /// partitions a retry may answer, and those answered with an error no retry fixes.
+    /// One ListOffsets request per leader broker, no retries: the offsets answered and the
+    /// partitions a retry may answer. A partition asked twice is asked once (a broker refuses a request naming a
+    /// partition twice with INVALID_REQUEST for it).
     pub(crate) async fn list_offsets_once(
         &self,
         partitions: &[(String, i32)],
         at: i64,
         isolation: IsolationLevel,
     ) -> OffsetsRound {
-        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<(i32, i32)>>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, BTreeMap<i32, i32>>> = BTreeMap::new();
         for (t, p) in partitions {
             // No leader known: left for a retry (below, as everything not answered).
             if let Ok((leader, epoch)) = self.leader_of(t, *p) {
@@ -95,7 +96,7 @@ impl KafkaCluster {
                     .or_default()
                     .entry(t.clone())
                     .or_default()
-                    .push((*p, epoch));
+                    .insert(*p, epoch);
             }
         }
         // Every broker's request is written before any answer is awaited, so the brokers work
@@ -130,15 +131,28 @@ impl KafkaCluster {
                 Ok::<_, KafkaError>((conn.broker().to_string(), conn.submit(&req, version).await?))
             }
             .await;
-            asked.push(submitted);
+            asked.push((topics, submitted));
         }
         let mut round = OffsetsRound::default();
-        for submitted in asked {
-            let Ok((broker, answer)) = submitted else {
-                continue;
+        let mut gave_up: HashSet<(String, i32)> = HashSet::new();
+        for (topics, submitted) in asked {
+            let answered = match submitted {
+                Ok((broker, answer)) => answer.wait().await.map(|resp| (broker, resp)),
+                Err(e) => Err(e),
             };
-            let Ok(resp) = answer.wait().await else {
-                continue;
+            let (broker, resp) = match answered {
+                Ok(answered) => answered,
+                Err(e) => {
+                    // Authentication, TLS, an unsupported version: asking again will not help.
+                    if !(e.is_retriable() || e.is_stale_metadata()) {
+                        gave_up.extend(
+                            topics
+                                .iter()
+                                .flat_map(|(t, ps)| ps.keys().map(move |p| (t.clone(), *p))),
+                        );
+                    }
+                    continue;
+                }
             };
             for t in &resp.topics {
                 for p in &t.partitions {
@@ -148,18 +162,22 @@ impl KafkaCluster {
                             round.found.insert(key, p.offset);
                         }
                         Some(e) if e.is_retriable() || e.is_stale_metadata() => {}
-                        Some(e) => round.failed.push((key, e)),
+                        Some(_) => {
+                            gave_up.insert(key);
+                        }
                     }
                 }
             }
         }
-        // Whatever is neither answered nor failed is retried: no leader known, a retriable
+        // Whatever is neither answered nor given up is retried: no leader known, a retriable
         // error, a request that failed, or a partition the broker's answer left out.
-        round.retry = partitions
-            .iter()
-            .filter(|k| !round.found.contains_key(*k) && !round.failed.iter().any(|(f, _)| f == *k))
-            .cloned()
-            .collect();
+        let mut retry: BTreeSet<(String, i32)> = BTreeSet::new();
+        for k in partitions {
+            if !round.found.contains_key(k) && !gave_up.contains(k) {
+                retry.insert(k.clone());
+            }
+        }
+        round.retry = retry.into_iter().collect();
         round
     }
 }
@@ -168,8 +186,7 @@ impl KafkaCluster {
 #[derive(Debug, Default)]
 pub(crate) struct OffsetsRound {
     pub(crate) found: HashMap<(String, i32), i64>,
-    /// Not answered for a reason a retry can fix.
+    /// Not answered for a reason a retry can fix (each partition once); partitions answered
+    /// with an error no retry fixes are in neither list.
     pub(crate) retry: Vec<(String, i32)>,
-    /// Answered with an error no retry fixes.
-    pub(crate) failed: Vec<((String, i32), KafkaError)>,
 }
