@@ -94,14 +94,23 @@ impl KafkaCluster {
             md.brokers = resp
                 .brokers
                 .iter()
-                .map(|b| {
-                    (
+                .filter_map(|b| match u16::try_from(b.port) {
+                    Ok(port) => Some((
                         b.node_id.0,
                         BrokerAddress {
                             host: b.host.to_string(),
-                            port: b.port as u16,
+                            port,
                         },
-                    )
+                    )),
+                    // From the network: a port out of range is not truncated into another one.
+                    Err(_) => {
+                        tracing::warn!(
+                            broker = b.node_id.0,
+                            port = b.port,
+                            "metadata lists a broker with a port out of range; ignoring it"
+                        );
+                        None
+                    }
                 })
                 .collect();
         }

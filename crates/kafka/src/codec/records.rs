@@ -163,6 +163,10 @@ pub fn encode_batch(records: &[Record], options: &BatchOptions) -> Result<RawBat
     RawBatch::new(out.freeze())
 }
 
+/// The smallest encoded record: its length, attributes, timestamp and offset deltas, key and
+/// value lengths and header count, one byte each.
+const MIN_RECORD_LEN: usize = 7;
+
 struct Reader {
     buf: Bytes,
     position: usize,
@@ -226,6 +230,17 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
         position: 0,
     };
     let count = batch.record_count().max(0) as usize;
+    // The count comes from the network: a record takes at least MIN_RECORD_LEN bytes, so a
+    // count the records section cannot hold is refused before anything is allocated for it.
+    if count > r.buf.remaining() / MIN_RECORD_LEN {
+        return Err(BatchError {
+            position: HEADER_LEN,
+            message: format!(
+                "record count {count} cannot fit in {} bytes of records",
+                r.buf.remaining()
+            ),
+        });
+    }
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         let len = r.varint()?;
@@ -368,6 +383,28 @@ mod tests {
         m[8..12].copy_from_slice(&len.to_be_bytes());
         let cut = RawBatch::new(m.freeze()).unwrap();
         assert!(decode_batch(&cut).is_err());
+    }
+
+    #[test]
+    fn a_record_count_the_batch_cannot_hold_is_refused_before_allocating() {
+        for codec in [Codec::None, Codec::Zstd] {
+            let b = encode_batch(
+                &[rec(0, Some("k"), Some("v"), &[])],
+                &BatchOptions {
+                    codec,
+                    ..BatchOptions::default()
+                },
+            )
+            .unwrap();
+            let mut m = BytesMut::from(&b.bytes()[..]);
+            // 2^31 - 1 records claimed by a batch of a few dozen bytes (a corrupt or hostile
+            // header): `Vec::with_capacity` of that many records would abort the process.
+            m[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+            let forged = RawBatch::new(m.freeze()).unwrap();
+            assert_eq!(forged.record_count(), i32::MAX);
+            let e = decode_batch(&forged).unwrap_err();
+            assert!(e.message.contains("record count 2147483647"), "{e:?}");
+        }
     }
 
     proptest! {

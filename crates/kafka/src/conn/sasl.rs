@@ -7,6 +7,10 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
+/// The iteration counts Kafka stores SCRAM credentials with (`ScramMechanism` in Kafka).
+const SCRAM_MIN_ITERATIONS: u32 = 4096;
+const SCRAM_MAX_ITERATIONS: u32 = 16384;
+
 /// Why an exchange failed on the client side. Never contains the password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -212,8 +216,14 @@ impl Scram {
                 "the server's SCRAM nonce does not extend the client's".into(),
             ));
         }
-        if iterations == 0 {
-            return Err(SaslError("the server asked for 0 SCRAM iterations".into()));
+        // Kafka stores SCRAM credentials with 4,096 to 16,384 iterations (ScramMechanism's
+        // bounds; Java's client refuses fewer than 4,096 too). More would only come from a
+        // hostile server, and each costs CPU time on a runtime worker before any answer.
+        if !(SCRAM_MIN_ITERATIONS..=SCRAM_MAX_ITERATIONS).contains(&iterations) {
+            return Err(SaslError(format!(
+                "the server asked for {iterations} SCRAM iterations; Kafka uses \
+                 {SCRAM_MIN_ITERATIONS} to {SCRAM_MAX_ITERATIONS}"
+            )));
         }
         let h = self.hash;
         let salted = h.salted_password(self.password.expose().as_bytes(), &salt, iterations);
@@ -239,6 +249,24 @@ impl Scram {
 mod tests {
     use super::*;
     use crate::Secret;
+
+    #[test]
+    fn scram_refuses_iteration_counts_kafka_never_stores() {
+        for i in ["0", "4095", "16385", "4000000000"] {
+            let mut s = Scram::new(&creds(SaslMechanism::ScramSha256, "u", "p"), "abc");
+            s.client_first();
+            let e = s
+                .next(format!("r=abcdef,s=QUJD,i={i}").as_bytes())
+                .unwrap_err();
+            assert!(e.0.contains(&format!("{i} SCRAM iterations")), "{}", e.0);
+        }
+        let mut s = Scram::new(&creds(SaslMechanism::ScramSha256, "u", "p"), "abc");
+        s.client_first();
+        assert!(matches!(
+            s.next(b"r=abcdef,s=QUJD,i=16384").unwrap(),
+            Step::Send(_)
+        ));
+    }
 
     fn creds(mechanism: SaslMechanism, user: &str, pw: &str) -> SaslCredentials {
         SaslCredentials {

@@ -38,6 +38,11 @@ pub fn is_sensitive_key(key: &str) -> bool {
         || k.ends_with("ssl.truststore.certificates")
         || k.contains("credentials")
         || k.ends_with(".token")
+        // Schema Registry's `basic.auth.user.info` is `user:password`; key passphrases and
+        // `*.pwd` keys of converters and plugins.
+        || k.ends_with("basic.auth.user.info")
+        || k.contains("passphrase")
+        || k.contains("pwd")
 }
 
 /// A value as it may be shown for `key`: masked when sensitive.
@@ -213,6 +218,28 @@ mod tests {
             assert!(!item.to_string().contains("\"p\""));
         }
         assert!(!ConfigError(d).to_string().contains("password=\"p\""));
+    }
+
+    #[test]
+    fn keys_that_hold_secrets_are_recognised() {
+        for k in [
+            "A.sasl.jaas.config",
+            "ssl.key.password",
+            "A.consumer.schema.registry.basic.auth.user.info",
+            "ssl.keystore.passphrase",
+            "target.producer.some.plugin.pwd",
+            "B.sasl.oauthbearer.client.secret",
+        ] {
+            assert!(is_sensitive_key(k), "{k}");
+        }
+        for k in [
+            "bootstrap.servers",
+            "A.topics",
+            "sasl.mechanism",
+            "ssl.keystore.type",
+        ] {
+            assert!(!is_sensitive_key(k), "{k}");
+        }
     }
 
     #[test]

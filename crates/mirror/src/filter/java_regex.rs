@@ -50,6 +50,7 @@ pub fn translate_with_notes(pattern: &str) -> Result<(String, Notes), JavaRegexE
         out: String::with_capacity(pattern.len() + 16),
         dotall: vec![false],
         notes: Notes::default(),
+        class_depth: 0,
     };
     t.run()?;
     Ok((t.out, t.notes))
@@ -62,7 +63,13 @@ struct Translator {
     /// DOTALL flag per open group (Java scopes inline flags to the enclosing group).
     dotall: Vec<bool>,
     notes: Notes,
+    /// Character classes open around the one being read (each nested `[` recurses).
+    class_depth: usize,
 }
+
+/// Deeper nesting of character classes than any real topic or group filter needs; a pattern
+/// from a config file must not be able to exhaust the stack.
+const MAX_CLASS_DEPTH: usize = 32;
 
 fn err<T>(position: usize, message: impl Into<String>) -> Result<T, JavaRegexError> {
     Err(JavaRegexError {
@@ -312,8 +319,16 @@ impl Translator {
                     return Ok(out);
                 }
                 '[' => {
-                    let nested = self.class(here)?;
-                    out.push_str(&nested);
+                    if self.class_depth >= MAX_CLASS_DEPTH {
+                        return err(
+                            here,
+                            format!("character classes nested more than {MAX_CLASS_DEPTH} deep"),
+                        );
+                    }
+                    self.class_depth += 1;
+                    let nested = self.class(here);
+                    self.class_depth -= 1;
+                    out.push_str(&nested?);
                     last_single = false;
                 }
                 '&' if self.peek() == Some('&') => {
@@ -676,6 +691,16 @@ mod tests {
                 translate(java)
             );
         }
+    }
+
+    #[test]
+    fn deeply_nested_classes_are_refused_not_a_stack_overflow() {
+        let deep = format!("{}a{}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = translate(&deep).unwrap_err();
+        assert!(e.message.contains("nested more than 32 deep"), "{e}");
+        assert_eq!(e.position, MAX_CLASS_DEPTH + 1, "the first '[' too deep");
+        let fine = format!("{}a{}", "[".repeat(8), "]".repeat(8));
+        assert!(matches(&fine, "a"));
     }
 
     #[test]
