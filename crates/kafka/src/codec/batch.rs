@@ -139,7 +139,25 @@ impl RawBatch {
                 ),
             });
         }
-        Ok(RawBatch { bytes })
+        let b = RawBatch { bytes };
+        // From the network: offsets that would wrap past i64::MAX (a wrap is silent in release
+        // builds) or run backwards are refused here, so `last_offset` is plain arithmetic.
+        if b.base_offset() < 0
+            || b.last_offset_delta() < 0
+            || b.base_offset()
+                .checked_add(b.last_offset_delta() as i64)
+                .is_none()
+        {
+            return Err(BatchError {
+                position: 0,
+                message: format!(
+                    "base offset {} with last offset delta {} is out of range",
+                    b.base_offset(),
+                    b.last_offset_delta()
+                ),
+            });
+        }
+        Ok(b)
     }
 
     pub fn bytes(&self) -> &Bytes {

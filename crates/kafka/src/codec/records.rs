@@ -273,10 +273,16 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
         let timestamp = if batch.is_log_append_time() {
             batch.max_timestamp()
         } else {
-            batch.base_timestamp() + ts_delta
+            match batch.base_timestamp().checked_add(ts_delta) {
+                Some(t) => t,
+                None => return r.fail("timestamp delta"),
+            }
+        };
+        let Some(offset) = batch.base_offset().checked_add(offset_delta) else {
+            return r.fail("offset delta");
         };
         out.push(Record {
-            offset: batch.base_offset() + offset_delta,
+            offset,
             timestamp,
             key,
             value,
@@ -383,6 +389,47 @@ mod tests {
         m[8..12].copy_from_slice(&len.to_be_bytes());
         let cut = RawBatch::new(m.freeze()).unwrap();
         assert!(decode_batch(&cut).is_err());
+    }
+
+    #[test]
+    fn offsets_and_timestamps_that_would_wrap_are_errors() {
+        let b = encode_batch(
+            &[
+                rec(0, Some("k"), Some("v"), &[]),
+                rec(1, None, Some("w"), &[]),
+            ],
+            &BatchOptions::default(),
+        )
+        .unwrap();
+        // A base offset near i64::MAX: base + last delta wraps.
+        let mut m = BytesMut::from(&b.bytes()[..]);
+        m[0..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        let e = RawBatch::new(m.freeze()).unwrap_err();
+        assert!(e.message.contains("out of range"), "{e:?}");
+        // A negative base offset.
+        let mut m = BytesMut::from(&b.bytes()[..]);
+        m[0..8].copy_from_slice(&(-5i64).to_be_bytes());
+        assert!(RawBatch::new(m.freeze()).is_err());
+        // A base timestamp near i64::MAX with a positive record delta.
+        let late = encode_batch(
+            &[
+                Record {
+                    timestamp: 0,
+                    ..rec(0, None, Some("v"), &[])
+                },
+                Record {
+                    timestamp: 10,
+                    ..rec(1, None, Some("v"), &[])
+                },
+            ],
+            &BatchOptions::default(),
+        )
+        .unwrap();
+        let mut m = BytesMut::from(&late.bytes()[..]);
+        m[27..35].copy_from_slice(&(i64::MAX - 3).to_be_bytes());
+        let forged = RawBatch::new(m.freeze()).unwrap();
+        let e = decode_batch(&forged).unwrap_err();
+        assert!(e.message.contains("timestamp delta"), "{e:?}");
     }
 
     #[test]

@@ -272,7 +272,7 @@ impl Forwarder<'_> {
         macro_rules! flush_and_report {
             () => {
                 report(
-                    Box::pin(lane.flush())
+                    lane.flush()
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?,
                     acked_through,
@@ -290,10 +290,7 @@ impl Forwarder<'_> {
                 biased;
                 _ = self.stop.wait() => break,
                 _ = lane.answered() => {
-                    // Boxed, as `send` and `flush`: a lane's futures are about a kilobyte, held
-                    // for a moment; inline they would size every partition's task for its
-                    // whole life (docs/benchmarks.md, peak RSS at 10,000 partitions).
-                    let acked = Box::pin(lane.take_answered())
+                    let acked = lane.take_answered()
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?;
                     report(acked, acked_through, &mut in_flight);
@@ -396,7 +393,7 @@ impl Forwarder<'_> {
                 for (batch, ups, tag) in sent {
                     in_flight.push_back((ups, Vec::new()));
                     let size = batch.bytes().len() as u64;
-                    let acked = Box::pin(lane.send(tag, batch)).await.map_err(|e| match e {
+                    let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
                         KafkaError::BatchTooLarge { .. } => {
                             self.lane_failure(&Some(b.base_offset() - 1), start, e)
