@@ -160,9 +160,11 @@ pub fn free_ports(n: u16) -> u16 {
     for _ in 0..200 {
         // Spread candidates so parallel tests in one process do not race for the same ports.
         let step = n.max(2) as usize;
+        // Below Linux's ephemeral range (32768 and up): a port free now must not be taken by a
+        // client connection's local port before the broker binds it.
         let base = 20000
             + ((std::process::id() as usize * 7919 + NEXT.fetch_add(step, Ordering::SeqCst))
-                % 20000) as u16;
+                % 12000) as u16;
         let port = base & !1;
         if (port..port + n).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return port;
@@ -207,22 +209,38 @@ impl Cluster {
         brokers: u16,
         props: &[&str],
     ) -> Result<Cluster, HarnessError> {
-        let port = free_ports(2 * brokers).to_string();
-        let unique = format!("{name}-{port}");
-        let nodes = brokers.to_string();
-        let mut args = vec!["start", unique.as_str(), port.as_str()];
-        if brokers > 1 {
-            args.extend(["--brokers", nodes.as_str()]);
-        }
-        args.extend(security.flags());
-        for p in props {
-            args.extend(["--prop", p]);
-        }
         let t0 = Instant::now();
-        let out = check(
-            &format!("kafka-harness start {unique}"),
-            run("kafka-harness start", harness(&args), None)?,
-        )?;
+        let mut attempt = 0;
+        let (unique, out) = loop {
+            attempt += 1;
+            let port = free_ports(2 * brokers).to_string();
+            let unique = format!("{name}-{port}");
+            let nodes = brokers.to_string();
+            let mut args = vec!["start", unique.as_str(), port.as_str()];
+            if brokers > 1 {
+                args.extend(["--brokers", nodes.as_str()]);
+            }
+            args.extend(security.flags());
+            for p in props {
+                args.extend(["--prop", p]);
+            }
+            match check(
+                &format!("kafka-harness start {unique}"),
+                run("kafka-harness start", harness(&args), None)?,
+            ) {
+                Ok(out) => break (unique, out),
+                // A port found free was taken before a node bound it: stop what started and
+                // try other ports (twice at most; anything else fails at once).
+                Err(HarnessError::Failed { ref stderr, .. })
+                    if attempt < 3
+                        && (stderr.contains("Unable to start acceptor")
+                            || stderr.contains("Address already in use")) =>
+                {
+                    let _ = run("kafka-harness stop", harness(&["stop", &unique]), None);
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let dir = run_root().join(&unique);
         let env: HashMap<String, String> = std::fs::read_to_string(dir.join("env"))
             .unwrap_or_default()

@@ -88,32 +88,33 @@ impl KafkaCluster {
         md.controller_id = resp.controller_id.0;
         // A broker in controlled shutdown may list no live broker at all; keeping the ones known
         // leaves the client someone to ask next time.
-        if resp.brokers.is_empty() {
-            md.brokers = self.metadata().brokers.clone();
+        let listed: BTreeMap<i32, BrokerAddress> = resp
+            .brokers
+            .iter()
+            .filter_map(|b| match u16::try_from(b.port) {
+                Ok(port) => Some((
+                    b.node_id.0,
+                    BrokerAddress {
+                        host: b.host.to_string(),
+                        port,
+                    },
+                )),
+                // From the network: a port out of range is not truncated into another one.
+                Err(_) => {
+                    tracing::warn!(
+                        broker = b.node_id.0,
+                        port = b.port,
+                        "metadata lists a broker with a port out of range; ignoring it"
+                    );
+                    None
+                }
+            })
+            .collect();
+        md.brokers = if listed.is_empty() {
+            self.metadata().brokers.clone()
         } else {
-            md.brokers = resp
-                .brokers
-                .iter()
-                .filter_map(|b| match u16::try_from(b.port) {
-                    Ok(port) => Some((
-                        b.node_id.0,
-                        BrokerAddress {
-                            host: b.host.to_string(),
-                            port,
-                        },
-                    )),
-                    // From the network: a port out of range is not truncated into another one.
-                    Err(_) => {
-                        tracing::warn!(
-                            broker = b.node_id.0,
-                            port = b.port,
-                            "metadata lists a broker with a port out of range; ignoring it"
-                        );
-                        None
-                    }
-                })
-                .collect();
-        }
+            listed
+        };
         if topics.is_none() {
             md.topics.clear();
         }

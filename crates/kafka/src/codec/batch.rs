@@ -141,11 +141,12 @@ impl RawBatch {
         }
         let b = RawBatch { bytes };
         // From the network: offsets that would wrap past i64::MAX (a wrap is silent in release
-        // builds) or run backwards are refused here, so `last_offset` is plain arithmetic.
+        // builds) or run backwards are refused here, so `last_offset() + 1`, the next offset
+        // callers resume from, is plain arithmetic.
         if b.base_offset() < 0
             || b.last_offset_delta() < 0
             || b.base_offset()
-                .checked_add(b.last_offset_delta() as i64)
+                .checked_add(b.last_offset_delta() as i64 + 1)
                 .is_none()
         {
             return Err(BatchError {

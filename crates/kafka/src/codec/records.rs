@@ -229,7 +229,12 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
         buf: plain,
         position: 0,
     };
-    let count = batch.record_count().max(0) as usize;
+    let Ok(count) = usize::try_from(batch.record_count()) else {
+        return Err(BatchError {
+            position: HEADER_LEN,
+            message: format!("negative record count {}", batch.record_count()),
+        });
+    };
     // The count comes from the network: a record takes at least MIN_RECORD_LEN bytes, so a
     // count the records section cannot hold is refused before anything is allocated for it.
     if count > r.buf.remaining() / MIN_RECORD_LEN {
@@ -401,11 +406,19 @@ mod tests {
             &BatchOptions::default(),
         )
         .unwrap();
-        // A base offset near i64::MAX: base + last delta wraps.
+        // A base offset near i64::MAX: base + last delta wraps, or the next offset after it.
+        for base in [i64::MAX, i64::MAX - 1] {
+            let mut m = BytesMut::from(&b.bytes()[..]);
+            m[0..8].copy_from_slice(&base.to_be_bytes());
+            let e = RawBatch::new(m.freeze()).unwrap_err();
+            assert!(e.message.contains("out of range"), "{e:?}");
+        }
         let mut m = BytesMut::from(&b.bytes()[..]);
-        m[0..8].copy_from_slice(&i64::MAX.to_be_bytes());
-        let e = RawBatch::new(m.freeze()).unwrap_err();
-        assert!(e.message.contains("out of range"), "{e:?}");
+        m[0..8].copy_from_slice(&(i64::MAX - 2).to_be_bytes());
+        assert_eq!(
+            RawBatch::new(m.freeze()).unwrap().last_offset(),
+            i64::MAX - 1
+        );
         // A negative base offset.
         let mut m = BytesMut::from(&b.bytes()[..]);
         m[0..8].copy_from_slice(&(-5i64).to_be_bytes());
