@@ -7,7 +7,7 @@ use kmirror_kafka::cluster::{KafkaCluster, NewTopic, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use kmirror_testkit::{Cluster, Security};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const CODECS: [Codec; 5] = [
     Codec::None,
@@ -350,7 +350,7 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
             .await
             .unwrap(),
     );
-    let asked = std::time::Instant::now();
+    let asked = Instant::now();
     let lookups: Vec<_> = (0..4)
         .flat_map(|p| [(p, EARLIEST), (p, LATEST)])
         .map(|(p, at)| {
@@ -396,5 +396,16 @@ async fn produce_fetch_and_raw_forward_with_every_codec() {
     ])
     .await
     .unwrap();
-    assert!(!k.metadata().topics.contains_key("src"));
+    // The controller has committed the deletion when DeleteTopics answers; a
+    // broker's metadata cache learns of it a moment later (KRaft propagates
+    // records asynchronously), so the client's view is polled, with a bound.
+    let gone_by = Instant::now() + Duration::from_secs(15);
+    while k.metadata().topics.contains_key("src") {
+        assert!(
+            Instant::now() < gone_by,
+            "a deleted topic was still listed in metadata after 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        k.refresh_metadata(None).await.unwrap();
+    }
 }
