@@ -483,6 +483,10 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
                     cfg.consumer_tuning.auto_offset_reset
                 );
                 println!(
+                    "  checks        {}",
+                    kmirror_mirror::plan::crc_check(cfg.consumer_tuning.check_crcs)
+                );
+                println!(
                     "  partitions    Java's default partitioner on the target (murmur2 of the key; keyless records sticky per batch)"
                 );
                 println!(

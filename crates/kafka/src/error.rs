@@ -70,6 +70,14 @@ pub enum KafkaError {
         log_start: i64,
         log_end: i64,
     },
+    /// A fetched batch failed its checks (CRC, framing, records): retrying reads the same bytes.
+    #[error("{topic}-{partition}: the batch at offset {offset} is corrupt: {message}")]
+    CorruptBatch {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        message: String,
+    },
     /// A batch larger than the producer may ever send.
     #[error("{topic}-{partition}: a batch of {size} bytes exceeds max.request.size ({limit} bytes) and can never be sent")]
     BatchTooLarge {

@@ -203,6 +203,18 @@ pub struct ConsumerTuning {
     pub isolation_level: IsolationLevel,
     pub auto_offset_reset: AutoOffsetReset,
     pub group_id: Option<String>,
+    /// `check.crcs`: fetched batches' CRC-32C is checked (Java's default).
+    pub check_crcs: bool,
+}
+
+impl ConsumerTuning {
+    /// The bound on one batch's decompressed records when none is configured: as much as one
+    /// fetch may return, so decoding a hostile batch costs at most what fetching one may.
+    pub fn default_max_decompressed(&self) -> usize {
+        self.fetch_max_bytes
+            .max(self.max_partition_fetch_bytes)
+            .max(1 << 20) as usize
+    }
 }
 
 impl Default for ConsumerTuning {
@@ -217,6 +229,7 @@ impl Default for ConsumerTuning {
             isolation_level: IsolationLevel::ReadCommitted,
             auto_offset_reset: AutoOffsetReset::Earliest,
             group_id: None,
+            check_crcs: true,
         }
     }
 }

@@ -265,8 +265,9 @@ impl Plan {
                 );
                 let _ = writeln!(
                     o,
-                    "  reads          {:?}",
-                    f.clients.consumer_tuning.isolation_level
+                    "  reads          {:?}, {}",
+                    f.clients.consumer_tuning.isolation_level,
+                    crc_check(f.clients.consumer_tuning.check_crcs)
                 );
             }
             let _ = writeln!(o, "  internal topics");
@@ -344,6 +345,15 @@ impl Plan {
             }
         }
         o
+    }
+}
+
+/// How `plan` describes `check.crcs`: turning it off is a risk the operator should see.
+pub fn crc_check(on: bool) -> &'static str {
+    if on {
+        "CRC-32C of every batch checked"
+    } else {
+        "CRC-32C NOT checked (check.crcs=false: a corrupt source batch is copied under a fresh checksum)"
     }
 }
 

@@ -3,7 +3,7 @@
 //! [`crate::producer`].
 
 use super::{broker_error, data_channel, isolation_byte, KafkaCluster, EARLIEST, LATEST};
-use crate::batch::{split_batches, RawBatch};
+use crate::batch::{keep_until_corrupt, split_batches, RawBatch};
 use crate::error::{KafkaError, Result};
 use crate::settings::IsolationLevel;
 use bytes::Bytes;
@@ -161,22 +161,27 @@ impl KafkaCluster {
         if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
             return Err(e);
         }
-        let (batches, _truncated) =
-            split_batches(p.records.unwrap_or_else(Bytes::new)).map_err(|e| {
-                KafkaError::Protocol {
-                    broker: conn.broker().into(),
-                    api: ApiKey::Fetch,
-                    message: e.to_string(),
-                }
-            })?;
+        let corrupt = |at: i64, message: String| KafkaError::CorruptBatch {
+            topic: topic.into(),
+            partition,
+            offset: at,
+            message: format!("{message} (from broker {})", conn.broker()),
+        };
+        let (batches, _truncated) = split_batches(p.records.unwrap_or_else(Bytes::new))
+            .map_err(|e| corrupt(offset, e.to_string()))?;
+        let mut batches: Vec<RawBatch> = batches
+            .into_iter()
+            .filter(|b| b.last_offset() >= offset)
+            .collect();
+        // Always checked here: these reads serve internal topics and verification, where a
+        // damaged batch must be an error rather than a misread position or a false verdict. The
+        // batches before a damaged one are returned; the next read fails at it.
+        keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
         Ok(PartitionFetch {
             high_watermark: p.high_watermark,
             last_stable_offset: p.last_stable_offset,
             log_start_offset: p.log_start_offset,
-            batches: batches
-                .into_iter()
-                .filter(|b| b.last_offset() >= offset)
-                .collect(),
+            batches,
             aborted: p
                 .aborted_transactions
                 .unwrap_or_default()

@@ -25,6 +25,10 @@ const PRODUCER_EPOCH: usize = 51;
 const BASE_SEQUENCE: usize = 53;
 const RECORD_COUNT: usize = 57;
 
+/// Below this many record bytes, recomputing a rewritten batch's CRC (hardware CRC-32C, well
+/// over 10 GB/s) costs less than carrying the header's difference over the records.
+const CARRY_MIN: usize = 4096;
+
 const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
@@ -85,10 +89,21 @@ pub struct BatchError {
 }
 
 /// One whole record batch, as bytes.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct RawBatch {
     bytes: Bytes,
+    /// Whether the stored CRC-32C was checked against the bytes ([`RawBatch::check_crc`]): a
+    /// header rewrite then derives the new CRC from it instead of reading the records again.
+    crc_checked: bool,
 }
+
+impl PartialEq for RawBatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for RawBatch {}
 
 impl std::fmt::Debug for RawBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -139,7 +154,10 @@ impl RawBatch {
                 ),
             });
         }
-        let b = RawBatch { bytes };
+        let b = RawBatch {
+            bytes,
+            crc_checked: false,
+        };
         // From the network: offsets that would wrap past i64::MAX (a wrap is silent in release
         // builds) or run backwards are refused here, so `last_offset() + 1`, the next offset
         // callers resume from, is plain arithmetic.
@@ -230,6 +248,23 @@ impl RawBatch {
         crc32c::crc32c(&self.bytes[ATTRIBUTES..]) == self.crc()
     }
 
+    /// Checks the stored CRC-32C against the content (what Java's consumer does with
+    /// `check.crcs=true`), so corrupt source bytes are not sent on under a fresh checksum.
+    pub fn check_crc(&mut self) -> Result<(), BatchError> {
+        let computed = crc32c::crc32c(&self.bytes[ATTRIBUTES..]);
+        if computed != self.crc() {
+            return Err(BatchError {
+                position: CRC,
+                message: format!(
+                    "CRC-32C mismatch: the batch stores {:#010x}, its bytes give {computed:#010x}",
+                    self.crc()
+                ),
+            });
+        }
+        self.crc_checked = true;
+        Ok(())
+    }
+
     /// The same records with a new producer identity, ready to be produced: producer id, epoch
     /// and base sequence replaced, the transactional bit set as asked (a copy is transactional only
     /// when the replicator writes it in its own transaction), `LogAppendTime` turned into
@@ -254,10 +289,36 @@ impl RawBatch {
         b[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
         b[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&producer_epoch.to_be_bytes());
         b[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
-        let crc = crc32c::crc32c(&b[ATTRIBUTES..]);
+        let records = b.len() - HEADER_LEN;
+        let crc = if self.crc_checked && records >= CARRY_MIN {
+            let old = crc32c::crc32c(&self.bytes[ATTRIBUTES..HEADER_LEN]);
+            let new = crc32c::crc32c(&b[ATTRIBUTES..HEADER_LEN]);
+            self.crc() ^ super::crc::carry(old ^ new, records)
+        } else {
+            crc32c::crc32c(&b[ATTRIBUTES..])
+        };
         b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
-        RawBatch { bytes: b.freeze() }
+        RawBatch {
+            bytes: b.freeze(),
+            crc_checked: true,
+        }
     }
+}
+
+/// Checks each batch's CRC-32C in order and keeps the batches before the first that fails. The
+/// error (with that batch's base offset) comes only when the very first batch fails: a reader
+/// delivers the good batches before a damaged one and fails at it on its next read.
+pub fn keep_until_corrupt(batches: &mut Vec<RawBatch>) -> Result<(), (i64, BatchError)> {
+    for i in 0..batches.len() {
+        if let Err(e) = batches[i].check_crc() {
+            if i == 0 {
+                return Err((batches[0].base_offset(), e));
+            }
+            batches.truncate(i);
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Splits a fetched record set into whole v2 batches. A partial batch at the end (the broker cuts
@@ -389,5 +450,74 @@ mod tests {
         m[MAGIC] = 1;
         let e = RawBatch::new(m.freeze()).unwrap_err();
         assert!(e.message.contains("v1"), "{e}");
+    }
+
+    #[test]
+    fn a_checked_batch_rewrites_to_the_same_crc_as_a_full_recompute() {
+        for codec in [Codec::None, Codec::Zstd] {
+            for n in [0, 1, 40, 200] {
+                let unchecked = if n == 0 {
+                    // A header alone: a records section of no bytes.
+                    let mut m = BytesMut::from(&sample(codec, 1).bytes()[..HEADER_LEN]);
+                    m[8..12].copy_from_slice(&((HEADER_LEN - LOG_OVERHEAD) as i32).to_be_bytes());
+                    m[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4]
+                        .copy_from_slice(&0i32.to_be_bytes());
+                    let crc = crc32c::crc32c(&m[ATTRIBUTES..]);
+                    m[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+                    RawBatch::new(m.freeze()).unwrap()
+                } else {
+                    sample(codec, n)
+                };
+                let mut checked = unchecked.clone();
+                checked.check_crc().unwrap();
+                let a = unchecked.rewrite_for_produce(9, 1, 5, true);
+                let b = checked.rewrite_for_produce(9, 1, 5, true);
+                assert_eq!(a.crc(), b.crc(), "{codec:?} {n}");
+                assert!(b.crc_valid());
+            }
+        }
+    }
+
+    #[test]
+    fn one_flipped_byte_anywhere_after_the_crc_fails_the_check() {
+        let b = sample(Codec::Gzip, 3);
+        for at in ATTRIBUTES..b.bytes().len() {
+            let mut m = BytesMut::from(&b.bytes()[..]);
+            m[at] ^= 0x10;
+            // A flip that breaks the framing is refused earlier, which is fine too.
+            if let Ok(mut bad) = RawBatch::new(m.freeze()) {
+                let e = bad.check_crc().unwrap_err();
+                assert!(e.message.contains("CRC-32C mismatch"), "{at}: {e}");
+            }
+        }
+        let mut good = b.clone();
+        assert!(good.check_crc().is_ok());
+    }
+
+    #[test]
+    fn batches_before_a_damaged_one_are_kept_and_a_damaged_first_is_an_error() {
+        let at = |base: i64| {
+            let mut m = BytesMut::from(&sample(Codec::Snappy, 4).bytes()[..]);
+            m[0..8].copy_from_slice(&base.to_be_bytes());
+            RawBatch::new(m.freeze()).unwrap()
+        };
+        let damaged = |base: i64| {
+            let mut m = BytesMut::from(&at(base).bytes()[..]);
+            let last = m.len() - 1;
+            m[last] ^= 1;
+            RawBatch::new(m.freeze()).unwrap()
+        };
+        let mut all = vec![at(0), at(4), damaged(8), at(12)];
+        keep_until_corrupt(&mut all).unwrap();
+        assert_eq!(
+            all.iter().map(RawBatch::base_offset).collect::<Vec<_>>(),
+            [0, 4]
+        );
+        let mut first_bad = vec![damaged(8), at(12)];
+        let (offset, e) = keep_until_corrupt(&mut first_bad).unwrap_err();
+        assert_eq!(offset, 8);
+        assert!(e.message.contains("CRC-32C"), "{e}");
+        let mut none: Vec<RawBatch> = vec![];
+        keep_until_corrupt(&mut none).unwrap();
     }
 }

@@ -1,6 +1,8 @@
 //! Compressing and decompressing a batch's records section.
 //!
-//! gzip and Snappy come from `kafka_protocol::compression`. LZ4 and zstd are driven here, through
+//! gzip and Snappy compression come from `kafka_protocol::compression`; every decoder is driven
+//! here with an output bound (issue 19: kafka-protocol's Snappy decoder allocates whatever length
+//! a block declares, up to 4 GiB from a few bytes, and none of its decoders has a bound). LZ4 and zstd are driven here, through
 //! the same `lz4` and `zstd` crates `kafka_protocol` uses, for two measured reasons
 //! (`cargo run --release -p kmirror-kafka --example codec_cost`, docs/benchmarks.md "Small
 //! compressed batches"):
@@ -14,7 +16,7 @@
 
 use super::batch::Codec;
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Snappy};
+use kafka_protocol::compression::{Compressor, Gzip, Snappy};
 use std::cell::RefCell;
 use std::io::{Read, Write};
 
@@ -76,52 +78,157 @@ pub(crate) fn compress(codec: Codec, plain: &[u8], out: &mut BytesMut) -> Result
     }
 }
 
-/// Decompresses a records section written with `codec`.
-pub(crate) fn decompress(codec: Codec, section: Bytes) -> Result<Bytes, String> {
+/// Why a records section could not be decompressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DecompressError {
+    /// The output would exceed the caller's bound: a decompression bomb, or a batch larger than
+    /// the bound allows.
+    TooLarge { limit: usize },
+    /// Not a valid stream of the codec.
+    Corrupt(String),
+}
+
+fn corrupt(e: impl std::fmt::Display) -> DecompressError {
+    DecompressError::Corrupt(e.to_string())
+}
+
+/// A first guess at the output size that never exceeds the bound: hostile input must not make
+/// the guess itself the allocation the bound exists to prevent.
+fn first_capacity(compressed: usize, limit: usize) -> usize {
+    compressed.saturating_mul(4).clamp(1024, 1 << 20).min(limit)
+}
+
+/// Reads `reader` to its end, failing once it yields more than `limit` bytes.
+fn read_bounded(
+    mut reader: impl Read,
+    compressed: usize,
+    limit: usize,
+) -> Result<Vec<u8>, DecompressError> {
+    let mut plain = Vec::with_capacity(first_capacity(compressed, limit));
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    (&mut reader)
+        .take(cap)
+        .read_to_end(&mut plain)
+        .map_err(corrupt)?;
+    if plain.len() > limit {
+        return Err(DecompressError::TooLarge { limit });
+    }
+    Ok(plain)
+}
+
+/// The stream header snappy-java's `SnappyOutputStream` writes (magic, then version and
+/// compatible version, 4 bytes each); without it the section is one raw snappy block, which
+/// Java's reader also accepts.
+const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER_LEN: usize = 16;
+
+/// Decodes Kafka's Snappy framing. Every block declares its own decompressed length in its first
+/// bytes; the declared lengths are summed against `limit` before anything is allocated (a few
+/// bytes can declare 4 GiB, issue 19).
+fn snappy_decompress(section: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
+    let declared = |block: &[u8], total: usize| {
+        let n = snap::raw::decompress_len(block).map_err(corrupt)?;
+        match total.checked_add(n) {
+            Some(t) if t <= limit => Ok(n),
+            _ => Err(DecompressError::TooLarge { limit }),
+        }
+    };
+    let mut decoder = snap::raw::Decoder::new();
+    if !section.starts_with(XERIAL_MAGIC) {
+        let n = declared(section, 0)?;
+        let mut plain = vec![0; n];
+        decoder.decompress(section, &mut plain).map_err(corrupt)?;
+        return Ok(plain);
+    }
+    let mut rest = section
+        .get(XERIAL_HEADER_LEN..)
+        .ok_or_else(|| corrupt("cut snappy stream header"))?;
+    let mut plain = Vec::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| corrupt("cut snappy block length"))?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let block = tail
+            .get(..len)
+            .ok_or_else(|| corrupt(format!("snappy block of {len} bytes is cut")))?;
+        let n = declared(block, plain.len())?;
+        let at = plain.len();
+        plain.resize(at + n, 0);
+        let wrote = decoder
+            .decompress(block, &mut plain[at..])
+            .map_err(corrupt)?;
+        plain.truncate(at + wrote);
+        rest = &tail[len..];
+    }
+    Ok(plain)
+}
+
+/// Decompresses a records section written with `codec`, producing at most `limit` bytes.
+/// Uncompressed sections are returned as they are (they allocate nothing new).
+pub(crate) fn decompress(
+    codec: Codec,
+    section: Bytes,
+    limit: usize,
+) -> Result<Bytes, DecompressError> {
     match codec {
         Codec::None => Ok(section),
-        Codec::Gzip => Gzip::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone()))
-            .map_err(|e| e.to_string()),
-        Codec::Snappy => Snappy::decompress(&mut section.clone(), |b: &mut Bytes| Ok(b.clone()))
-            .map_err(|e| e.to_string()),
+        // Java's GZIPInputStream reads concatenated members; so does MultiGzDecoder.
+        Codec::Gzip => read_bounded(
+            flate2::read::MultiGzDecoder::new(&section[..]),
+            section.len(),
+            limit,
+        )
+        .map(Bytes::from),
+        Codec::Snappy => snappy_decompress(&section, limit).map(Bytes::from),
         Codec::Lz4 => {
-            let mut plain = Vec::with_capacity(section.len() * 2);
-            let mut d = lz4::Decoder::new(&section[..]).map_err(|e| e.to_string())?;
-            d.read_to_end(&mut plain).map_err(|e| e.to_string())?;
+            let mut d = lz4::Decoder::new(&section[..]).map_err(corrupt)?;
+            let plain = read_bounded(&mut d, section.len(), limit)?;
             // read_to_end stops quietly at a cut frame; finish says whether the end mark came.
-            d.finish()
-                .1
-                .map_err(|_| "truncated LZ4 frame".to_string())?;
+            d.finish().1.map_err(|_| corrupt("truncated LZ4 frame"))?;
             Ok(plain.into())
         }
-        Codec::Zstd => ZSTD_DECOMPRESS.with(|d| zstd_decompress(&mut d.borrow_mut(), &section)),
+        Codec::Zstd => {
+            ZSTD_DECOMPRESS.with(|d| zstd_decompress(&mut d.borrow_mut(), &section, limit))
+        }
     }
 }
 
 /// Decompresses every zstd frame in `src` (a producer may write more than one) with a reused
-/// context.
-fn zstd_decompress(d: &mut zstd::zstd_safe::DCtx<'static>, src: &[u8]) -> Result<Bytes, String> {
+/// context, growing the output only up to `limit` bytes.
+fn zstd_decompress(
+    d: &mut zstd::zstd_safe::DCtx<'static>,
+    src: &[u8],
+    limit: usize,
+) -> Result<Bytes, DecompressError> {
     use zstd::zstd_safe::{InBuffer, OutBuffer, ResetDirective};
+    let zstd = |code: usize| corrupt(zstd_error(code));
     // A call that failed mid-frame leaves the context there.
-    d.reset(ResetDirective::SessionOnly).map_err(zstd_error)?;
-    let mut out: Vec<u8> = Vec::with_capacity((src.len() * 4).clamp(1024, 1 << 20));
+    d.reset(ResetDirective::SessionOnly).map_err(zstd)?;
+    // One byte beyond the bound: filling it proves the output is too large.
+    let room = limit.saturating_add(1);
+    let mut out: Vec<u8> = Vec::with_capacity(first_capacity(src.len(), room));
     let mut input = InBuffer::around(src);
     loop {
         if out.len() == out.capacity() {
-            out.reserve(out.capacity());
+            if out.len() >= room {
+                return Err(DecompressError::TooLarge { limit });
+            }
+            out.reserve_exact(out.capacity().min(room - out.len()));
         }
         let len = out.len();
         let mut o = OutBuffer::around_pos(&mut out, len);
-        let hint = d
-            .decompress_stream(&mut o, &mut input)
-            .map_err(zstd_error)?;
+        let hint = d.decompress_stream(&mut o, &mut input).map_err(zstd)?;
         let full = o.pos() == o.capacity();
+        if out.len() > limit {
+            return Err(DecompressError::TooLarge { limit });
+        }
         if input.pos() == src.len() {
             if hint == 0 {
                 return Ok(out.into());
             }
             if !full {
-                return Err("truncated zstd frame".into());
+                return Err(corrupt("truncated zstd frame"));
             }
         }
     }
@@ -130,6 +237,16 @@ fn zstd_decompress(d: &mut zstd::zstd_safe::DCtx<'static>, src: &[u8]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_BOUND: usize = usize::MAX;
+
+    const CODECS: [Codec; 5] = [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Snappy,
+        Codec::Lz4,
+        Codec::Zstd,
+    ];
 
     fn sample() -> Vec<u8> {
         (0..50_000u32)
@@ -149,7 +266,11 @@ mod tests {
         ] {
             let mut out = BytesMut::new();
             compress(codec, &plain, &mut out).unwrap();
-            assert_eq!(decompress(codec, out.freeze()).unwrap(), plain, "{codec:?}");
+            assert_eq!(
+                decompress(codec, out.freeze(), NO_BOUND).unwrap(),
+                plain,
+                "{codec:?}"
+            );
         }
         let mut theirs = BytesMut::new();
         kafka_protocol::compression::Zstd::compress(&mut theirs, |b: &mut BytesMut| {
@@ -157,14 +278,20 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(decompress(Codec::Zstd, theirs.freeze()).unwrap(), plain);
+        assert_eq!(
+            decompress(Codec::Zstd, theirs.freeze(), NO_BOUND).unwrap(),
+            plain
+        );
         let mut theirs = BytesMut::new();
         kafka_protocol::compression::Lz4::compress(&mut theirs, |b: &mut BytesMut| {
             b.put_slice(&plain);
             Ok(())
         })
         .unwrap();
-        assert_eq!(decompress(Codec::Lz4, theirs.freeze()).unwrap(), plain);
+        assert_eq!(
+            decompress(Codec::Lz4, theirs.freeze(), NO_BOUND).unwrap(),
+            plain
+        );
     }
 
     #[test]
@@ -173,9 +300,9 @@ mod tests {
         let mut out = BytesMut::new();
         compress(Codec::Lz4, &plain, &mut out).unwrap();
         let whole = out.freeze();
-        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() - 6)).is_err());
-        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() / 2)).is_err());
-        assert_eq!(decompress(Codec::Lz4, whole).unwrap(), plain);
+        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() - 6), NO_BOUND).is_err());
+        assert!(decompress(Codec::Lz4, whole.slice(..whole.len() / 2), NO_BOUND).is_err());
+        assert_eq!(decompress(Codec::Lz4, whole, NO_BOUND).unwrap(), plain);
     }
 
     #[test]
@@ -184,7 +311,7 @@ mod tests {
         compress(Codec::Zstd, b"first ", &mut out).unwrap();
         compress(Codec::Zstd, b"second", &mut out).unwrap();
         assert_eq!(
-            &decompress(Codec::Zstd, out.freeze()).unwrap()[..],
+            &decompress(Codec::Zstd, out.freeze(), NO_BOUND).unwrap()[..],
             b"first second"
         );
     }
@@ -195,11 +322,78 @@ mod tests {
         let mut out = BytesMut::new();
         compress(Codec::Zstd, &plain, &mut out).unwrap();
         let whole = out.freeze();
-        assert!(decompress(Codec::Zstd, whole.slice(..whole.len() / 2)).is_err());
+        assert!(decompress(Codec::Zstd, whole.slice(..whole.len() / 2), NO_BOUND).is_err());
         let mut bad = whole.to_vec();
         bad[5] ^= 0xff;
         bad[20] ^= 0xff;
-        assert!(decompress(Codec::Zstd, Bytes::from(bad)).is_err());
-        assert_eq!(decompress(Codec::Zstd, whole).unwrap(), plain);
+        assert!(decompress(Codec::Zstd, Bytes::from(bad), NO_BOUND).is_err());
+        assert_eq!(decompress(Codec::Zstd, whole, NO_BOUND).unwrap(), plain);
+    }
+
+    #[test]
+    fn every_codec_stops_at_the_bound_and_reads_exactly_up_to_it() {
+        // 8 MiB of one byte: every codec squeezes it into a few KiB.
+        let plain = vec![7u8; 8 << 20];
+        for codec in &CODECS[1..] {
+            let mut out = BytesMut::new();
+            compress(*codec, &plain, &mut out).unwrap();
+            let packed = out.freeze();
+            assert!(packed.len() < 512 << 10, "{codec:?}: {}", packed.len());
+            assert_eq!(
+                decompress(*codec, packed.clone(), 1 << 20),
+                Err(DecompressError::TooLarge { limit: 1 << 20 }),
+                "{codec:?}"
+            );
+            assert_eq!(
+                decompress(*codec, packed.clone(), plain.len() - 1),
+                Err(DecompressError::TooLarge {
+                    limit: plain.len() - 1
+                }),
+                "{codec:?}"
+            );
+            assert_eq!(
+                decompress(*codec, packed, plain.len()).unwrap().len(),
+                plain.len(),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_snappy_block_declaring_gigabytes_is_refused_before_allocating() {
+        // A raw block whose length varint says 2^32 - 1 bytes, followed by junk.
+        let raw = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0, 1, 2]);
+        assert_eq!(
+            decompress(Codec::Snappy, raw, 64 << 20),
+            Err(DecompressError::TooLarge { limit: 64 << 20 })
+        );
+        // The same inside snappy-java's framing, after a block that fits.
+        let mut framed = BytesMut::new();
+        compress(Codec::Snappy, b"fits", &mut framed).unwrap();
+        framed.put_u32(8);
+        framed.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0, 1, 2]);
+        assert_eq!(
+            decompress(Codec::Snappy, framed.freeze(), 64 << 20),
+            Err(DecompressError::TooLarge { limit: 64 << 20 })
+        );
+    }
+
+    #[test]
+    fn cut_or_junk_sections_are_corrupt_for_every_codec() {
+        let plain = sample();
+        for codec in &CODECS[1..] {
+            let mut out = BytesMut::new();
+            compress(*codec, &plain, &mut out).unwrap();
+            let whole = out.freeze();
+            for cut in [1, whole.len() / 2, whole.len() - 1] {
+                assert!(
+                    matches!(
+                        decompress(*codec, whole.slice(..cut), NO_BOUND),
+                        Err(DecompressError::Corrupt(_))
+                    ),
+                    "{codec:?} cut at {cut}"
+                );
+            }
+        }
     }
 }

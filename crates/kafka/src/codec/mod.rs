@@ -5,4 +5,5 @@
 
 pub mod batch;
 mod compression;
+mod crc;
 pub mod records;

@@ -4,7 +4,7 @@
 //! every header: Kafka allows the same header key more than once, in order, and
 //! `kafka_protocol`'s record type stores headers in a map. The codecs are in `compression`.
 
-use super::compression::{compress, decompress};
+use super::compression::{compress, decompress, DecompressError};
 use crate::batch::{BatchError, Codec, RawBatch, HEADER_LEN};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -210,9 +210,39 @@ impl Reader {
     }
 }
 
+/// The bound on a batch's decompressed records when the caller has none of its own: internal
+/// topics and verification, whose batches come from the same brokers as the data.
+pub const DEFAULT_MAX_DECOMPRESSED: usize = 64 << 20;
+
+/// Why a batch's records could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Malformed(#[from] BatchError),
+    /// The records decompress to more than the caller allows (a decompression bomb, or a batch
+    /// larger than the bound).
+    #[error(
+        "the records of the batch at offset {base_offset} decompress to more than {limit} bytes"
+    )]
+    TooLarge { base_offset: i64, limit: usize },
+}
+
 /// Decodes every record of a batch, with absolute offsets; for a `LogAppendTime` batch every
-/// record gets the batch's max timestamp, as Java consumers see it.
+/// record gets the batch's max timestamp, as Java consumers see it. Decompressed records are
+/// bounded by [`DEFAULT_MAX_DECOMPRESSED`].
 pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
+    decode_batch_within(batch, DEFAULT_MAX_DECOMPRESSED).map_err(|e| match e {
+        DecodeError::Malformed(e) => e,
+        too_large @ DecodeError::TooLarge { .. } => BatchError {
+            position: HEADER_LEN,
+            message: too_large.to_string(),
+        },
+    })
+}
+
+/// [`decode_batch`] with the caller's bound on the decompressed records (issue 19: a few
+/// compressed bytes can declare gigabytes).
+pub fn decode_batch_within(batch: &RawBatch, limit: usize) -> Result<Vec<Record>, DecodeError> {
     let section = batch.bytes().slice(HEADER_LEN..);
     let codec = batch.codec().ok_or(BatchError {
         position: 21,
@@ -221,10 +251,22 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
             batch.attributes()
         ),
     })?;
-    let plain = decompress(codec, section).map_err(|e| BatchError {
-        position: HEADER_LEN,
-        message: format!("{codec:?} decompression failed: {e}"),
+    let plain = decompress(codec, section, limit).map_err(|e| match e {
+        DecompressError::TooLarge { limit } => DecodeError::TooLarge {
+            base_offset: batch.base_offset(),
+            limit,
+        },
+        DecompressError::Corrupt(e) => BatchError {
+            position: HEADER_LEN,
+            message: format!("{codec:?} decompression failed: {e}"),
+        }
+        .into(),
     })?;
+    Ok(decode_records(batch, plain)?)
+}
+
+/// The records of `batch`, from its decompressed records section.
+fn decode_records(batch: &RawBatch, plain: Bytes) -> Result<Vec<Record>, BatchError> {
     let mut r = Reader {
         buf: plain,
         position: 0,
@@ -247,6 +289,7 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
         });
     }
     let mut out = Vec::with_capacity(count);
+    let mut previous_delta = -1i64;
     for _ in 0..count {
         let len = r.varint()?;
         if len < 0 || r.buf.remaining() < len as usize {
@@ -283,9 +326,16 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
                 None => return r.fail("timestamp delta"),
             }
         };
-        let Some(offset) = batch.base_offset().checked_add(offset_delta) else {
-            return r.fail("offset delta");
-        };
+        // Deltas run upwards within 0..=lastOffsetDelta (compaction leaves gaps, never a step
+        // back); anything else would give copied records offsets the batch does not cover.
+        if offset_delta <= previous_delta || offset_delta > batch.last_offset_delta() as i64 {
+            return r.fail(&format!(
+                "offset delta {offset_delta} (after {previous_delta}, last {})",
+                batch.last_offset_delta()
+            ));
+        }
+        previous_delta = offset_delta;
+        let offset = batch.base_offset() + offset_delta;
         out.push(Record {
             offset,
             timestamp,

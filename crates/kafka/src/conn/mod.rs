@@ -26,8 +26,21 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, Wr
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-/// Largest response frame accepted (a guard against garbage lengths).
+/// Largest response frame accepted once authenticated (a guard against garbage lengths). Fetch
+/// responses are bounded by `fetch.max.bytes`, except that a broker returns a first batch larger
+/// than every limit so that the consumer can make progress (KIP-74); a batch is bounded by the
+/// broker's `socket.request.max.bytes` (100 MiB by default) when it is produced, so this leaves
+/// room for brokers configured far beyond their defaults.
 const MAX_FRAME: usize = 512 * 1024 * 1024;
+
+/// Largest response frame accepted before authentication is complete (ApiVersions and SASL
+/// answers are a few KiB): whoever answers on the port must not make kmirror allocate more
+/// (issue 19; librdkafka bounds every response, at 100 MB by default).
+const HANDSHAKE_MAX_FRAME: usize = 1024 * 1024;
+
+/// What a frame's buffer starts at: memory follows the bytes that arrive, not the length a
+/// peer announces.
+const FIRST_FRAME_CAPACITY: usize = 1024 * 1024;
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -205,16 +218,28 @@ fn encode_frame<R: Request>(
     Ok(buf.freeze())
 }
 
-async fn read_frame<S: AsyncRead + Unpin + ?Sized>(s: &mut S) -> std::io::Result<Bytes> {
+/// Reads one size-prefixed frame of at most `max` bytes.
+async fn read_frame<S: AsyncRead + Unpin + ?Sized>(
+    s: &mut S,
+    max: usize,
+) -> std::io::Result<Bytes> {
     let len = s.read_i32().await?;
-    if len < 4 || len as usize > MAX_FRAME {
+    let Some(len) = usize::try_from(len).ok().filter(|l| (4..=max).contains(l)) else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("bad response frame length {len}"),
+            format!("bad response frame length {len} (at most {max} bytes are accepted here)"),
         ));
+    };
+    if len <= FIRST_FRAME_CAPACITY {
+        let mut buf = vec![0u8; len];
+        s.read_exact(&mut buf).await?;
+        return Ok(Bytes::from(buf));
     }
-    let mut buf = vec![0u8; len as usize];
-    s.read_exact(&mut buf).await?;
+    let mut buf = Vec::with_capacity(FIRST_FRAME_CAPACITY);
+    (&mut *s).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() != len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(Bytes::from(buf))
 }
 
@@ -428,7 +453,7 @@ async fn read_loop(
     broker: String,
 ) {
     loop {
-        let mut frame = match read_frame(&mut read).await {
+        let mut frame = match read_frame(&mut read, MAX_FRAME).await {
             Ok(f) => f,
             Err(e) => {
                 if !closed.swap(true, Ordering::SeqCst) {
@@ -503,7 +528,9 @@ impl Handshake<'_> {
                 .write_all(&frame)
                 .await
                 .map_err(io("write request"))?;
-            read_frame(self.stream).await.map_err(io("read response"))
+            read_frame(self.stream, HANDSHAKE_MAX_FRAME)
+                .await
+                .map_err(io("read response"))
         };
         let mut body = tokio::time::timeout(self.timeout, exchange)
             .await
@@ -626,6 +653,48 @@ mod tests {
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::MetadataRequest;
 
+    fn framed(len: i32, body: &[u8]) -> Vec<u8> {
+        let mut v = len.to_be_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[tokio::test]
+    async fn frames_are_bounded_and_a_lying_length_is_an_error() {
+        let small = framed(6, b"abcdef");
+        assert_eq!(
+            &read_frame(&mut &small[..], HANDSHAKE_MAX_FRAME)
+                .await
+                .unwrap()[..],
+            b"abcdef"
+        );
+        let big_body = vec![7u8; 3 << 20];
+        let big = framed(big_body.len() as i32, &big_body);
+        assert_eq!(
+            read_frame(&mut &big[..], MAX_FRAME).await.unwrap().len(),
+            3 << 20
+        );
+        // Before authentication, a frame above 1 MiB is refused without reading it.
+        let e = read_frame(&mut &big[..], HANDSHAKE_MAX_FRAME)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("at most 1048576"), "{e}");
+        for len in [-1, 0, 3, i32::MAX] {
+            let e = read_frame(&mut &framed(len, b"abcd")[..], MAX_FRAME)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{len}");
+        }
+        // 500 MiB announced, 4 bytes sent: an error once the peer stops, small or large path.
+        for len in [100, 500 << 20] {
+            let e = read_frame(&mut &framed(len, b"abcd")[..], MAX_FRAME)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{len}");
+        }
+    }
+
     /// A broker that completes the ApiVersions handshake and then reads requests without ever
     /// answering them (a stalled broker, or a half-open connection).
     async fn silent_broker() -> (u16, tokio::task::JoinHandle<()>) {
@@ -641,7 +710,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut frame = read_frame(&mut s).await.unwrap();
+            let mut frame = read_frame(&mut s, MAX_FRAME).await.unwrap();
             let header = RequestHeader::decode(&mut frame, 2).unwrap();
             let mut buf = BytesMut::new();
             buf.put_i32(0);
@@ -664,7 +733,7 @@ mod tests {
             let len = (buf.len() - 4) as i32;
             buf[..4].copy_from_slice(&len.to_be_bytes());
             s.write_all(&buf).await.unwrap();
-            while let Ok(mut frame) = read_frame(&mut s).await {
+            while let Ok(mut frame) = read_frame(&mut s, MAX_FRAME).await {
                 let Some(delay) = answer_after else { continue };
                 tokio::time::sleep(delay).await;
                 // Metadata v9+ uses the flexible request header (v2) and response header (v1).

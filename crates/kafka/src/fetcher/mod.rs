@@ -14,7 +14,7 @@
 //! The fetch uses a connection of its own per broker: a long poll holds its connection for up to
 //! `fetch.max.wait.ms`, and metadata, offsets and commits must not queue behind it.
 
-use crate::batch::split_batches;
+use crate::batch::{keep_until_corrupt, split_batches};
 use crate::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
@@ -54,6 +54,8 @@ pub struct FetcherConfig {
     pub partition_max_bytes: i32,
     /// Bytes delivered and not yet released, for all partitions together.
     pub buffer_bytes: usize,
+    /// `check.crcs`: every fetched batch's CRC-32C is checked before it is delivered.
+    pub check_crcs: bool,
 }
 
 /// The smallest buffer: one default-sized partition fetch, so a tiny `buffer.memory` cannot
@@ -75,6 +77,7 @@ impl FetcherConfig {
                 .max_partition_fetch_bytes
                 .clamp(1, (buffer_bytes / 4) as i32),
             buffer_bytes,
+            check_crcs: tuning.check_crcs,
         }
     }
 }
@@ -89,6 +92,7 @@ impl Default for FetcherConfig {
             max_bytes: 50 << 20,
             partition_max_bytes: 1 << 20,
             buffer_bytes: 32 << 20,
+            check_crcs: true,
         }
     }
 }
@@ -995,19 +999,44 @@ impl BrokerFetcher {
             Err(e) => {
                 let _ = slot.mailbox.try_send((
                     generation,
-                    FetchEvent::Failed(KafkaError::Protocol {
-                        broker: conn.broker().into(),
-                        api: ApiKey::Fetch,
-                        message: format!("{}-{}: {e}", slot.topic, slot.partition),
+                    FetchEvent::Failed(KafkaError::CorruptBatch {
+                        topic: slot.topic.to_string(),
+                        partition: slot.partition,
+                        offset: position,
+                        message: format!(
+                            "{e} (in the records broker {} returned from this offset on)",
+                            conn.broker()
+                        ),
                     }),
                 ));
                 return Verdict::Drop;
             }
         };
-        let batches: Vec<_> = batches
+        let mut batches: Vec<_> = batches
             .into_iter()
             .filter(|b| b.last_offset() >= position)
             .collect();
+        if self.shared.config.check_crcs {
+            // The batches before a corrupt one are delivered; the next fetch starts at the
+            // corrupt one and fails the partition there, naming its offset (issue 19).
+            if let Err((offset, e)) = keep_until_corrupt(&mut batches) {
+                let _ = slot.mailbox.try_send((
+                    generation,
+                    FetchEvent::Failed(KafkaError::CorruptBatch {
+                        topic: slot.topic.to_string(),
+                        partition: slot.partition,
+                        offset,
+                        message: format!(
+                            "{} (from broker {}; the source log is damaged, check.crcs=false \
+                             copies it anyway)",
+                            e.message,
+                            conn.broker()
+                        ),
+                    }),
+                ));
+                return Verdict::Drop;
+            }
+        }
         {
             let mut s = slot.lock();
             s.backoff_attempt = 0;

@@ -499,6 +499,7 @@ pub fn consumer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ConsumerTun
             _ => AutoOffsetReset::Earliest,
         },
         group_id: r.get("group.id").map(|s| s.value.trim().to_string()),
+        check_crcs: r.bool("check.crcs", d.check_crcs),
     }
 }
 

@@ -45,13 +45,37 @@ pub fn is_sensitive_key(key: &str) -> bool {
         || k.contains("pwd")
 }
 
-/// A value as it may be shown for `key`: masked when sensitive.
+/// A value as it may be shown for `key`: masked when sensitive, and with the credentials of any
+/// URL in it (`https://user:password@host`) masked whatever the key.
 pub fn display_value(key: &str, value: &str) -> String {
     if is_sensitive_key(key) {
         MASK.to_string()
     } else {
-        value.to_string()
+        mask_url_credentials(value)
     }
+}
+
+/// `value` with the user-info part of every `scheme://user:password@host` in it replaced by the
+/// mask; a value may hold a list of URLs.
+pub fn mask_url_credentials(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#' | ',' | ';') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        match tail[..authority_end].rfind('@') {
+            Some(user_end) => {
+                out.push_str(MASK);
+                rest = &tail[user_end..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -239,6 +263,25 @@ mod tests {
             "ssl.keystore.type",
         ] {
             assert!(!is_sensitive_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn url_credentials_are_masked_whatever_the_key() {
+        assert_eq!(
+            display_value("A.schema.registry.url", "https://alice:s3cret@sr:8081/x"),
+            format!("https://{MASK}@sr:8081/x")
+        );
+        assert_eq!(
+            mask_url_credentials("http://u:p@a:1, http://b:2,https://t@c/p?q=x@y"),
+            format!("http://{MASK}@a:1, http://b:2,https://{MASK}@c/p?q=x@y")
+        );
+        for plain in ["orders.*", "mailto:x@y", "http://host:8081", "", "://@"] {
+            let masked = mask_url_credentials(plain);
+            assert!(!masked.contains("s3cret"));
+            if !plain.contains('@') || !plain.contains("://") {
+                assert_eq!(masked, plain);
+            }
         }
     }
 

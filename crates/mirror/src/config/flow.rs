@@ -161,6 +161,19 @@ pub fn build(
     let process_rate_limit = limit(&mut r, "kmirror.process.rate.limit.bytes.per.second");
     let batch_mode = r.bool("kmirror.batch.mode.enabled", true);
     let merge_small_batches = r.bool("kmirror.batch.merge.enabled", true);
+    // Read before the consumer settings its default comes from; 64 KiB at least, so a typo
+    // cannot stop every compressed partition.
+    let max_decompressed = r
+        .get("kmirror.batch.max.decompressed.bytes")
+        .is_some()
+        .then(|| {
+            r.int(
+                "kmirror.batch.max.decompressed.bytes",
+                0,
+                64 << 10,
+                i64::MAX,
+            ) as usize
+        });
     let on_truncation = match r.choice("kmirror.source.truncation", "stop", &["stop", "continue"]) {
         "continue" => OnTruncation::Continue,
         _ => OnTruncation::Stop,
@@ -237,6 +250,8 @@ pub fn build(
     let target_admin = client::connection(&admin_tgt_map, &what_tgt, &tgt_hint, diags);
     let consumer_tuning = client::consumer_tuning(&consumer_map, diags);
     let producer_tuning = client::producer_tuning(&producer_map, diags);
+    let max_decompressed_bytes =
+        max_decompressed.unwrap_or_else(|| consumer_tuning.default_max_decompressed());
 
     // Contradictions.
     if exactly_once != ExactlyOnce::Disabled
@@ -298,6 +313,7 @@ pub fn build(
         process_rate_limit,
         batch_mode,
         merge_small_batches,
+        max_decompressed_bytes,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

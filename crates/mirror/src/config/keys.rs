@@ -96,6 +96,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.batch.mode.enabled",
     // kmirror's own: false forwards small batches one by one instead of merging them.
     "kmirror.batch.merge.enabled",
+    // kmirror's own: the bound on one batch's decoded records (issue 19).
+    "kmirror.batch.max.decompressed.bytes",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",
     "replication.policy.class",
@@ -189,6 +191,7 @@ pub const CONSUMER_KEYS: &[&str] = &[
     "fetch.max.wait.ms",
     "isolation.level",
     "auto.offset.reset",
+    "check.crcs",
     "group.id",
     "client.id",
     "request.timeout.ms",
@@ -230,7 +233,7 @@ pub fn ignored_client_key(key: &str) -> Option<&'static str> {
         }
         "max.poll.records" | "max.poll.interval.ms" | "session.timeout.ms" | "heartbeat.interval.ms"
         | "partition.assignment.strategy" | "group.instance.id" | "group.protocol" | "exclude.internal.topics"
-        | "allow.auto.create.topics" | "check.crcs" | "default.api.timeout.ms" | "client.rack"
+        | "allow.auto.create.topics" | "default.api.timeout.ms" | "client.rack"
         | "send.buffer.bytes" | "receive.buffer.bytes" | "metadata.max.age.ms"
         | "metadata.max.idle.ms" | "reconnect.backoff.ms" | "reconnect.backoff.max.ms" | "retry.backoff.ms"
         | "retry.backoff.max.ms" | "connections.max.idle.ms" | "client.dns.lookup" | "socket.connection.setup.timeout.ms"

@@ -139,6 +139,11 @@ pub struct FlowConfig {
     /// partition into one target batch (re-encoding their records with their codec); false
     /// forwards each as it is, which costs no CPU but more batches on the target.
     pub merge_small_batches: bool,
+    /// `kmirror.batch.max.decompressed.bytes`: the most one source batch may decompress to when
+    /// its records are decoded (record mode; merging forwards a larger run as it is). Default: the
+    /// source consumer's `fetch.max.bytes` (or `max.partition.fetch.bytes` if larger), so a
+    /// decompression bomb costs at most what one fetch may (issue 19).
+    pub max_decompressed_bytes: usize,
     pub clients: FlowClients,
 }
 

@@ -16,7 +16,9 @@ use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Subscription};
 use kmirror_kafka::producer::{Acked, PartitionLane};
-use kmirror_kafka::records::{decode_batch, encode_within, BatchOptions, Record};
+use kmirror_kafka::records::{
+    decode_batch_within, encode_within, BatchOptions, DecodeError, Record,
+};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -90,6 +92,21 @@ const SMALL_BATCH: usize = 16 * 1024;
 
 /// A merged run stays below this (and below half of `max.request.size`).
 const MERGED_MAX: usize = 256 * 1024;
+
+/// The most a run of small batches may decompress to and still be merged (issue 19): legitimate
+/// runs of at most [`MERGED_MAX`] compressed bytes stay far below it, and a decompression bomb
+/// costs no more than this before the run is forwarded as it is.
+const MERGE_DECODE_MAX: usize = 16 << 20;
+
+/// The bytes a decoded record holds (its payloads), to keep a run's decoding within its bound.
+fn record_size(r: &Record) -> usize {
+    r.key.as_ref().map_or(0, |k| k.len())
+        + r.value.as_ref().map_or(0, |v| v.len())
+        + r.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>()
+}
 
 /// How a source batch reached the target (the `mode` label of `kmirror_batches_total`).
 #[derive(Clone, Copy)]
@@ -370,14 +387,24 @@ impl Forwarder<'_> {
                 let last = batches[i + run - 1];
                 // (batch, its records' source offsets, the tag: the source offset the position
                 // may move to once the target acknowledged it)
-                let (sent, mode) = if run > 1 {
-                    (self.merge(&batches[i..i + run])?, Mode::Merged)
-                } else if as_is {
+                let as_it_is = |b: &RawBatch| {
                     let ups = SourceOffsets::Contiguous {
                         first: b.base_offset(),
                         count: b.record_count() as i64,
                     };
-                    (vec![(b.clone(), ups, b.last_offset())], Mode::Batch)
+                    (b.clone(), ups, b.last_offset())
+                };
+                let (sent, mode) = if run > 1 {
+                    match self.merge(&batches[i..i + run])? {
+                        Some(merged) => (merged, Mode::Merged),
+                        // Too large to merge once decompressed: each goes as it is.
+                        None => (
+                            batches[i..i + run].iter().map(|b| as_it_is(b)).collect(),
+                            Mode::Batch,
+                        ),
+                    }
+                } else if as_is {
+                    (vec![as_it_is(b)], Mode::Batch)
                 } else {
                     (self.reencode(b, next, codec)?, Mode::Record)
                 };
@@ -438,16 +465,25 @@ impl Forwarder<'_> {
     /// codec, in as many batches as `max.request.size` needs (a compressed source batch may not
     /// fit once re-encoded with another codec). The last batch carries the source batch's last
     /// offset as its tag, so the position passes records compaction removed at its end.
-    fn reencode(
-        &self,
-        b: &RawBatch,
-        next: i64,
-        codec: Codec,
-    ) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+    fn reencode(&self, b: &RawBatch, next: i64, codec: Codec) -> Result<Vec<Outgoing>, Failure> {
         let bad = |e: String| Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e)));
         let transforms = &self.flow.transforms;
-        let kept: Vec<Record> = decode_batch(b)
-            .map_err(|e| bad(e.to_string()))?
+        let limit = self.flow.max_decompressed_bytes;
+        let kept: Vec<Record> = decode_batch_within(b, limit)
+            .map_err(|e| match e {
+                DecodeError::TooLarge { .. } => bad(format!(
+                    "{e}; raise kmirror.batch.max.decompressed.bytes if batches this large are expected"
+                )),
+                DecodeError::Malformed(e) => Failure::Stop(self.fatal(
+                    b.base_offset(),
+                    KafkaError::CorruptBatch {
+                        topic: self.topic.to_string(),
+                        partition: self.partition,
+                        offset: b.base_offset(),
+                        message: e.to_string(),
+                    },
+                )),
+            })?
             .into_iter()
             .filter(|r| r.offset >= next)
             // MM2 mode refuses renaming transforms, so the topic stays the remote one.
@@ -474,13 +510,28 @@ impl Forwarder<'_> {
 
     /// Merges a run of small consecutive batches (see [`small_run`]) into as few target batches
     /// as `max.request.size` allows, each record re-encoded with its source codec and its own
-    /// timestamp. The offsets stay contiguous, so translation stays exact.
-    fn merge(&self, run: &[&RawBatch]) -> Result<Vec<(RawBatch, SourceOffsets, i64)>, Failure> {
+    /// timestamp. The offsets stay contiguous, so translation stays exact. None when the run
+    /// decompresses to more than [`MERGE_DECODE_MAX`] or does not decode: merging is only an
+    /// optimisation, so such a run (or a decompression bomb) is forwarded as it is, and the
+    /// target broker judges it.
+    fn merge(&self, run: &[&RawBatch]) -> Result<Option<Vec<Outgoing>>, Failure> {
         let first = run[0];
         let bad = |e: String| Failure::Stop(self.fatal(first.base_offset(), KafkaError::Config(e)));
         let mut records: Vec<Record> = Vec::new();
+        let mut room = MERGE_DECODE_MAX.min(self.flow.max_decompressed_bytes);
         for b in run {
-            records.extend(decode_batch(b).map_err(|e| bad(e.to_string()))?);
+            let decoded = match decode_batch_within(b, room) {
+                Ok(d) => d,
+                Err(DecodeError::TooLarge { .. }) => return Ok(None),
+                // Its CRC passed and the source broker accepted it: records kmirror's decoder
+                // refuses are still the source's bytes, and the target broker judges them.
+                Err(DecodeError::Malformed(e)) => {
+                    tracing::debug!(topic = self.topic, partition = self.partition, offset = b.base_offset(), error = %e, "not merged: forwarded as it is");
+                    return Ok(None);
+                }
+            };
+            room = room.saturating_sub(decoded.iter().map(record_size).sum());
+            records.extend(decoded);
         }
         let options = BatchOptions {
             codec: first.codec().unwrap_or(Codec::None),
@@ -501,7 +552,7 @@ impl Forwarder<'_> {
             };
             out.push((batch, ups, r.offset + count - 1));
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// The most bytes a run of merged batches may hold.
@@ -580,6 +631,10 @@ impl Forwarder<'_> {
             .inc();
     }
 }
+
+/// A batch to send, its records' source offsets, and its tag (the source offset the position may
+/// move to once the target acknowledged it).
+type Outgoing = (RawBatch, SourceOffsets, i64);
 
 /// A batch sent and not yet acknowledged: its source offsets, and the shares of the memory
 /// budget (fetched responses) its acknowledgement releases.

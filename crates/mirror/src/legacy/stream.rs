@@ -25,7 +25,7 @@ use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Fetcher, Subscription};
 use kmirror_kafka::group::consumer_protocol::{parse_assignment, RangeAssignor};
 use kmirror_kafka::group::{GroupConfig, GroupMember};
 use kmirror_kafka::producer::{Acked, IdempotentProducer, PartitionLane};
-use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::records::{decode_batch_within, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -525,7 +525,8 @@ impl Copier {
         let mut records: Vec<(String, Record)> = Vec::new();
         let mut newest_ts = None;
         for b in batches {
-            let decoded = decode_batch(b).map_err(|e| LegacyError::Records {
+            let limit = cfg.consumer_tuning.default_max_decompressed();
+            let decoded = decode_batch_within(b, limit).map_err(|e| LegacyError::Records {
                 topic: topic.clone(),
                 partition,
                 offset: b.base_offset(),
