@@ -8,8 +8,18 @@
 //                                   the key and value bytes Connect stores for MirrorSourceTask's
 //                                   source position (MirrorUtils + the worker's JsonConverter)
 //   translate BOOTSTRAP ALIAS GROUP RemoteClusterUtils.translateOffsets, one line per partition
+//   regex FILE                      java.util.regex on a sample: FILE holds blocks of one line
+//                                   "P <hex pattern>" then lines "S <hex subject>"; per pattern one
+//                                   line, "ERR" if Pattern.compile refuses it, else one 0/1 per
+//                                   subject for Matcher.matches() (how MM2's filters match names)
 
 import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.regex.Pattern;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -102,6 +112,31 @@ public class MirrorInterop {
                 byte[] k = keys.fromConnectData("", null, Arrays.asList("MirrorSourceConnector", partition));
                 byte[] v = values.fromConnectData("", null, offset);
                 System.out.println("position " + hex(k) + " " + hex(v));
+            }
+            case "regex" -> {
+                List<String> lines = Files.readAllLines(Path.of(args[1]), StandardCharsets.UTF_8);
+                StringBuilder out = new StringBuilder();
+                Pattern current = null;
+                boolean open = false;
+                for (String line : lines) {
+                    String text = new String(unhex(line.substring(2)), StandardCharsets.UTF_8);
+                    if (line.startsWith("P ")) {
+                        if (open) out.append('\n');
+                        open = true;
+                        try {
+                            current = Pattern.compile(text);
+                        } catch (Exception e) {
+                            // PatternSyntaxException, and StackOverflowError is not an Exception:
+                            // a pattern Java itself cannot compile fails the whole run loudly.
+                            current = null;
+                            out.append("ERR");
+                        }
+                    } else if (current != null) {
+                        out.append(current.matcher(text).matches() ? '1' : '0');
+                    }
+                }
+                if (open) out.append('\n');
+                System.out.print(out);
             }
             default -> throw new IllegalArgumentException(args[0]);
         }

@@ -40,6 +40,10 @@ pub struct Notes {
     /// `(?i)` without `u`: Java folds only ASCII letters; kmirror's engine also folds non-ASCII
     /// ones (`é`/`É`, the Kelvin sign and `k`). Identical for ASCII names (all topic names).
     pub ascii_case_insensitive: bool,
+    /// A `$` with more pattern after it: Java's `$` (without MULTILINE) also matches before a
+    /// line terminator that ends the name; kmirror's only at the end. Identical for names
+    /// without line breaks (every topic name; Kafka refuses them there).
+    pub end_before_terminator: bool,
 }
 
 /// [`translate`], plus notes on differences that cannot be expressed.
@@ -129,13 +133,21 @@ impl Translator {
                 '*' | '+' | '?' => {
                     self.out.push(c);
                     self.quantifier_suffix()?;
+                    self.after_quantifier()?;
                 }
                 '{' => {
                     let q = self.repetition(at)?;
                     self.out.push_str(&q);
                     self.quantifier_suffix()?;
+                    self.after_quantifier()?;
                 }
-                '^' | '$' | '|' => self.out.push(c),
+                '$' => {
+                    self.out.push('$');
+                    if !self.ends_here() {
+                        self.notes.end_before_terminator = true;
+                    }
+                }
+                '^' | '|' => self.out.push(c),
                 other => push_literal(&mut self.out, other),
             }
         }
@@ -168,6 +180,42 @@ impl Translator {
         Ok(())
     }
 
+    /// What Java does after a complete quantifier (with its `?` or `+`): a repetition `{..}`
+    /// there is checked and then ignored, with its own suffix (`a{1,2}{5}` is `a{1,2}`;
+    /// `java.util.regex` quirk, verified against Java 17); `*`, `+` or `?` there is an error
+    /// ("dangling meta character"). The `regex` crate would apply both, so neither may pass
+    /// through.
+    fn after_quantifier(&mut self) -> Result<(), JavaRegexError> {
+        loop {
+            match self.peek() {
+                Some('{') => {
+                    let at = self.pos;
+                    self.pos += 1;
+                    self.repetition(at)?;
+                    if matches!(self.peek(), Some('?' | '+')) {
+                        self.pos += 1;
+                    }
+                }
+                Some(c @ ('*' | '+' | '?')) => {
+                    return err(
+                        self.pos,
+                        format!("dangling '{c}': a quantifier cannot follow a quantifier (Java refuses it; use a group)"),
+                    )
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Whether nothing that could consume a character follows (only quantifiers, `$` and
+    /// closing groups up to the end). Java's `$` also matches before a final line terminator;
+    /// in a full-name match that makes a difference only when more pattern follows.
+    fn ends_here(&self) -> bool {
+        self.chars[self.pos..]
+            .iter()
+            .all(|c| matches!(c, ')' | '$' | '*' | '+' | '?'))
+    }
+
     /// `{n}`, `{n,}` or `{n,m}` (Java has no `{,m}`).
     fn repetition(&mut self, at: usize) -> Result<String, JavaRegexError> {
         let mut body = String::new();
@@ -184,6 +232,16 @@ impl Translator {
                 };
                 if !ok {
                     return err(at, format!("illegal repetition '{{{body}}}' (Java accepts {{n}}, {{n,}} and {{n,m}}; write '\\{{' for a literal brace)"));
+                }
+                // Checked here too: a repetition after a quantifier is dropped (see
+                // after_quantifier), but Java still refuses a reversed range there.
+                if let Some((lo, hi)) = body.split_once(',') {
+                    let (lo, hi) = (lo.parse::<u64>().ok(), hi.parse::<u64>().ok());
+                    if let (Some(lo), Some(hi)) = (lo, hi) {
+                        if lo > hi {
+                            return err(at, format!("illegal repetition range '{{{body}}}': the minimum exceeds the maximum"));
+                        }
+                    }
                 }
                 return Ok(format!("{{{body}}}"));
             }
@@ -682,6 +740,13 @@ mod tests {
             ("(?<name>ab)c", "abc", true),
             (r"\e", "\x1b", true),
             (r"\cA", "\x01", true),
+            // Java drops a repetition that follows a quantifier (checked against Java 17).
+            ("a{1,2}{5}", "aa", true),
+            ("a{1,2}{5}", "aaaaa", false),
+            ("a*{2}+", "aaa", true),
+            ("a{2}?{3}", "aa", true),
+            ("(a){2}{3}", "aaa", false),
+            ("a$|b", "a", true),
         ];
         for (java, name, expected) in cases {
             assert_eq!(
@@ -729,6 +794,11 @@ mod tests {
             (r"\y", 0, "illegal escape"),
             ("a{,2}", 1, "illegal repetition"),
             ("a{x}", 1, "illegal repetition"),
+            ("a{3,2}", 1, "minimum exceeds"),
+            ("a*{3,2}", 2, "minimum exceeds"),
+            ("a**", 2, "dangling '*'"),
+            ("a{2}?+", 5, "dangling '+'"),
+            ("a+{2}?*", 6, "dangling '*'"),
             ("[abc", 0, "unclosed character class"),
             ("(ab", 3, "unclosed group"),
             ("ab)", 2, "unmatched"),
