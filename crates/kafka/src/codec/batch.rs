@@ -323,32 +323,67 @@ pub fn keep_until_corrupt(batches: &mut Vec<RawBatch>) -> Result<(), (i64, Batch
 
 /// Splits a fetched record set into whole v2 batches. A partial batch at the end (the broker cuts
 /// responses at the byte limit) is dropped and reported with `truncated = true`.
-pub fn split_batches(mut data: Bytes) -> Result<(Vec<RawBatch>, bool), BatchError> {
+pub fn split_batches(data: Bytes) -> Result<(Vec<RawBatch>, bool), BatchError> {
+    let (batches, rest) = split_until_bad(data);
+    rest.map(|truncated| (batches, truncated))
+        .map_err(|bad| bad.error)
+}
+
+/// A batch [`split_until_bad`] could not frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadBatch {
+    /// The base offset its header claims (hostile bytes: only a hint for the error message).
+    pub claimed_offset: i64,
+    pub error: BatchError,
+}
+
+/// [`split_batches`] that keeps the whole batches before one that does not frame: a reader
+/// delivers those and fails at the bad one on its next read, as with a CRC mismatch.
+pub fn split_until_bad(mut data: Bytes) -> (Vec<RawBatch>, Result<bool, BadBatch>) {
     let mut out = Vec::new();
     let mut position = 0;
     while !data.is_empty() {
         if data.len() < LOG_OVERHEAD + 5 {
-            return Ok((out, true));
+            return (out, Ok(true));
         }
+        let claimed_offset = i64::from_be_bytes(data[..8].try_into().unwrap_or_default());
         let len = i32_at(&data, 8);
         if len < 0 {
-            return Err(BatchError {
+            let error = BatchError {
                 position: position + 8,
                 message: format!("negative batch length {len}"),
-            });
+            };
+            return (
+                out,
+                Err(BadBatch {
+                    claimed_offset,
+                    error,
+                }),
+            );
         }
         let total = LOG_OVERHEAD + len as usize;
         if data.len() < total {
-            return Ok((out, true));
+            return (out, Ok(true));
         }
-        let one = data.split_to(total);
-        out.push(RawBatch::new(one).map_err(|e| BatchError {
-            position: position + e.position,
-            message: e.message,
-        })?);
+        match RawBatch::new(data.split_to(total)) {
+            Ok(b) => out.push(b),
+            Err(e) => {
+                let error = BatchError {
+                    position: position + e.position,
+                    message: e.message,
+                };
+                return (
+                    out,
+                    Err(BadBatch {
+                        claimed_offset,
+                        error,
+                    }),
+                );
+            }
+        }
         position += total;
     }
-    Ok((out, false))
+    (out, Ok(false))
 }
 
 #[cfg(test)]
@@ -441,6 +476,29 @@ mod tests {
         }
         let (none, _) = split_batches(Bytes::new()).unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn split_keeps_the_batches_before_one_that_does_not_frame() {
+        let a = sample(Codec::None, 2);
+        let mut bad = BytesMut::from(&sample(Codec::None, 3).bytes()[..]);
+        bad[..8].copy_from_slice(&2i64.to_be_bytes());
+        // A negative last offset delta: the batch would end before it starts.
+        bad[23..27].copy_from_slice(&(-1i32).to_be_bytes());
+        let mut all = BytesMut::new();
+        all.extend_from_slice(a.bytes());
+        all.extend_from_slice(&bad);
+        all.extend_from_slice(sample(Codec::None, 1).bytes());
+        let (good, rest) = split_until_bad(all.clone().freeze());
+        assert_eq!(good.len(), 1);
+        let bad = rest.unwrap_err();
+        assert_eq!(bad.claimed_offset, 2);
+        assert!(
+            bad.error.message.contains("last offset delta -1"),
+            "{}",
+            bad.error
+        );
+        assert!(split_batches(all.freeze()).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! The fetch uses a connection of its own per broker: a long poll holds its connection for up to
 //! `fetch.max.wait.ms`, and metadata, offsets and commits must not queue behind it.
 
-use crate::batch::{keep_until_corrupt, split_batches};
+use crate::batch::{keep_until_corrupt, split_until_bad};
 use crate::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
@@ -994,28 +994,31 @@ impl BrokerFetcher {
             records
         };
         let bytes = records.len();
-        let batches = match split_batches(records) {
-            Ok((b, _truncated)) => b,
-            Err(e) => {
-                let _ = slot.mailbox.try_send((
-                    generation,
-                    FetchEvent::Failed(KafkaError::CorruptBatch {
-                        topic: slot.topic.to_string(),
-                        partition: slot.partition,
-                        offset: position,
-                        message: format!(
-                            "{e} (in the records broker {} returned from this offset on)",
-                            conn.broker()
-                        ),
-                    }),
-                ));
-                return Verdict::Drop;
-            }
-        };
+        let (batches, rest) = split_until_bad(records);
         let mut batches: Vec<_> = batches
             .into_iter()
             .filter(|b| b.last_offset() >= position)
             .collect();
+        // The batches before one that does not frame are delivered; the next fetch starts at
+        // the bad one and fails there (issue 19).
+        if let (Err(bad), true) = (rest, batches.is_empty()) {
+            // The claimed offset is hostile data: named only when it is plausible.
+            let offset = if bad.claimed_offset >= position {
+                bad.claimed_offset
+            } else {
+                position
+            };
+            let _ = slot.mailbox.try_send((
+                generation,
+                FetchEvent::Failed(KafkaError::CorruptBatch {
+                    topic: slot.topic.to_string(),
+                    partition: slot.partition,
+                    offset,
+                    message: format!("{} (from broker {})", bad.error, conn.broker()),
+                }),
+            ));
+            return Verdict::Drop;
+        }
         if self.shared.config.check_crcs {
             // The batches before a corrupt one are delivered; the next fetch starts at the
             // corrupt one and fails the partition there, naming its offset (issue 19).

@@ -394,19 +394,28 @@ impl Forwarder<'_> {
                     };
                     (b.clone(), ups, b.last_offset())
                 };
-                let (sent, mode) = if run > 1 {
-                    match self.merge(&batches[i..i + run])? {
+                let prepared = if run > 1 {
+                    self.merge(&batches[i..i + run]).map(|merged| match merged {
                         Some(merged) => (merged, Mode::Merged),
                         // Too large to merge once decompressed: each goes as it is.
                         None => (
                             batches[i..i + run].iter().map(|b| as_it_is(b)).collect(),
                             Mode::Batch,
                         ),
-                    }
+                    })
                 } else if as_is {
-                    (vec![as_it_is(b)], Mode::Batch)
+                    Ok((vec![as_it_is(b)], Mode::Batch))
                 } else {
-                    (self.reencode(b, next, codec)?, Mode::Record)
+                    self.reencode(b, next, codec).map(|r| (r, Mode::Record))
+                };
+                let (sent, mode) = match prepared {
+                    Ok(p) => p,
+                    Err(e) => {
+                        // What came before the bad batch is delivered and its position
+                        // stored, so the partition stops exactly at the batch it names.
+                        flush_and_report!();
+                        return Err(e);
+                    }
                 };
                 i += run;
                 if sent.is_empty() && b.last_offset() >= next {
