@@ -5,7 +5,9 @@
 //! offsets out of order, a snappy section declaring 4 GiB, a negative last offset delta).
 //!
 //! 1. Default MM2 mode (batches forwarded as they are): the bombs are copied intact, never
-//!    inflated: the process's peak RSS stays far below one bomb's decompressed size.
+//!    inflated: the process's peak RSS stays far below one bomb's decompressed size. Malformed
+//!    batches stop their partition at the bad batch (by kmirror's framing checks, or the target
+//!    broker's refusal), except the one brokers accept, which is copied as the source holds it.
 //! 2. Record mode (a transform, so every record is decoded): each bomb and each malformed batch
 //!    stops its own partition with an error naming topic, partition and offset, after the good
 //!    batch before it was copied; every other partition, and the clean topic, is copied whole.
@@ -16,7 +18,7 @@ use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
-use kmirror_testkit::{eventually, Cluster, KillOnDrop, Security};
+use kmirror_testkit::{Cluster, KillOnDrop, Security};
 use std::path::Path;
 use std::process::Command;
 
@@ -30,6 +32,11 @@ const MALFORMED: [&str; 4] = [
     "snappy section declaring 4 GiB",
     "last offset delta -1",
 ];
+
+/// The malformed batch that Kafka's brokers accept (they do not check the order of offset
+/// deltas in an uncompressed batch): batch mode forwards it as the source holds it, since
+/// kmirror does not decode what it forwards; record mode refuses it.
+const ACCEPTED_BY_BROKERS: usize = 1;
 
 fn records(first: i64, count: i64, value: impl Fn(i64) -> Bytes) -> Vec<Record> {
     (0..count)
@@ -116,7 +123,11 @@ fn run(config: &Path, log: &Path) -> KillOnDrop {
             .arg("run")
             .arg(config)
             .args(["--metrics-address", "off"])
-            .env("RUST_LOG", "info"),
+            // RUST_LOG of the test run reaches kmirror (e.g. kmirror_kafka=debug).
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            ),
         log,
     )
 }
@@ -131,6 +142,27 @@ fn stopped_line(log: &Path, topic: &str, partition: i32) -> Option<String> {
                 && l.contains(&format!("partition={partition} "))
         })
         .map(str::to_string)
+}
+
+/// Polls `check` every 300 ms; after `secs` seconds fails with the tail of kmirror's log.
+async fn until<F, Fut>(secs: u64, what: &str, log: &Path, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check().await {
+        if std::time::Instant::now() > deadline {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "timed out after {secs} s: {what}; kmirror's log ends:\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +256,8 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
         &config,
         format!(
             "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\n\
-             A->B.topics = bombs, clean\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+             A->B.topics = bombs, malformed, clean\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+             offset-syncs.topic.replication.factor = 1\n\
              emit.heartbeats.enabled = false\nemit.checkpoints.enabled = false\n",
             ca.bootstrap(),
             cb.bootstrap()
@@ -233,19 +266,43 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
     .unwrap();
     let log = dir.path().join("forward.log");
     let kmirror = run(&config, &log);
-    eventually(120, "bombs and clean copied as they are", || async {
-        let _ = b.refresh_metadata(None).await;
-        let mut done = true;
-        for p in 0..BOMB_CODECS.len() as i32 {
-            done &= end(&b, "A.bombs", p).await == 2 * PER_BATCH + 1;
-        }
-        for p in 0..2 {
-            done &= end(&b, "A.clean", p).await == 5 * PER_BATCH;
-        }
-        done
-    })
+    until(
+        120,
+        "bombs and clean copied, malformed stopped",
+        &log,
+        || async {
+            let _ = b.refresh_metadata(None).await;
+            let mut done = true;
+            for p in 0..BOMB_CODECS.len() as i32 {
+                done &= end(&b, "A.bombs", p).await == 2 * PER_BATCH + 1;
+            }
+            for p in 0..2 {
+                done &= end(&b, "A.clean", p).await == 5 * PER_BATCH;
+            }
+            for p in 0..MALFORMED.len() as i32 {
+                done &= if p as usize == ACCEPTED_BY_BROKERS {
+                    end(&b, "A.malformed", p).await == 3 * PER_BATCH
+                } else {
+                    stopped_line(&log, "malformed", p).is_some()
+                };
+            }
+            done
+        },
+    )
     .await;
     let forward_peak = peak_rss_mib(kmirror.0.id());
+    println!("malformed batches forwarded as they are (the target broker judges them):");
+    for (p, what) in MALFORMED.iter().enumerate() {
+        if p == ACCEPTED_BY_BROKERS {
+            assert!(stopped_line(&log, "malformed", p as i32).is_none());
+            println!("  {what}: copied as it is, accepted by the target broker");
+            continue;
+        }
+        let line = stopped_line(&log, "malformed", p as i32).unwrap();
+        println!("  {what}: {}", line.split("error=").nth(1).unwrap_or(&line));
+        assert!(line.contains("offset 10"), "{what}: {line}");
+        assert_eq!(end(&b, "A.malformed", p as i32).await, PER_BATCH, "{what}");
+    }
     assert!(
         kmirror.terminate().success(),
         "{}",
@@ -268,7 +325,8 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
         format!(
             "clusters = S, B\nS.bootstrap.servers = {}\nB.bootstrap.servers = {}\nS->B.enabled = true\n\
              S->B.topics = bombs, malformed, clean\nreplication.factor = 1\n\
-             offset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             offset.storage.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n\
+             emit.heartbeats.enabled = false\n\
              emit.checkpoints.enabled = false\ntransforms = strip\n\
              transforms.strip.type = DropHeaders\ntransforms.strip.headers = trace-id\n",
             ca.bootstrap(),
@@ -289,9 +347,10 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
                 .map(|(p, what)| ("malformed", p as i32, what.to_string())),
         )
         .collect();
-    eventually(
+    until(
         120,
         "every hostile partition stopped, clean copied",
+        &log,
         || async {
             let _ = b.refresh_metadata(None).await;
             let mut done = hostile
