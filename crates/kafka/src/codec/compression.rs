@@ -194,6 +194,16 @@ pub(crate) fn decompress(
     }
 }
 
+/// The largest zstd window (as a power of two) a frame may ask for when its output is bounded by
+/// `limit`: the bound rounded up, but at least 8 MiB (what producers at levels up to 19 declare
+/// when they do not know the content size) and at most 128 MiB (zstd's own default). Without it,
+/// a 100-byte frame header makes the decoder allocate up to 128 MiB (found by fuzzing,
+/// issue 19).
+fn zstd_window_log_max(limit: usize) -> u32 {
+    let log = usize::BITS - limit.saturating_sub(1).leading_zeros();
+    log.clamp(23, 27)
+}
+
 /// Decompresses every zstd frame in `src` (a producer may write more than one) with a reused
 /// context, growing the output only up to `limit` bytes.
 fn zstd_decompress(
@@ -201,10 +211,21 @@ fn zstd_decompress(
     src: &[u8],
     limit: usize,
 ) -> Result<Bytes, DecompressError> {
-    use zstd::zstd_safe::{InBuffer, OutBuffer, ResetDirective};
-    let zstd = |code: usize| corrupt(zstd_error(code));
+    use zstd::zstd_safe::{DParameter, InBuffer, OutBuffer, ResetDirective};
+    let zstd = |code: usize| {
+        let name = zstd_error(code);
+        // The frame's window (declared in its header, allocated before any output) is larger
+        // than zstd_window_log_max allows: as big a demand as output beyond the bound.
+        if name.contains("too much memory") {
+            DecompressError::TooLarge { limit }
+        } else {
+            corrupt(name)
+        }
+    };
     // A call that failed mid-frame leaves the context there.
     d.reset(ResetDirective::SessionOnly).map_err(zstd)?;
+    d.set_parameter(DParameter::WindowLogMax(zstd_window_log_max(limit)))
+        .map_err(zstd)?;
     // One byte beyond the bound: filling it proves the output is too large.
     let room = limit.saturating_add(1);
     let mut out: Vec<u8> = Vec::with_capacity(first_capacity(src.len(), room));
@@ -328,6 +349,38 @@ mod tests {
         bad[20] ^= 0xff;
         assert!(decompress(Codec::Zstd, Bytes::from(bad), NO_BOUND).is_err());
         assert_eq!(decompress(Codec::Zstd, whole, NO_BOUND).unwrap(), plain);
+    }
+
+    /// A zstd frame of one empty last block whose header declares a window of 2^`log` bytes and
+    /// no content size: the decoder would allocate the window before reading the block.
+    fn zstd_window_frame(log: u8) -> Bytes {
+        let descriptor = (log - 10) << 3;
+        Bytes::from(vec![
+            0x28, 0xb5, 0x2f, 0xfd, 0x00, descriptor, 0x01, 0x00, 0x00,
+        ])
+    }
+
+    #[test]
+    fn a_zstd_window_beyond_the_bound_is_refused_before_it_is_allocated() {
+        // Regression for fuzz/artifacts/record_batches/oom-c3625474...: a 92 MB window.
+        assert_eq!(
+            decompress(Codec::Zstd, zstd_window_frame(27), 1 << 20),
+            Err(DecompressError::TooLarge { limit: 1 << 20 })
+        );
+        // 8 MiB windows (producers at levels up to 19) always decode; larger ones within the bound.
+        assert_eq!(
+            decompress(Codec::Zstd, zstd_window_frame(23), 1 << 20).unwrap(),
+            b""[..]
+        );
+        assert_eq!(
+            decompress(Codec::Zstd, zstd_window_frame(26), 50 << 20).unwrap(),
+            b""[..]
+        );
+        assert_eq!(zstd_window_log_max(50 << 20), 26);
+        assert_eq!(zstd_window_log_max(64 << 20), 26);
+        assert_eq!(zstd_window_log_max((64 << 20) + 1), 27);
+        assert_eq!(zstd_window_log_max(usize::MAX), 27);
+        assert_eq!(zstd_window_log_max(0), 23);
     }
 
     #[test]
