@@ -11,7 +11,7 @@ use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
 use super::topic_sync::{Replicated, TopicSync};
-use super::{EngineError, Shutdown};
+use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
@@ -40,31 +40,37 @@ pub(super) async fn run(
     process_limiter: Option<Arc<super::throttle::RateLimiter>>,
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
-    let labels = FlowLabels {
-        source: flow.id.source.to_string().into(),
-        target: flow.id.target.to_string().into(),
-    };
+    let labels = flow_labels(&flow);
     // Not ready until both clusters answer.
     let connected = metrics.flow_connected.get_or_create(&labels).clone();
     connected.set(0);
     let Some((source, target)) = connect(&flow, &shutdown, &metrics, &labels).await? else {
         return Ok(());
     };
+    let helpers = Helpers::default();
     let probe_stop = Shutdown::default();
-    let probe = tokio::spawn(crate::status::probe(
-        vec![source.clone(), target.clone()],
-        connected,
-        probe_stop.clone(),
-    ));
+    let probe = helpers.spawn(
+        "cluster probe",
+        &name,
+        crate::status::probe(
+            vec![source.clone(), target.clone()],
+            connected,
+            probe_stop.clone(),
+        ),
+    );
     let heartbeats = flow.emit_heartbeats.enabled.then(|| {
         let stop = Shutdown::default();
-        let task = tokio::spawn(heartbeats::emit(
-            flow.clone(),
-            target.clone(),
-            metrics.clone(),
-            labels.clone(),
-            stop.clone(),
-        ));
+        let task = helpers.spawn(
+            "heartbeats",
+            &name,
+            heartbeats::emit(
+                flow.clone(),
+                target.clone(),
+                metrics.clone(),
+                labels.clone(),
+                stop.clone(),
+            ),
+        );
         (stop, task)
     });
     let result = if flow.replication {
@@ -74,12 +80,15 @@ pub(super) async fn run(
             target,
             &shutdown,
             &metrics,
-            &labels,
             process_limiter,
+            &helpers,
         )
         .await
     } else {
-        shutdown.wait().await;
+        tokio::select! {
+            _ = shutdown.wait() => {}
+            _ = helpers.failed() => {}
+        }
         Ok(())
     };
     if let Some((stop, task)) = heartbeats {
@@ -89,7 +98,21 @@ pub(super) async fn run(
     probe_stop.trigger();
     let _ = probe.await;
     tracing::info!(flow = %name, "flow stopped");
-    result
+    match helpers.failure() {
+        Some((task, message)) => Err(EngineError::Panicked {
+            flow: name,
+            task,
+            message,
+        }),
+        None => result,
+    }
+}
+
+fn flow_labels(flow: &FlowConfig) -> FlowLabels {
+    FlowLabels {
+        source: flow.id.source.to_string().into(),
+        target: flow.id.target.to_string().into(),
+    }
 }
 
 /// Connects to both clusters, retrying transient failures with backoff until shutdown.
@@ -148,10 +171,11 @@ async fn replicate(
     target: Arc<KafkaCluster>,
     shutdown: &Shutdown,
     metrics: &Arc<Metrics>,
-    labels: &FlowLabels,
     process_limiter: Option<Arc<super::throttle::RateLimiter>>,
+    helpers: &Helpers,
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
+    let labels = &flow_labels(flow);
     let k = |source| EngineError::Kafka {
         flow: name.clone(),
         source,
@@ -181,7 +205,9 @@ async fn replicate(
     };
     let board = Arc::new(Board::default());
     let writer_stop = Shutdown::default();
-    let writer = tokio::spawn(
+    let writer = helpers.spawn(
+        "positions writer",
+        &name,
         Writer::new(
             flow.id.source.to_string(),
             positions_topic,
@@ -196,31 +222,39 @@ async fn replicate(
     let outbox = syncs_cluster.is_some().then(|| Arc::new(Outbox::default()));
     let syncs_stop = Shutdown::default();
     let syncs_writer = match (&outbox, &syncs_cluster) {
-        (Some(o), Some(c)) => Some(tokio::spawn(offset_syncs::run(
-            flow.clone(),
-            c.clone(),
-            o.clone(),
-            metrics.clone(),
-            labels.clone(),
-            syncs_stop.clone(),
-        ))),
+        (Some(o), Some(c)) => Some(helpers.spawn(
+            "offset syncs writer",
+            &name,
+            offset_syncs::run(
+                flow.clone(),
+                c.clone(),
+                o.clone(),
+                metrics.clone(),
+                labels.clone(),
+                syncs_stop.clone(),
+            ),
+        )),
         _ => None,
     };
     let runs = Arc::new(Mutex::new(Runs::default()));
     let checkpoints_stop = Shutdown::default();
     let checkpoints = match &syncs_cluster {
-        Some(c) if flow.emit_checkpoints.enabled => Some(tokio::spawn(
-            CheckpointTask {
-                flow: flow.clone(),
-                source: source.clone(),
-                target: target.clone(),
-                syncs_cluster: c.clone(),
-                metrics: metrics.clone(),
-                labels: labels.clone(),
-                runs: runs.clone(),
-            }
-            .run(checkpoints_stop.clone()),
-        )),
+        Some(c) if flow.emit_checkpoints.enabled => Some(
+            helpers.spawn(
+                "checkpoints",
+                &name,
+                CheckpointTask {
+                    flow: flow.clone(),
+                    source: source.clone(),
+                    target: target.clone(),
+                    syncs_cluster: c.clone(),
+                    metrics: metrics.clone(),
+                    labels: labels.clone(),
+                    runs: runs.clone(),
+                }
+                .run(checkpoints_stop.clone()),
+            ),
+        ),
         _ => None,
     };
     let ctx = Arc::new(Context {
@@ -253,17 +287,23 @@ async fn replicate(
         )),
     });
     let client_metrics_stop = Shutdown::default();
-    let client_metrics = tokio::spawn(super::client_metrics::export(
-        ctx.fetcher.clone(),
-        ctx.producer.clone(),
-        metrics.clone(),
-        labels.clone(),
-        client_metrics_stop.clone(),
-    ));
+    let client_metrics = helpers.spawn(
+        "client metrics",
+        &name,
+        super::client_metrics::export(
+            ctx.fetcher.clone(),
+            ctx.producer.clone(),
+            metrics.clone(),
+            labels.clone(),
+            client_metrics_stop.clone(),
+        ),
+    );
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();
     let topic_sync = (flow.sync_topic_configs.enabled || flow.sync_topic_acls.enabled).then(|| {
-        tokio::spawn(
+        helpers.spawn(
+            "topic sync",
+            &name,
             TopicSync {
                 flow: flow.clone(),
                 source: source.clone(),
@@ -304,7 +344,10 @@ async fn replicate(
                 flow.refresh_topics.interval
             }
             (true, false) => {
-                shutdown.wait().await;
+                tokio::select! {
+                    _ = shutdown.wait() => {}
+                    _ = helpers.failed() => {}
+                }
                 break;
             }
             (false, enabled) => {
@@ -317,7 +360,11 @@ async fn replicate(
                 pause
             }
         };
-        if shutdown.sleep(pause).await {
+        let stopped = tokio::select! {
+            s = shutdown.sleep(pause) => s,
+            _ = helpers.failed() => true,
+        };
+        if stopped {
             break;
         }
         if let Err(e) = source.refresh_metadata(None).await {

@@ -170,6 +170,12 @@ pub(super) enum Stopped {
         requested: i64,
         log_end: i64,
     },
+    #[error("{topic}-{partition}: the partition's task panicked: {message} (a bug in kmirror; please report it with the log; restarting the process resumes from the stored position)")]
+    Panicked {
+        topic: String,
+        partition: i32,
+        message: String,
+    },
     #[error("{topic}-{partition} at source offset {first}: {source}")]
     Kafka {
         topic: String,

@@ -41,6 +41,7 @@ use crate::metrics::Metrics;
 use kmirror_kafka::KafkaError;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinHandle;
 
 /// Engine failures that end `run` (configuration problems found at connect time). Everything
 /// else is retried or isolated to a topic or partition, logged and counted.
@@ -54,6 +55,88 @@ pub enum EngineError {
     },
     #[error("flow {flow}: source and target are the same cluster (cluster id {cluster_id}) behind different addresses; replicating a cluster into itself would copy its data forever")]
     SameCluster { flow: String, cluster_id: String },
+    /// A bug: reported so that the process exits non-zero and a supervisor restarts it.
+    #[error(
+        "flow {flow}: {task} panicked: {message} (a bug in kmirror; please report it with the log)"
+    )]
+    Panicked {
+        flow: String,
+        task: String,
+        message: String,
+    },
+}
+
+/// The text a panic carried.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Runs `task` to its end; a panic in it comes back as its message instead of vanishing with the
+/// task (a spawned task's panic is only seen by whoever awaits its handle, issue 18).
+pub(crate) async fn catch_panic<T>(
+    task: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    use futures_util::FutureExt;
+    std::panic::AssertUnwindSafe(task)
+        .catch_unwind()
+        .await
+        .map_err(|p| panic_message(&*p))
+}
+
+/// Runs the flow `name`; a panic in it becomes [`EngineError::Panicked`], so the process exits
+/// non-zero and `Restart=on-failure` restarts it.
+async fn supervised(
+    name: String,
+    flow: impl std::future::Future<Output = Result<(), EngineError>>,
+) -> Result<(), EngineError> {
+    catch_panic(flow).await.unwrap_or_else(|message| {
+        Err(EngineError::Panicked {
+            flow: name,
+            task: "flow".into(),
+            message,
+        })
+    })
+}
+
+/// A flow's helper tasks (positions writer, offset syncs, checkpoints, topic sync, probes): a
+/// panic in one of them is logged and fails the flow, which would otherwise go on without it,
+/// for example without storing positions.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Helpers {
+    failed: Shutdown,
+    first: Arc<std::sync::Mutex<Option<(String, String)>>>,
+}
+
+impl Helpers {
+    pub(crate) fn spawn<F>(&self, what: &'static str, flow: &str, task: F) -> JoinHandle<()>
+    where
+        F: std::future::Future + Send + 'static,
+    {
+        let (this, flow) = (self.clone(), flow.to_string());
+        tokio::spawn(async move {
+            if let Err(message) = catch_panic(task).await {
+                tracing::error!(flow, task = what, panic = %message, "task panicked; stopping the flow");
+                this.first
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert((what.to_string(), message));
+                this.failed.trigger();
+            }
+        })
+    }
+
+    /// Waits until a helper panicked. Cancel-safe.
+    pub(crate) async fn failed(&self) {
+        self.failed.wait().await
+    }
+
+    /// The first helper that panicked, and its message.
+    pub(crate) fn failure(&self) -> Option<(String, String)> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// Stops the engine (or one partition task): set it, and tasks drain and store their positions.
@@ -130,7 +213,11 @@ pub async fn run(
         let flow = flow.clone();
         let (shutdown, metrics) = (shutdown.clone(), metrics.clone());
         let process_limiter = process_limiter.clone();
-        tasks.spawn(async move { flow::run(flow, shutdown, metrics, process_limiter).await });
+        let name = flow.id.to_string();
+        tasks.spawn(supervised(
+            name,
+            flow::run(flow, shutdown, metrics, process_limiter),
+        ));
     }
     let mut first_error = None;
     // As flows end: one that cannot run (same cluster twice, bad credentials) stops the others
@@ -143,9 +230,10 @@ pub async fn run(
                 shutdown.trigger();
                 first_error.get_or_insert(e);
             }
+            // Panics come back as EngineError::Panicked; this is a cancelled task.
             Err(join) => {
                 shutdown.trigger();
-                tracing::error!(error = %join, "flow task panicked");
+                tracing::error!(error = %join, "flow task ended abnormally");
             }
         }
     }
@@ -168,6 +256,58 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panic_comes_back_as_its_message() {
+        assert_eq!(catch_panic(async { 7 }).await, Ok(7));
+        let n = 3;
+        let e = catch_panic(async move {
+            if n > 2 {
+                panic!("index {n} out of range");
+            }
+        })
+        .await;
+        assert_eq!(e, Err("index 3 out of range".into()));
+        assert_eq!(
+            catch_panic(async { panic!("plain") }).await,
+            Err::<(), _>("plain".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_helper_fails_its_flow_and_the_others_do_not() {
+        let helpers = Helpers::default();
+        let quiet = helpers.spawn("quiet", "A->B", async {});
+        quiet.await.unwrap();
+        assert_eq!(helpers.failure(), None);
+        let stop = Shutdown::default();
+        let long = {
+            let s = stop.clone();
+            helpers.spawn("long", "A->B", async move { s.wait().await })
+        };
+        let bad = helpers.spawn("positions writer", "A->B", async {
+            tokio::task::yield_now().await;
+            panic!("boom");
+        });
+        tokio::time::timeout(Duration::from_secs(5), helpers.failed())
+            .await
+            .expect("the flow learns of the panic");
+        // The handle itself ends normally: the panic was caught and reported.
+        bad.await.unwrap();
+        assert_eq!(
+            helpers.failure(),
+            Some(("positions writer".into(), "boom".into()))
+        );
+        stop.trigger();
+        long.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_panicking_flow_is_an_engine_error() {
+        let r = supervised("A->B".into(), async { panic!("flow bug") }).await;
+        let text = r.unwrap_err().to_string();
+        assert!(text.contains("A->B") && text.contains("flow bug"), "{text}");
+    }
 
     #[tokio::test]
     async fn a_trigger_wakes_every_waiter_and_later_waits_return_at_once() {

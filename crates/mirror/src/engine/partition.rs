@@ -63,7 +63,20 @@ impl PartitionTask {
             .partition_stopped
             .get_or_create(&labels)
             .set(0);
-        let result = self.copy(&labels).await;
+        let result = super::catch_panic(self.copy(&labels))
+            .await
+            .unwrap_or_else(|message| {
+                self.ctx
+                    .metrics
+                    .errors
+                    .get_or_create(&self.ctx.labels.error("panic"))
+                    .inc();
+                Err(Stopped::Panicked {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    message,
+                })
+            });
         if let Err(e) = &result {
             tracing::error!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition stopped");
             self.ctx
