@@ -10,6 +10,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Connections answered at once. Scrapers and probes use one or two; more are closed at once, so
+/// a flood of idle connections cannot make the process hold a task and a buffer for each
+/// (issue 18). Each connection also has [`ANSWER_WITHIN`] to send its request.
+const MAX_CONNECTIONS: usize = 32;
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
 pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     let sampler = Arc::new(Sampler::default());
     {
@@ -27,16 +33,29 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             }
         });
     }
+    accept(listener, metrics, sampler, MAX_CONNECTIONS).await
+}
+
+async fn accept(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    sampler: Arc<Sampler>,
+    max_connections: usize,
+) {
+    let open = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "metrics endpoint: too many open connections; closed");
+                    drop(stream);
+                    continue;
+                };
                 let (metrics, sampler) = (metrics.clone(), sampler.clone());
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(10),
-                        answer(stream, &metrics, &sampler),
-                    )
-                    .await;
+                    let _ = tokio::time::timeout(ANSWER_WITHIN, answer(stream, &metrics, &sampler))
+                        .await;
+                    drop(permit);
                 });
             }
             Err(e) => {
@@ -121,6 +140,44 @@ fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn idle_connections_beyond_the_limit_are_closed_and_the_endpoint_keeps_answering() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(accept(
+            listener,
+            Arc::new(Metrics::new()),
+            Arc::new(Sampler::default()),
+            4,
+        ));
+        // Four idle connections hold every slot.
+        let mut idle = Vec::new();
+        for _ in 0..4 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The fifth is closed at once, without an answer.
+        let refused = tokio::time::timeout(Duration::from_secs(2), get(addr, "/health"))
+            .await
+            .expect("closed at once, not held");
+        assert_eq!(refused, "");
+        // Once the idle ones go, probes are answered again.
+        drop(idle);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(get(addr, "/health").await.starts_with("HTTP/1.1 200 OK"));
+        server.abort();
+    }
 
     #[test]
     fn routes() {
