@@ -55,6 +55,11 @@ pub(crate) enum Command {
         /// a free port (logged at start).
         #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
         metrics_address: String,
+        /// After SIGTERM or SIGINT, drain in-flight writes and store positions for at most this
+        /// long, then exit with status 1 (what was not stored is copied again after a restart).
+        /// Keep it below the grace period of the process manager (Kubernetes: 30 s).
+        #[arg(long, default_value_t = 25, value_name = "SECONDS")]
+        shutdown_timeout: u64,
     },
     /// Compare source and target of each flow: topics, partition counts, record counts, newest
     /// timestamps, configs, ACLs, consumer-group translations. Exit 0 when everything matches,

@@ -76,6 +76,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run {
             config,
             metrics_address,
+            shutdown_timeout,
         } => {
             let metrics_address = parse_metrics_address(&metrics_address)?;
             let cfg = load(&config)?;
@@ -84,7 +85,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(run_engine(cfg, metrics_address))?;
+            let deadline = std::time::Duration::from_secs(shutdown_timeout);
+            let result = runtime.block_on(run_engine(cfg, metrics_address, deadline));
+            // Tasks still waiting on a silent broker are dropped, not waited for.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify {
@@ -151,9 +156,15 @@ fn parse_metrics_address(a: &str) -> anyhow::Result<Option<std::net::SocketAddr>
 async fn run_engine(
     cfg: MirrorConfig,
     metrics_address: Option<std::net::SocketAddr>,
+    deadline: std::time::Duration,
 ) -> anyhow::Result<()> {
     let (shutdown, metrics) = serve_process(metrics_address).await?;
-    kmirror_mirror::engine::run(&cfg, shutdown, metrics.clone()).await?;
+    within_deadline(
+        &shutdown,
+        deadline,
+        kmirror_mirror::engine::run(&cfg, shutdown.clone(), metrics.clone()),
+    )
+    .await?;
     tracing::info!(
         records = metrics.sum("kmirror_record_count_total", &[]),
         batches_forwarded = metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
@@ -163,13 +174,48 @@ async fn run_engine(
     Ok(())
 }
 
+/// Runs `work` to its end, except that once `shutdown` is triggered it gets at most `deadline`
+/// to finish: a silent target broker would otherwise hold each in-flight produce for up to
+/// `delivery.timeout.ms` (2 minutes), longer than Kubernetes and systemd wait (issue 18).
+/// Positions acknowledged before are already stored (the writer stores every 250 ms), so
+/// exiting loses nothing; what was in flight is copied again after a restart.
+async fn within_deadline<T, E>(
+    shutdown: &kmirror_mirror::engine::Shutdown,
+    deadline: std::time::Duration,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::select! {
+        r = work => Ok(r?),
+        _ = async {
+            shutdown.wait().await;
+            tokio::time::sleep(deadline).await
+        } => {
+            let secs = deadline.as_secs_f64();
+            tracing::error!(deadline_s = secs, "shutdown deadline passed with writes still in flight; exiting (they are copied again after a restart)");
+            anyhow::bail!("shutdown did not finish within --shutdown-timeout {secs} s; in-flight writes were abandoned and are copied again after a restart")
+        }
+    }
+}
+
+/// MM1 mode's shutdown deadline (its command line is MM1's, so not an option there): the
+/// default of `run --shutdown-timeout`.
+const LEGACY_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
+
 /// MM1 mode until SIGINT or SIGTERM, then flushes, commits and leaves the group.
 async fn run_legacy(
     cfg: legacy::LegacyConfig,
     metrics_address: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
     let (shutdown, metrics) = serve_process(metrics_address).await?;
-    kmirror_mirror::legacy::run(std::sync::Arc::new(cfg), shutdown, metrics.clone()).await?;
+    within_deadline(
+        &shutdown,
+        LEGACY_SHUTDOWN_TIMEOUT,
+        kmirror_mirror::legacy::run(std::sync::Arc::new(cfg), shutdown.clone(), metrics.clone()),
+    )
+    .await?;
     tracing::info!(
         records = metrics.sum("kmirror_record_count_total", &[]),
         "stopped"
@@ -534,6 +580,8 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run_legacy(cfg, metrics_address))?;
+    let result = runtime.block_on(run_legacy(cfg, metrics_address));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result?;
     Ok(ExitCode::SUCCESS)
 }
