@@ -175,13 +175,29 @@ impl KafkaCluster {
         topics: Option<&[&str]>,
         auto_create: bool,
     ) -> Result<Arc<Metadata>> {
-        let known = match self.any_broker().await {
-            Ok(conn) => match self.load_metadata_with(&conn, topics, auto_create).await {
+        // Known brokers first, those that went silent last; a broker that does not answer in
+        // time is remembered and the next one asked at once (issue 18: a frozen lowest-id
+        // broker used to cost every refresh a request timeout, and one more on the bootstrap
+        // list). At most three, each bounded by the request timeout.
+        let mut known = KafkaError::Config("no broker known".into());
+        for id in self.brokers_to_ask().into_iter().take(3) {
+            let conn = match self.broker(id).await {
+                Ok(c) => c,
+                Err(e) => {
+                    known = e;
+                    continue;
+                }
+            };
+            match self.load_metadata_with(&conn, topics, auto_create).await {
                 Ok(()) => return Ok(self.metadata()),
-                Err(e) => e,
-            },
-            Err(e) => e,
-        };
+                Err(e) => {
+                    if matches!(e, KafkaError::Timeout { .. }) {
+                        self.mark_silent(id);
+                    }
+                    known = e;
+                }
+            }
+        }
         for b in self.settings.bootstrap.clone() {
             let Ok(conn) =
                 Connection::connect(&b.host, b.port, b.to_string(), &self.settings).await

@@ -43,6 +43,9 @@ pub struct KafkaCluster {
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
     /// ListOffsets asked by many callers at once, sent together ([`crate::offset_lookup`]).
     pub(crate) lookups: crate::offset_lookup::Lookups,
+    /// Brokers that recently let a request or a connection attempt time out, and when: asked
+    /// last for metadata and admin requests (see [`KafkaCluster::any_broker`]).
+    silent: Mutex<HashMap<i32, std::time::Instant>>,
 }
 
 pub(crate) fn broker_error(
@@ -70,6 +73,7 @@ impl KafkaCluster {
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
+            silent: Mutex::new(HashMap::new()),
         };
         // A broker that just started (or restarted) may refuse connections or answer metadata
         // without its listeners for a moment: go round the bootstrap list with backoff until

@@ -10,6 +10,9 @@ use std::sync::Arc;
 /// The shared connection to one broker, opened on first use.
 pub(super) type BrokerSlot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
+/// How long a broker that let a request time out is asked last.
+pub(crate) const SILENT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Connections per broker for partition data, besides channel 0.
 pub const DATA_CHANNELS: usize = 4;
 
@@ -40,12 +43,73 @@ impl KafkaCluster {
             slots.entry((id, channel)).or_default().clone()
         };
         let mut guard = slot.lock().await;
-        if let Some(c) = guard.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
+        if let Some(c) = guard.as_ref() {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+            if c.went_silent() {
+                self.mark_silent(id);
+            }
         }
-        let conn = self.dedicated_connection(id).await?;
+        let conn = match self.dedicated_connection(id).await {
+            Ok(c) => c,
+            Err(e) => {
+                // A stopped process's port still accepts TCP connections (the kernel queues
+                // them): the handshake's request is what times out.
+                if matches!(e, KafkaError::Timeout { .. }) {
+                    self.mark_silent(id);
+                }
+                return Err(e);
+            }
+        };
         *guard = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// Remembers that broker `id` let a request time out: for [`SILENT_FOR`], metadata and admin
+    /// requests go to other brokers first.
+    pub(crate) fn mark_silent(&self, id: i32) {
+        let mut silent = self.silent.lock().unwrap_or_else(|p| p.into_inner());
+        if silent.insert(id, std::time::Instant::now()).is_none() {
+            tracing::warn!(
+                broker = id,
+                "broker did not answer in time; asking other brokers first"
+            );
+        }
+    }
+
+    /// The known brokers in the order to ask them for metadata and cluster-wide requests: those
+    /// that answered lately by id, then those that recently went silent (Java clients'
+    /// `leastLoadedNode` likewise avoids a node whose requests are stuck).
+    pub(crate) fn brokers_to_ask(&self) -> Vec<i32> {
+        // A produce or fetch that timed out on a data channel says as much about its broker
+        // as a metadata request would: look at every open slot (a few per broker).
+        // Each such connection is counted once: it is closed, so it leaves its slot here.
+        let went_silent: Vec<i32> = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots
+                .iter()
+                .filter(|(_, slot)| {
+                    slot.try_lock().is_ok_and(|mut c| {
+                        let silent = c.as_ref().is_some_and(|c| c.went_silent());
+                        if silent {
+                            *c = None;
+                        }
+                        silent
+                    })
+                })
+                .map(|((id, _), _)| *id)
+                .collect()
+        };
+        for id in went_silent {
+            self.mark_silent(id);
+        }
+        let mut silent = self.silent.lock().unwrap_or_else(|p| p.into_inner());
+        silent.retain(|_, at| at.elapsed() < SILENT_FOR);
+        let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
+        let (quiet, answering): (Vec<i32>, Vec<i32>) =
+            ids.into_iter().partition(|id| silent.contains_key(id));
+        answering.into_iter().chain(quiet).collect()
     }
 
     /// A new connection to broker `id` that nobody else uses: for requests the broker holds (a
@@ -66,11 +130,11 @@ impl KafkaCluster {
         ))
     }
 
-    /// Some live broker (for metadata and cluster-wide requests).
+    /// Some live broker (for metadata and cluster-wide requests), preferring those that did not
+    /// go silent lately ([`KafkaCluster::brokers_to_ask`]).
     pub async fn any_broker(&self) -> Result<Arc<Connection>> {
-        let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
         let mut last = None;
-        for id in ids {
+        for id in self.brokers_to_ask() {
             match self.broker(id).await {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),

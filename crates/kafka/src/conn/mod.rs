@@ -61,6 +61,9 @@ pub struct Connection {
     writer: tokio::sync::Mutex<WriteHalf<Stream>>,
     pending: PendingMap,
     closed: Arc<AtomicBool>,
+    /// Set with `closed` when a request or a write timed out: the broker went silent (a hung
+    /// process, a black-holed path), which the pool remembers to ask other brokers first.
+    silent: Arc<AtomicBool>,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -86,8 +89,9 @@ pub struct ResponseFuture<R: Request> {
     deadline: Option<tokio::time::Instant>,
     /// What [`ResponseFuture::ready`] saw, kept for [`ResponseFuture::wait`].
     arrived: Option<Arrived>,
-    /// The connection's flag: a request that times out marks it failed.
+    /// The connection's flags: a request that times out marks it failed, and silent.
     closed: Arc<AtomicBool>,
+    silent: Arc<AtomicBool>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
@@ -155,6 +159,7 @@ impl<R: Request> ResponseFuture<R> {
                 // (a half-open socket, a broker that accepted but stalled): the next request
                 // must open a new one instead of waiting on this one again. Requests the broker
                 // holds on purpose ask for a longer timeout (`with_timeout`).
+                self.silent.store(true, Ordering::SeqCst);
                 self.closed.store(true, Ordering::SeqCst);
                 return Err(KafkaError::Timeout {
                     broker: self.broker,
@@ -319,6 +324,7 @@ impl Connection {
             writer: tokio::sync::Mutex::new(write),
             pending,
             closed,
+            silent: Arc::new(AtomicBool::new(false)),
             reader,
         })
     }
@@ -339,6 +345,11 @@ impl Connection {
     /// Whether the connection has failed or was closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether a request or a write on this connection timed out (it is then closed too).
+    pub fn went_silent(&self) -> bool {
+        self.silent.load(Ordering::SeqCst)
     }
 
     /// The highest version of `R` both sides support.
@@ -388,14 +399,31 @@ impl Connection {
                 reply: tx,
             },
         );
-        if let Err(source) = writer.write_all(&frame).await {
-            lock(&self.pending).remove(&correlation_id);
-            self.closed.store(true, Ordering::SeqCst);
-            return Err(KafkaError::Io {
+        // Bounded: a broker that stopped reading fills the socket's send buffer, and an
+        // unbounded write would hold the writer lock, and every request behind it, until the
+        // kernel gives up on the connection (about 15 minutes, issue 18).
+        let written = tokio::time::timeout(self.request_timeout, writer.write_all(&frame)).await;
+        let failed = match written {
+            Ok(Ok(())) => None,
+            Ok(Err(source)) => Some(KafkaError::Io {
                 broker: self.broker.clone(),
                 context: "write request",
                 source,
-            });
+            }),
+            Err(_) => {
+                self.silent.store(true, Ordering::SeqCst);
+                Some(KafkaError::Timeout {
+                    broker: self.broker.clone(),
+                    api,
+                    after: self.request_timeout,
+                })
+            }
+        };
+        if let Some(e) = failed {
+            // A partly written frame leaves the stream unusable: nothing more goes on it.
+            lock(&self.pending).remove(&correlation_id);
+            self.closed.store(true, Ordering::SeqCst);
+            return Err(e);
         }
         Ok(ResponseFuture {
             broker: self.broker.clone(),
@@ -406,6 +434,7 @@ impl Connection {
             deadline: None,
             arrived: None,
             closed: self.closed.clone(),
+            silent: self.silent.clone(),
             _r: std::marker::PhantomData,
         })
     }
@@ -693,9 +722,22 @@ mod tests {
         fake_broker(None).await
     }
 
+    /// A broker that completes the handshake, then never reads again (a frozen process: the
+    /// kernel buffers what arrives until its buffers are full).
+    async fn deaf_broker() -> (u16, tokio::task::JoinHandle<()>) {
+        fake_broker_reading(None, false).await
+    }
+
     /// A broker that completes the ApiVersions handshake, then answers every Metadata request
     /// with an empty response `answer_after` later, or never (`None`).
     async fn fake_broker(answer_after: Option<Duration>) -> (u16, tokio::task::JoinHandle<()>) {
+        fake_broker_reading(answer_after, true).await
+    }
+
+    async fn fake_broker_reading(
+        answer_after: Option<Duration>,
+        reads: bool,
+    ) -> (u16, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .unwrap();
@@ -725,6 +767,9 @@ mod tests {
             let len = (buf.len() - 4) as i32;
             buf[..4].copy_from_slice(&len.to_be_bytes());
             s.write_all(&buf).await.unwrap();
+            if !reads {
+                std::future::pending::<()>().await;
+            }
             while let Ok(mut frame) = read_frame(&mut s, MAX_FRAME).await {
                 let Some(delay) = answer_after else { continue };
                 tokio::time::sleep(delay).await;
@@ -793,6 +838,47 @@ mod tests {
             t.elapsed()
         );
         assert!(!conn.is_closed());
+        task.abort();
+    }
+
+    /// A broker that stopped reading: once the socket buffers are full, a write gives up at the
+    /// request timeout instead of holding the writer (and every request behind it) until the
+    /// kernel drops the connection, and the connection is failed and marked silent.
+    #[tokio::test]
+    async fn a_write_to_a_broker_that_stopped_reading_times_out() {
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        use kafka_protocol::messages::TopicName;
+        let (port, task) = deaf_broker().await;
+        let settings = settings_for(port, Duration::from_millis(400));
+        let conn = Connection::connect("127.0.0.1", port, "1@deaf".into(), &settings)
+            .await
+            .unwrap();
+        let version = conn.version::<MetadataRequest>().unwrap();
+        // About 1 MiB per request.
+        let topics: Vec<MetadataRequestTopic> = (0..32)
+            .map(|i| {
+                MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(
+                    format!("{i}{}", "x".repeat(32 << 10)),
+                ))))
+            })
+            .collect();
+        let big = MetadataRequest::default().with_topics(Some(topics));
+        let t = std::time::Instant::now();
+        let mut outcome = None;
+        for _ in 0..256 {
+            match tokio::time::timeout(Duration::from_secs(5), conn.submit(&big, version)).await {
+                Ok(Ok(_pending)) => continue,
+                Ok(Err(e)) => {
+                    outcome = Some(e);
+                    break;
+                }
+                Err(_) => panic!("a write hung for 5 s with a 400 ms request timeout"),
+            }
+        }
+        let e = outcome.expect("256 MiB fit into the socket buffers?");
+        assert!(matches!(e, KafkaError::Timeout { .. }), "{e}");
+        assert!(conn.is_closed() && conn.went_silent());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         task.abort();
     }
 
