@@ -1,0 +1,118 @@
+//! A source batch larger than the target producer's `max.request.size` (issue 18): a source
+//! topic with `max.message.bytes` of 8 MiB holds a 3.6 MB batch, which kmirror's producer (1 MiB
+//! by default, as Java's) cannot send as it is. It used to stop the partition ("exceeds
+//! max.request.size") where MirrorMaker 2 copies it; now it is split into batches under the
+//! limit, and every record arrives, in order, at its own offset.
+
+use bytes::Bytes;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::IsolationLevel;
+use kmirror_mirror::config::mm2;
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+use kmirror_mirror::engine::{self, Shutdown};
+use kmirror_mirror::metrics::Metrics;
+use kmirror_testkit::{eventually, read_partition, Cluster, Security};
+use std::sync::Arc;
+
+const RECORDS: i64 = 36;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_beyond_max_request_size_is_split_and_copied() {
+    kmirror_testkit::init_logging();
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("large-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("large-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let topic = NewTopic {
+        name: "wide".into(),
+        partitions: 1,
+        replication_factor: 1,
+        configs: vec![("max.message.bytes".into(), (8 << 20).to_string())],
+    };
+    for (_, e) in a.create_topics(&[topic], false).await.unwrap() {
+        assert!(e.is_none(), "{e:?}");
+    }
+    let records: Vec<Record> = (0..RECORDS)
+        .map(|i| Record {
+            offset: i,
+            timestamp: 1_764_800_000_000 + i,
+            key: Some(Bytes::from(format!("k{i}"))),
+            // Not compressible: the batch stays 3.6 MB whatever the codec.
+            value: Some(Bytes::from(
+                (0..100_000u32)
+                    .map(|j| (j.wrapping_mul(2_654_435_761).wrapping_add(i as u32) >> 13) as u8)
+                    .collect::<Vec<u8>>(),
+            )),
+            headers: vec![],
+        })
+        .collect();
+    let big = encode_batch(&records, &BatchOptions::default()).unwrap();
+    assert!(big.bytes().len() > 3_500_000, "{}", big.bytes().len());
+    a.produce("wide", 0, &big).await.unwrap();
+    a.produce(
+        "wide",
+        0,
+        &encode_batch(&records[..2], &BatchOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    let text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\n\
+         A->B.topics = wide\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+         emit.checkpoints.enabled = false\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    );
+    let config = mm2::load(
+        &Properties::parse(&text, "mm2.properties").unwrap(),
+        &[],
+        &SystemEnvironment,
+    )
+    .unwrap();
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let running = {
+        let (config, shutdown, metrics) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&config, shutdown, metrics).await })
+    };
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    eventually(60, "every record copied", || async {
+        let _ = b.refresh_metadata(None).await;
+        b.list_offset("A.wide", 0, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .is_ok_and(|e| e == RECORDS + 2)
+    })
+    .await;
+    assert_eq!(
+        metrics.sum("kmirror_partition_stopped", &[]),
+        0.0,
+        "nothing stopped"
+    );
+    let split = metrics.sum("kmirror_batches_total", &[("mode", "record")]);
+    assert!(split >= 4.0, "3.6 MB in batches of at most 1 MiB: {split}");
+    shutdown.trigger();
+    running.await.unwrap().unwrap();
+    let s = read_partition(&a, "wide", 0).await;
+    let d = read_partition(&b, "A.wide", 0).await;
+    assert_eq!(s.len(), d.len());
+    for ((_, x), (_, y)) in s.iter().zip(&d) {
+        assert_eq!(
+            (&x.key, &x.value, x.timestamp),
+            (&y.key, &y.value, y.timestamp)
+        );
+    }
+    println!(
+        "a {} byte batch copied in {split} batches",
+        big.bytes().len()
+    );
+}
