@@ -86,6 +86,10 @@ pub enum KafkaError {
         size: usize,
         limit: usize,
     },
+    /// The metadata names a broker (a partition's leader, the controller) that is not in its
+    /// broker list: it left, or was fenced, after the metadata was loaded. Stale metadata.
+    #[error("broker {id} is not in the cluster metadata (it left or was fenced since the metadata was loaded)")]
+    UnknownBroker { id: i32 },
     /// Another producer with the same transactional id took over; this one must stop.
     #[error("transactional producer '{transactional_id}' was fenced by a newer instance with the same transactional.id")]
     Fenced { transactional_id: String },
@@ -98,7 +102,8 @@ impl KafkaError {
     /// Whether the error means our idea of partition leadership is stale, so a metadata refresh
     /// and a retry will help. Such errors are returned before anything was written.
     pub fn is_stale_metadata(&self) -> bool {
-        matches!(
+        matches!(self, KafkaError::UnknownBroker { .. })
+            || matches!(
             self,
             KafkaError::Broker {
                 error: ResponseError::NotLeaderOrFollower

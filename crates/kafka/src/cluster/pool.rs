@@ -116,9 +116,15 @@ impl KafkaCluster {
     /// JoinGroup waits for the whole rebalance, and a broker answers one request per connection
     /// at a time, so it would stall everything else sharing the connection).
     pub async fn dedicated_connection(&self, id: i32) -> Result<Arc<Connection>> {
-        let addr = self.metadata().brokers.get(&id).cloned().ok_or_else(|| {
-            KafkaError::Config(format!("broker {id} is not in the cluster metadata"))
-        })?;
+        // Not a configuration error: the broker left or was fenced after the metadata was
+        // loaded, and a refresh names the partition's new leader (issue 18: this used to stop
+        // the partition).
+        let addr = self
+            .metadata()
+            .brokers
+            .get(&id)
+            .cloned()
+            .ok_or(KafkaError::UnknownBroker { id })?;
         Ok(Arc::new(
             Connection::connect(
                 &addr.host,
@@ -156,6 +162,57 @@ impl KafkaCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::metadata::Metadata;
+    use crate::settings::{BrokerAddress, ClientSettings, SecurityProtocol};
+    use std::collections::HashMap;
+    use std::sync::{Mutex, RwLock};
+
+    /// A cluster object that knows brokers 1, 2 and 3 and never connected.
+    fn offline() -> KafkaCluster {
+        let address = |port| BrokerAddress {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let mut metadata = Metadata::default();
+        for id in 1..=3 {
+            metadata.brokers.insert(id, address(1 + id as u16));
+        }
+        KafkaCluster {
+            settings: ClientSettings {
+                bootstrap: vec![address(2)],
+                security_protocol: SecurityProtocol::Plaintext,
+                sasl: None,
+                tls: None,
+                client_id: None,
+                request_timeout: std::time::Duration::from_millis(100),
+            },
+            metadata: RwLock::new(Arc::new(metadata)),
+            slots: Mutex::new(HashMap::new()),
+            lookups: Default::default(),
+            silent: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn brokers_that_went_silent_are_asked_last() {
+        let c = offline();
+        assert_eq!(c.brokers_to_ask(), vec![1, 2, 3]);
+        c.mark_silent(1);
+        assert_eq!(c.brokers_to_ask(), vec![2, 3, 1]);
+        c.mark_silent(3);
+        assert_eq!(c.brokers_to_ask(), vec![2, 1, 3]);
+        // Forgotten after SILENT_FOR.
+        let long_ago = std::time::Instant::now() - SILENT_FOR - std::time::Duration::from_secs(1);
+        c.silent.lock().unwrap().insert(1, long_ago);
+        assert_eq!(c.brokers_to_ask(), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_broker_missing_from_the_metadata_is_stale_metadata_not_a_configuration_error() {
+        let e = offline().dedicated_connection(7).await.unwrap_err();
+        assert!(matches!(e, KafkaError::UnknownBroker { id: 7 }), "{e}");
+        assert!(e.is_stale_metadata(), "a refresh and a retry help");
+    }
 
     #[test]
     fn a_partition_keeps_its_data_channel_and_partitions_spread_over_all() {

@@ -20,7 +20,7 @@ use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
 use kmirror_kafka::fetcher::{Fetcher, FetcherConfig};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -319,6 +319,7 @@ async fn replicate(
         ctx,
         replicated,
         started: HashSet::new(),
+        missing: HashSet::new(),
         stored,
         running: BTreeMap::new(),
         topic_ids: HashMap::new(),
@@ -338,7 +339,8 @@ async fn replicate(
             .rounds
             .get_or_create(&control.ctx.labels.round("topic_refresh"))
             .inc();
-        let pause = match (control.reported.is_empty(), flow.refresh_topics.enabled) {
+        let settled = control.reported.is_empty() && control.missing.is_empty();
+        let pause = match (settled, flow.refresh_topics.enabled) {
             (true, true) => {
                 retry = RETRY_SKIPPED;
                 flow.refresh_topics.interval
@@ -448,6 +450,8 @@ struct Control {
     replicated: Replicated,
     /// Partitions started before in this flow (a restarted one needs its own producer id).
     started: HashSet<(String, i32)>,
+    /// Topics with running tasks that the last metadata answer did not list (see `reconcile`).
+    missing: HashSet<String>,
     stored: HashMap<(String, i32), i64>,
     running: BTreeMap<(String, i32), Running>,
     topic_ids: HashMap<String, TopicId>,
@@ -471,6 +475,41 @@ impl Control {
             .collect();
         self.reported
             .retain(|t, _| t == "*" || selected.contains(t.as_str()));
+        // A source topic deleted (gone from the metadata): its tasks would ask for its
+        // partitions forever (issue 18). They stop and store their positions; the remote topic
+        // keeps what was copied. Re-created under the same name, it is copied from its start
+        // (`recreated`, since its topic id changed).
+        // Missing from two metadata answers 5 s apart: a broker that just restarted may answer
+        // before its metadata cache is complete, and one answer is not enough to stop a topic.
+        let missing_now: HashSet<String> = self
+            .running
+            .keys()
+            .map(|(t, _)| t)
+            .filter(|t| !md.topics.contains_key(*t))
+            .cloned()
+            .collect();
+        let gone: Vec<(String, i32)> = self
+            .running
+            .keys()
+            .filter(|(t, _)| missing_now.contains(t) && self.missing.contains(t))
+            .cloned()
+            .collect();
+        self.missing = missing_now;
+        let mut stopped_topics = BTreeSet::new();
+        for key in gone {
+            if let Some(r) = self.running.remove(&key) {
+                r.stop.trigger();
+                let _ = r.task.await;
+            }
+            stopped_topics.insert(key.0);
+        }
+        for topic in stopped_topics {
+            tracing::warn!(flow = %flow.id, topic, "source topic deleted; no longer copied (the remote topic keeps what was copied)");
+            ctx.metrics
+                .errors
+                .get_or_create(&ctx.labels.error("topic_deleted"))
+                .inc();
+        }
         let (mut topics, mut partitions) = (0, 0);
         // New remote topics are created together first (the loop below then finds them).
         let wanted: Vec<(String, String, i32)> = decisions

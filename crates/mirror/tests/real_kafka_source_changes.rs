@@ -19,11 +19,11 @@ use std::sync::Arc;
 const RECORDS: i64 = 36;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_beyond_max_request_size_is_split_and_copied() {
+async fn an_oversized_batch_is_split_and_a_deleted_topic_stops_its_tasks() {
     kmirror_testkit::init_logging();
     let (ca, cb) = std::thread::scope(|s| {
-        let a = s.spawn(|| Cluster::start("large-a", Security::Plaintext).unwrap());
-        let b = s.spawn(|| Cluster::start("large-b", Security::Plaintext).unwrap());
+        let a = s.spawn(|| Cluster::start("changes-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("changes-b", Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
     let a = KafkaCluster::connect(ca.client_settings(None))
@@ -67,7 +67,7 @@ async fn a_batch_beyond_max_request_size_is_split_and_copied() {
         "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\n\
          A->B.topics = wide\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
          offset-syncs.topic.replication.factor = 1\nemit.heartbeats.enabled = false\n\
-         emit.checkpoints.enabled = false\n",
+         emit.checkpoints.enabled = false\nrefresh.topics.interval.seconds = 1\n",
         ca.bootstrap(),
         cb.bootstrap()
     );
@@ -100,8 +100,6 @@ async fn a_batch_beyond_max_request_size_is_split_and_copied() {
     );
     let split = metrics.sum("kmirror_batches_total", &[("mode", "record")]);
     assert!(split >= 4.0, "3.6 MB in batches of at most 1 MiB: {split}");
-    shutdown.trigger();
-    running.await.unwrap().unwrap();
     let s = read_partition(&a, "wide", 0).await;
     let d = read_partition(&b, "A.wide", 0).await;
     assert_eq!(s.len(), d.len());
@@ -115,4 +113,27 @@ async fn a_batch_beyond_max_request_size_is_split_and_copied() {
         "a {} byte batch copied in {split} batches",
         big.bytes().len()
     );
+
+    // 2. The source topic goes away.
+    a.delete_topics(&["wide"]).await.unwrap();
+    eventually(60, "the deleted topic's tasks stopped", || async {
+        metrics.sum("kmirror_errors_total", &[("kind", "topic_deleted")]) == 1.0
+    })
+    .await;
+    // Stopped means quiet: no more fetch errors for the deleted partition.
+    let errors = || metrics.sum("kmirror_errors_total", &[("kind", "fetch")]);
+    let before = errors();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(errors(), before, "nothing asks for the deleted topic any more");
+    assert_eq!(
+        b.list_offset("A.wide", 0, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap(),
+        RECORDS + 2,
+        "the remote topic keeps what was copied"
+    );
+    let t = std::time::Instant::now();
+    shutdown.trigger();
+    running.await.unwrap().unwrap();
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
 }
