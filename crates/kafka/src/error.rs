@@ -104,18 +104,18 @@ impl KafkaError {
     pub fn is_stale_metadata(&self) -> bool {
         matches!(self, KafkaError::UnknownBroker { .. })
             || matches!(
-            self,
-            KafkaError::Broker {
-                error: ResponseError::NotLeaderOrFollower
-                    | ResponseError::UnknownTopicOrPartition
-                    | ResponseError::LeaderNotAvailable
-                    | ResponseError::FencedLeaderEpoch
-                    | ResponseError::UnknownLeaderEpoch
-                    | ResponseError::UnknownTopicId
-                    | ResponseError::InconsistentTopicId,
-                ..
-            }
-        )
+                self,
+                KafkaError::Broker {
+                    error: ResponseError::NotLeaderOrFollower
+                        | ResponseError::UnknownTopicOrPartition
+                        | ResponseError::LeaderNotAvailable
+                        | ResponseError::FencedLeaderEpoch
+                        | ResponseError::UnknownLeaderEpoch
+                        | ResponseError::UnknownTopicId
+                        | ResponseError::InconsistentTopicId,
+                    ..
+                }
+            )
     }
 
     /// Whether retrying the same operation (after a reconnect or a metadata refresh) can succeed.

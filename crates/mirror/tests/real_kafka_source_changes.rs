@@ -124,7 +124,11 @@ async fn an_oversized_batch_is_split_and_a_deleted_topic_stops_its_tasks() {
     let errors = || metrics.sum("kmirror_errors_total", &[("kind", "fetch")]);
     let before = errors();
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    assert_eq!(errors(), before, "nothing asks for the deleted topic any more");
+    assert_eq!(
+        errors(),
+        before,
+        "nothing asks for the deleted topic any more"
+    );
     assert_eq!(
         b.list_offset("A.wide", 0, LATEST, IsolationLevel::ReadCommitted)
             .await
