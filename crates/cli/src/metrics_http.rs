@@ -1,4 +1,4 @@
-//! kmirror's HTTP endpoint: `/metrics` (Prometheus text), `/health` (the process is alive),
+//! kmirror's HTTP endpoint: `/metrics` (Prometheus text), `/health` (alive, and no flow wedged),
 //! `/ready` (every flow's clusters answer and no partition is stopped: 200, else 503 with the
 //! reason) and `/status` (JSON that `kmirror status` reads). A few read-only routes, so a plain
 //! HTTP/1.1 responder on tokio rather than a web framework; each connection gets one response.
@@ -15,6 +15,10 @@ use tokio::net::{TcpListener, TcpStream};
 /// (issue 18). Each connection also has [`ANSWER_WITHIN`] to send its request.
 const MAX_CONNECTIONS: usize = 32;
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+/// How long one round of a flow's control loop may run before `/health` fails. A round creates
+/// remote topics and starts partition tasks; with thousands of topics on a busy target it takes
+/// minutes, never this long.
+const STALLED_AFTER: Duration = Duration::from_secs(15 * 60);
 
 pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     let sampler = Arc::new(Sampler::default());
@@ -94,6 +98,22 @@ async fn answer(
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// `/health`: 503 once a flow's control loop has been in one round longer than `limit`, so a
+/// liveness probe restarts a wedged process (issue 18).
+fn health(metrics: &Metrics, limit: Duration) -> (&'static str, &'static str, String) {
+    match metrics.stalled_round(limit) {
+        None => ("200 OK", TEXT, "ok\n".into()),
+        Some((flow, running)) => (
+            "503 Service Unavailable",
+            TEXT,
+            format!(
+                "flow {flow}: its control loop has been in one round for {} s\n",
+                running.as_secs()
+            ),
+        ),
+    }
+}
+
 fn response(
     request_line: &str,
     metrics: &Metrics,
@@ -106,7 +126,7 @@ fn response(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.render(),
         ),
-        (Some("GET"), Some("/health")) => ("200 OK", TEXT, "ok\n".into()),
+        (Some("GET"), Some("/health")) => health(metrics, STALLED_AFTER),
         (Some("GET"), Some("/ready")) => {
             let s = sampler.status(metrics);
             match s.reason {
@@ -188,6 +208,14 @@ mod tests {
             .2
             .ends_with("# EOF\n"));
         assert_eq!(response("GET /health HTTP/1.1", &m, &s).0, "200 OK");
+        // A round just started is healthy; a wedged one is found by stalled_round.
+        m.round_started("A->B");
+        assert_eq!(response("GET /health HTTP/1.1", &m, &s).0, "200 OK");
+        let (code, _, body) = health(&m, Duration::ZERO);
+        assert_eq!(code, "503 Service Unavailable");
+        assert!(body.contains("A->B"), "{body}");
+        m.round_ended("A->B");
+        assert_eq!(health(&m, Duration::ZERO).0, "200 OK");
         // No flow has connected yet.
         assert_eq!(
             response("GET /ready HTTP/1.1", &m, &s).0,

@@ -96,6 +96,9 @@ pub struct RoundLabels {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Flows whose topic-refresh round is running, and since when (not a metric: `/health`
+    /// reads it, see [`Metrics::stalled_round`]).
+    rounds_running: std::sync::Mutex<std::collections::BTreeMap<String, std::time::Instant>>,
     /// MM2 `record-count`: records acknowledged by the target.
     pub record_count: Family<PartitionLabels, Counter>,
     /// MM2 `byte-count`, but counting the record batches' bytes as sent (MM2 counts values only).
@@ -160,6 +163,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("kmirror");
         let m = Metrics {
             registry: Registry::default(),
+            rounds_running: Default::default(),
             record_count: Family::default(),
             byte_count: Family::default(),
             record_age_ms: Family::default(),
@@ -348,6 +352,37 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// A flow's control loop starts a round (topic discovery, remote topics, partition tasks).
+    pub fn round_started(&self, flow: &str) {
+        self.rounds_running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(flow.to_string(), std::time::Instant::now());
+    }
+
+    /// The round [`Metrics::round_started`] began is over.
+    pub fn round_ended(&self, flow: &str) {
+        self.rounds_running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(flow);
+    }
+
+    /// A flow whose round has run longer than `limit`, and for how long: its control loop is
+    /// wedged (every request in a round is bounded by the request timeout, so a healthy round
+    /// ends long before).
+    pub fn stalled_round(
+        &self,
+        limit: std::time::Duration,
+    ) -> Option<(String, std::time::Duration)> {
+        self.rounds_running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(flow, t)| (flow.clone(), t.elapsed()))
+            .find(|(_, running)| *running > limit)
     }
 
     /// Sum of every sample of `name` whose labels include all of `labels` (for tests and

@@ -332,7 +332,9 @@ async fn replicate(
     // with refreshes off it would never be tried again.
     let mut retry = RETRY_SKIPPED;
     loop {
+        metrics.round_started(&name);
         control.reconcile().await;
+        metrics.round_ended(&name);
         control
             .ctx
             .metrics
