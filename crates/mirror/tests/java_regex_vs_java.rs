@@ -228,7 +228,9 @@ fn translated_patterns_match_like_java_util_regex() {
                     }
                     // Documented (Notes::end_before_terminator): Java's `$` also matches
                     // before a final line break; names never hold one where it matters.
-                    if notes.end_before_terminator && name.ends_with(['\n', '\r']) {
+                    if notes.end_before_terminator
+                        && name.ends_with(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'])
+                    {
                         continue;
                     }
                     // `\b` around non-ASCII letters depends on the JDK: up to 18 a Unicode

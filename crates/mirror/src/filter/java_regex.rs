@@ -55,6 +55,7 @@ pub fn translate_with_notes(pattern: &str) -> Result<(String, Notes), JavaRegexE
         dotall: vec![false],
         notes: Notes::default(),
         class_depth: 0,
+        can_repeat: false,
     };
     t.run()?;
     Ok((t.out, t.notes))
@@ -69,6 +70,9 @@ struct Translator {
     notes: Notes,
     /// Character classes open around the one being read (each nested `[` recurses).
     class_depth: usize,
+    /// Whether what was written last can take a quantifier (not at the start, nor right after
+    /// `(`, `|` or an inline flag group).
+    can_repeat: bool,
 }
 
 /// Deeper nesting of character classes than any real topic or group filter needs; a pattern
@@ -105,6 +109,14 @@ impl Translator {
         while let Some(c) = self.peek() {
             let at = self.pos;
             self.pos += 1;
+            if matches!(c, '*' | '+' | '?' | '{') && !self.can_repeat {
+                return err(
+                    at,
+                    format!("dangling '{c}': nothing before it to repeat (Java refuses it too)"),
+                );
+            }
+            // What this character leaves behind: something to repeat, or not.
+            self.can_repeat = !matches!(c, '(' | '|');
             match c {
                 '\\' => match self.escape(false, at)? {
                     Escaped::Char(ch) => push_literal(&mut self.out, ch),
@@ -298,7 +310,9 @@ impl Translator {
     /// `(?flags)` or `(?flags:...)`.
     fn flags(&mut self, at: usize, inherited: bool) -> Result<(), JavaRegexError> {
         let mut on = true;
-        let mut rust_flags = String::new();
+        // Each flag's final state: Java applies them in order (`(?ii)` and `(?i-i)` are valid
+        // there), the regex crate refuses a flag named twice.
+        let (mut case, mut dot): (Option<bool>, Option<bool>) = (None, None);
         let mut dotall = inherited;
         let (mut case_on, mut unicode_case) = (false, false);
         loop {
@@ -307,17 +321,15 @@ impl Translator {
             };
             self.pos += 1;
             match c {
-                '-' => {
-                    on = false;
-                    rust_flags.push('-');
-                }
+                '-' if on => on = false,
+                '-' => return err(self.pos - 1, "a second '-' in an inline flag group"),
                 'i' => {
                     case_on |= on;
-                    rust_flags.push('i');
+                    case = Some(on);
                 }
                 's' => {
                     dotall = on;
-                    rust_flags.push('s');
+                    dot = Some(on);
                 }
                 // UNICODE_CASE: with `i`, Java folds case by Unicode rules, as Rust always does.
                 'u' => unicode_case = true,
@@ -325,7 +337,14 @@ impl Translator {
                     if case_on && !unicode_case {
                         self.notes.ascii_case_insensitive = true;
                     }
-                    let flags = rust_flags.trim_end_matches('-');
+                    let named = [('i', case), ('s', dot)];
+                    let set: String = named.iter().filter(|f| f.1 == Some(true)).map(|f| f.0).collect();
+                    let cleared: String = named.iter().filter(|f| f.1 == Some(false)).map(|f| f.0).collect();
+                    let flags = if cleared.is_empty() {
+                        set
+                    } else {
+                        format!("{set}-{cleared}")
+                    };
                     if c == ')' {
                         // Applies to the rest of the enclosing group.
                         if let Some(top) = self.dotall.last_mut() {
@@ -364,7 +383,7 @@ impl Translator {
             out.push_str(r"\]");
         }
         // The last single character written, which a following '-' may turn into a range.
-        let mut last_single = false;
+        let mut last_single: Option<char> = None;
         loop {
             let Some(c) = self.peek() else {
                 return err(at, "unclosed character class: '[' has no matching ']'");
@@ -387,14 +406,14 @@ impl Translator {
                     let nested = self.class(here);
                     self.class_depth -= 1;
                     out.push_str(&nested?);
-                    last_single = false;
+                    last_single = None;
                 }
                 '&' if self.peek() == Some('&') => {
                     self.pos += 1;
                     out.push_str("&&");
-                    last_single = false;
+                    last_single = None;
                 }
-                '-' if last_single
+                '-' if last_single.is_some()
                     && self
                         .peek()
                         .is_some_and(|n| n != ']' && n != '[' && n != '&') =>
@@ -414,28 +433,33 @@ impl Translator {
                         }
                         None => unreachable!("checked by the guard"),
                     };
-                    // A reversed range is an error in both engines; `regex` reports it.
+                    if let Some(start) = last_single.filter(|s| end < *s) {
+                        return err(
+                            end_at,
+                            format!("illegal character range '{start}-{end}': the end comes before the start"),
+                        );
+                    }
                     out.push('-');
                     push_class_literal(&mut out, end);
-                    last_single = false;
+                    last_single = None;
                 }
                 '\\' => match self.escape(true, here)? {
                     Escaped::Char(ch) => {
                         push_class_literal(&mut out, ch);
-                        last_single = true;
+                        last_single = Some(ch);
                     }
                     Escaped::Class(s) => {
                         out.push_str(&s);
-                        last_single = false;
+                        last_single = None;
                     }
                     Escaped::Quoted(s) => {
                         s.chars().for_each(|ch| push_class_literal(&mut out, ch));
-                        last_single = !s.is_empty();
+                        last_single = s.chars().last();
                     }
                 },
                 other => {
                     push_class_literal(&mut out, other);
-                    last_single = true;
+                    last_single = Some(other);
                 }
             }
         }
@@ -747,6 +771,10 @@ mod tests {
             ("a{2}?{3}", "aa", true),
             ("(a){2}{3}", "aaa", false),
             ("a$|b", "a", true),
+            // Java applies inline flags in order; the last one named wins.
+            ("(?ii)a", "A", true),
+            ("(?i-i)a", "A", false),
+            ("(?-i)(?i)a", "A", true),
         ];
         for (java, name, expected) in cases {
             assert_eq!(
@@ -795,6 +823,14 @@ mod tests {
             ("a{,2}", 1, "illegal repetition"),
             ("a{x}", 1, "illegal repetition"),
             ("a{3,2}", 1, "minimum exceeds"),
+            ("[z-u]", 3, "illegal character range"),
+            ("(?i-s-i)a", 5, "second '-'"),
+            ("[a\\Qz\\E-u]", 8, "illegal character range"),
+            ("*a", 0, "nothing before it"),
+            ("(+a)", 1, "nothing before it"),
+            ("a|?", 2, "nothing before it"),
+            ("(?i)*", 4, "nothing before it"),
+            ("(?:{2})", 3, "nothing before it"),
             ("a*{3,2}", 2, "minimum exceeds"),
             ("a**", 2, "dangling '*'"),
             ("a{2}?+", 5, "dangling '+'"),
