@@ -56,6 +56,7 @@ pub fn translate_with_notes(pattern: &str) -> Result<(String, Notes), JavaRegexE
         notes: Notes::default(),
         class_depth: 0,
         can_repeat: false,
+        group_names: Default::default(),
     };
     t.run()?;
     Ok((t.out, t.notes))
@@ -73,6 +74,8 @@ struct Translator {
     /// Whether what was written last can take a quantifier (not at the start, nor right after
     /// `(`, `|` or an inline flag group).
     can_repeat: bool,
+    /// Names of the named groups so far (Java refuses a name used twice, so does `regex`).
+    group_names: std::collections::HashSet<String>,
 }
 
 /// Deeper nesting of character classes than any real topic or group filter needs; a pattern
@@ -294,6 +297,9 @@ impl Translator {
                             && name.chars().all(|c| c.is_ascii_alphanumeric());
                         if !valid {
                             return err(at, format!("invalid group name '{name}' (Java: a letter, then letters or digits)"));
+                        }
+                        if !self.group_names.insert(name.clone()) {
+                            return err(at, format!("named group '{name}' is defined twice"));
                         }
                         self.dotall.push(inherited);
                         self.out.push_str(&format!("(?<{name}>"));
@@ -825,6 +831,7 @@ mod tests {
             ("a{3,2}", 1, "minimum exceeds"),
             ("[z-u]", 3, "illegal character range"),
             ("(?i-s-i)a", 5, "second '-'"),
+            ("(?<n>a)(?<n>b)", 7, "defined twice"),
             ("[a\\Qz\\E-u]", 8, "illegal character range"),
             ("*a", 0, "nothing before it"),
             ("(+a)", 1, "nothing before it"),
