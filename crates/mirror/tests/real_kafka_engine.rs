@@ -492,7 +492,7 @@ async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
         || async {
             engine::load_positions(&b, &flow.internal.positions_topic, "A")
                 .await
-                .is_ok_and(|p| p.get(&("events".to_string(), 0)) == Some(&(end - 1)))
+                .is_ok_and(|p| p.positions.get(&("events".to_string(), 0)) == Some(&(end - 1)))
         },
     )
     .await;

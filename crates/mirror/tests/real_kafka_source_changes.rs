@@ -2,7 +2,8 @@
 //! topic with `max.message.bytes` of 8 MiB holds a 3.6 MB batch, which kmirror's producer (1 MiB
 //! by default, as Java's) cannot send as it is. It used to stop the partition ("exceeds
 //! max.request.size") where MirrorMaker 2 copies it; now it is split into batches under the
-//! limit, and every record arrives, in order, at its own offset.
+//! limit, and every record arrives, in order, at its own offset. Then the topic is deleted
+//! (its tasks stop), and re-created while kmirror is stopped (copied from the new log's start).
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
@@ -114,6 +115,22 @@ async fn an_oversized_batch_is_split_and_a_deleted_topic_stops_its_tasks() {
         big.bytes().len()
     );
 
+    // The positions topic kmirror created compacts beyond its active segment within 16 MiB
+    // or an hour, whichever comes first (docs/operating.md).
+    let configs = b
+        .describe_topic_configs("mm2-offsets.A.internal")
+        .await
+        .unwrap();
+    let value = |k: &str| {
+        configs
+            .iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("cleanup.policy").as_deref(), Some("compact"));
+    assert_eq!(value("segment.bytes").as_deref(), Some("16777216"));
+    assert_eq!(value("segment.ms").as_deref(), Some("3600000"));
+
     // 2. The source topic goes away.
     a.delete_topics(&["wide"]).await.unwrap();
     eventually(60, "the deleted topic's tasks stopped", || async {
@@ -140,4 +157,90 @@ async fn an_oversized_batch_is_split_and_a_deleted_topic_stops_its_tasks() {
     shutdown.trigger();
     running.await.unwrap().unwrap();
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
+
+    // 3. Re-created while kmirror is stopped, with fewer records than the old log held: the
+    // stored position (37) belongs to the old log. Resumed there, the new log's 20 records
+    // (offsets 0 to 19) were skipped; the recorded topic id tells the logs apart.
+    let topic = NewTopic {
+        name: "wide".into(),
+        partitions: 1,
+        replication_factor: 1,
+        configs: vec![],
+    };
+    eventually(60, "the topic is created again", || async {
+        a.create_topics(std::slice::from_ref(&topic), false)
+            .await
+            .is_ok_and(|r| r.iter().all(|(_, e)| e.is_none()))
+    })
+    .await;
+    let _ = a.refresh_metadata(None).await;
+    let fresh: Vec<Record> = (0..20)
+        .map(|i| Record {
+            offset: i,
+            timestamp: 1_764_900_000_000 + i,
+            key: Some(Bytes::from(format!("new{i}"))),
+            value: Some(Bytes::from(format!("second life {i}"))),
+            headers: vec![],
+        })
+        .collect();
+    a.produce(
+        "wide",
+        0,
+        &encode_batch(&fresh, &BatchOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let run = |metrics: Arc<Metrics>| {
+        let (config, shutdown) = (config.clone(), Shutdown::default());
+        let task = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { engine::run(&config, shutdown, metrics).await })
+        };
+        (shutdown, task)
+    };
+    let metrics = Arc::new(Metrics::new());
+    let (shutdown, running) = run(metrics.clone());
+    eventually(60, "the new log copied from its start", || async {
+        b.list_offset("A.wide", 0, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .is_ok_and(|e| e == RECORDS + 2 + 20)
+    })
+    .await;
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[("kind", "topic_recreated")]),
+        1.0,
+        "the re-creation is reported"
+    );
+    let d = read_partition(&b, "A.wide", 0).await;
+    let copied: Vec<_> = d[(RECORDS + 2) as usize..]
+        .iter()
+        .map(|(_, r)| r.value.clone())
+        .collect();
+    let sent: Vec<_> = fresh.iter().map(|r| r.value.clone()).collect();
+    assert_eq!(copied, sent, "every record of the new log, in order");
+    shutdown.trigger();
+    running.await.unwrap().unwrap();
+
+    // 4. Started once more: the new log is now the recorded one, so nothing is reported and
+    // nothing is copied again.
+    let metrics = Arc::new(Metrics::new());
+    let (shutdown, running) = run(metrics.clone());
+    eventually(60, "the flow is running", || async {
+        metrics.sum("kmirror_partitions", &[]) >= 1.0
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        metrics.sum("kmirror_errors_total", &[("kind", "topic_recreated")]),
+        0.0
+    );
+    assert_eq!(
+        b.list_offset("A.wide", 0, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap(),
+        RECORDS + 2 + 20,
+        "nothing copied twice"
+    );
+    shutdown.trigger();
+    running.await.unwrap().unwrap();
 }

@@ -99,7 +99,10 @@ async fn stored_next(flow: &FlowConfig, b: &KafkaCluster) -> BTreeMap<i32, i64> 
         .unwrap_or_default();
     (0..PARTITIONS)
         .map(|p| {
-            let next = stored.get(&("ledger".to_string(), p)).map_or(0, |o| o + 1);
+            let next = stored
+                .positions
+                .get(&("ledger".to_string(), p))
+                .map_or(0, |o| o + 1);
             (p, next)
         })
         .collect()

@@ -15,6 +15,22 @@ use std::time::Duration;
 /// A Kafka topic id (KIP-516).
 pub type TopicId = uuid::Uuid;
 
+/// A topic id as Kafka's tools print it (`kafka-topics.sh --describe`: URL-safe base64 of the
+/// 16 bytes, no padding), so an operator can match kmirror's logs with what they see there.
+pub fn topic_id_text(id: &TopicId) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+/// Reads [`topic_id_text`]'s form back; `None` for anything else.
+pub fn parse_topic_id(text: &str) -> Option<TopicId> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()?;
+    uuid::Uuid::from_slice(&bytes).ok()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionMetadata {
     pub partition: i32,
@@ -254,5 +270,21 @@ impl KafkaCluster {
             .get(topic)
             .map(|t| t.id)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_print_as_kafka_tools_do_and_read_back() {
+        let one = uuid::Uuid::from_u128(1);
+        // Kafka's `new Uuid(0, 1).toString()`.
+        assert_eq!(topic_id_text(&one), "AAAAAAAAAAAAAAAAAAAAAQ");
+        let id = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(parse_topic_id(&topic_id_text(&id)), Some(id));
+        assert_eq!(parse_topic_id("not an id"), None);
+        assert_eq!(parse_topic_id("AAAA"), None);
     }
 }

@@ -16,7 +16,9 @@ mod partition_requests;
 mod pool;
 mod topics;
 
-pub use metadata::{Metadata, PartitionMetadata, TopicId, TopicMetadata};
+pub use metadata::{
+    parse_topic_id, topic_id_text, Metadata, PartitionMetadata, TopicId, TopicMetadata,
+};
 pub use offsets::{EARLIEST, LATEST};
 pub use partition_requests::PartitionFetch;
 use pool::BrokerSlot;

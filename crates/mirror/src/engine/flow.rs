@@ -16,7 +16,7 @@ use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
-use kmirror_kafka::cluster::{KafkaCluster, NewTopic, TopicId};
+use kmirror_kafka::cluster::{topic_id_text, KafkaCluster, NewTopic, TopicId};
 use kmirror_kafka::fetcher::{Fetcher, FetcherConfig};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
@@ -320,9 +320,11 @@ async fn replicate(
         replicated,
         started: HashSet::new(),
         missing: HashSet::new(),
-        stored,
+        stored: stored.positions,
         running: BTreeMap::new(),
-        topic_ids: HashMap::new(),
+        // The logs the stored positions belong to: a topic whose id differs in the first
+        // metadata answer was re-created while kmirror was stopped (`recreated`).
+        topic_ids: stored.logs,
         reported: HashMap::new(),
         first_round: true,
     };
@@ -401,7 +403,7 @@ async fn replicate(
 
 /// What a flow loads before it copies anything.
 struct Setup {
-    stored: HashMap<(String, i32), i64>,
+    stored: positions::Stored,
     producer: Arc<IdempotentProducer>,
     /// The cluster of the offset-syncs topic, when syncs are emitted.
     syncs_cluster: Option<Arc<KafkaCluster>>,
@@ -417,7 +419,7 @@ async fn setup(flow: &FlowConfig, target: &Arc<KafkaCluster>) -> Result<Setup, K
                 name: positions_topic.clone(),
                 partitions: flow.internal.positions_partitions,
                 replication_factor: flow.internal.positions_replication_factor,
-                configs: vec![("cleanup.policy".into(), "compact".into())],
+                configs: positions::topic_configs(),
             },
         )
         .await?;
@@ -549,12 +551,16 @@ impl Control {
                 continue; // still being created; next round
             }
             let n = t.partitions.len() as i32;
-            if let Some(old) = self.topic_ids.get(&d.source) {
-                if *old != t.id && !t.id.is_nil() {
-                    self.recreated(&d.source, *old, t.id).await;
-                }
+            // Brokers before 2.8 have no topic ids (nil): nothing to compare or record.
+            let known = self.topic_ids.get(&d.source).copied();
+            if !t.id.is_nil() && known != Some(t.id) {
+                let forget = match known {
+                    Some(old) => self.recreated(&d.source, old, t.id).await,
+                    None => BTreeSet::new(),
+                };
+                self.ctx.board.log(&d.source, t.id, forget);
+                self.topic_ids.insert(d.source.clone(), t.id);
             }
-            self.topic_ids.insert(d.source.clone(), t.id);
             let created = match remote_topics::ensure(
                 flow,
                 &ctx.source,
@@ -671,20 +677,37 @@ impl Control {
     /// A source topic deleted and re-created: positions and translation runs belong to the old
     /// log. Its tasks are stopped and start again on the new log from `auto.offset.reset`
     /// (earliest by default); the remote topic keeps the old records, followed by the new ones.
-    async fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) {
-        tracing::error!(flow = %self.ctx.flow.id, topic, old_topic_id = %old, new_topic_id = %new, "source topic was deleted and re-created; copying the new topic from its start (the remote topic keeps the old records)");
+    /// Stops a re-created topic's tasks and drops its positions; returns the partitions whose
+    /// stored positions (of the old log) are to be removed from the positions topic.
+    async fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) -> BTreeSet<i32> {
+        let while_stopped = self.first_round;
+        tracing::error!(
+            flow = %self.ctx.flow.id,
+            topic,
+            old_topic_id = %topic_id_text(&old),
+            new_topic_id = %topic_id_text(&new),
+            while_stopped,
+            "source topic was deleted and re-created; copying the new topic from its start (the remote topic keeps the old records)"
+        );
         let keys: Vec<(String, i32)> = self
             .running
             .keys()
             .filter(|(t, _)| t == topic)
             .cloned()
             .collect();
+        let mut forget: BTreeSet<i32> = keys.iter().map(|(_, p)| *p).collect();
         for key in keys {
             if let Some(r) = self.running.remove(&key) {
                 r.stop.trigger();
                 let _ = r.task.await;
             }
         }
+        forget.extend(
+            self.stored
+                .keys()
+                .filter(|(t, _)| t == topic)
+                .map(|(_, p)| *p),
+        );
         self.stored.retain(|(t, _), _| t != topic);
         self.ctx.board.forget(topic);
         self.ctx
@@ -697,6 +720,7 @@ impl Control {
             .errors
             .get_or_create(&self.ctx.labels.error("topic_recreated"))
             .inc();
+        forget
     }
 
     fn report(&mut self, topic: &str, kind: &str, e: &KafkaError) {

@@ -10,58 +10,152 @@
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
-use crate::wire::positions::{positions_partition, SourcePosition};
+use crate::wire::positions::{
+    positions_partition, source_log_key, source_log_value, SourcePosition, StoredRecord,
+};
 use bytes::Bytes;
-use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::cluster::{KafkaCluster, TopicId};
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Reads every position of `cluster` from the positions topic (the last record per key wins).
-pub async fn load(
-    k: &KafkaCluster,
-    topic: &str,
-    cluster: &str,
-) -> Result<HashMap<(String, i32), i64>, KafkaError> {
-    let mut out = HashMap::new();
+/// The configs of a positions topic kmirror creates. Compacted, as Connect requires; and with
+/// 16 MiB segments rolled at least hourly, because the log cleaner never touches the active
+/// segment: with Kafka's defaults (1 GiB, 7 days) a busy flow, which stores each partition's
+/// position four times a second, leaves up to a GiB per partition uncompacted, and all of it is
+/// read at every start. Writing less often would keep it smaller but copy more twice after a
+/// crash. An existing topic (created by MM2) keeps its settings (docs/operating.md).
+pub(super) fn topic_configs() -> Vec<(String, String)> {
+    [
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "16777216"),
+        ("segment.ms", "3600000"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// What a flow finds in the positions topic for its source cluster.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The last source offset copied, per source partition.
+    pub positions: HashMap<(String, i32), i64>,
+    /// The log (topic id) each topic's positions belong to, where kmirror recorded it; a topic
+    /// without one (positions written by MM2, or by kmirror before it recorded logs) is trusted
+    /// as it is.
+    pub logs: HashMap<String, TopicId>,
+}
+
+impl Stored {
+    /// Applies one record of the positions topic, read in log order (the last record per key
+    /// wins; a tombstone removes what came before).
+    pub fn apply(&mut self, cluster: &str, record: StoredRecord) {
+        match record {
+            StoredRecord::Position(p) if p.cluster == cluster => {
+                self.positions.insert((p.topic, p.partition), p.offset);
+            }
+            StoredRecord::Forgotten {
+                cluster: c,
+                topic,
+                partition,
+            } if c == cluster => {
+                self.positions.remove(&(topic, partition));
+            }
+            StoredRecord::Log {
+                cluster: c,
+                topic,
+                id,
+            } if c == cluster => match id {
+                Some(id) => {
+                    self.logs.insert(topic, id);
+                }
+                None => {
+                    self.logs.remove(&topic);
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
+/// Reads every position of `cluster` from the positions topic, one fetch at a time: memory
+/// grows with the number of keys, not with the length of a log compaction has not reached yet.
+pub async fn load(k: &KafkaCluster, topic: &str, cluster: &str) -> Result<Stored, KafkaError> {
+    let mut out = Stored::default();
     let partitions = k
         .metadata()
         .topics
         .get(topic)
         .map_or(0, |t| t.partitions.len() as i32);
     for p in 0..partitions {
-        let (records, _) = super::log_reader::read_to_end(k, topic, p, None).await?;
-        for r in records {
-            if let Some(pos) = r
+        super::log_reader::visit_to_end(k, topic, p, None, |r| {
+            if let Some(rec) = r
                 .key
                 .as_deref()
-                .and_then(|key| SourcePosition::decode(key, r.value.as_deref()))
+                .and_then(|key| StoredRecord::decode(key, r.value.as_deref()))
             {
-                if pos.cluster == cluster {
-                    out.insert((pos.topic, pos.partition), pos.offset);
-                }
+                out.apply(cluster, rec);
             }
-        }
+        })
+        .await?;
     }
     Ok(out)
 }
 
-/// The newest acknowledged source offset per partition, and which ones are not stored yet.
+/// The newest acknowledged source offset per partition, and which ones are not stored yet;
+/// also the log each topic's positions belong to, when that changed.
 #[derive(Debug, Default)]
 pub(super) struct Board {
-    inner: Mutex<BTreeMap<(String, i32), (i64, bool)>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    positions: BTreeMap<(String, i32), (i64, bool)>,
+    logs: BTreeMap<String, LogChange>,
+}
+
+/// A topic's log to record, and the positions of its earlier log to remove first.
+#[derive(Debug)]
+struct LogChange {
+    id: TopicId,
+    forget: BTreeSet<i32>,
+    dirty: bool,
+}
+
+/// What one store writes, in this order: tombstones, then logs, then positions. A log is
+/// written only once the tombstones for its earlier log are acknowledged: written before them,
+/// a crash in between would leave the old log's positions stored under the new log's id, and
+/// the new log would be resumed at the old offsets (records skipped).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Dirty {
+    pub(super) forget: Vec<(String, i32)>,
+    pub(super) logs: Vec<(String, TopicId)>,
+    pub(super) positions: Vec<(String, i32, i64)>,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.forget.is_empty() && self.logs.is_empty() && self.positions.is_empty()
+    }
 }
 
 impl Board {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records that everything up to `offset` (inclusive) is on the target.
     pub(super) fn acknowledged(&self, topic: &str, partition: i32, offset: i64) {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.lock();
         let e = m
+            .positions
             .entry((topic.to_string(), partition))
             .or_insert((offset, true));
         if offset >= e.0 {
@@ -71,31 +165,69 @@ impl Board {
 
     /// Drops a topic's positions (it was re-created: its old offsets mean nothing now).
     pub(super) fn forget(&self, topic: &str) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(t, _), _| t != topic);
+        self.lock().positions.retain(|(t, _), _| t != topic);
     }
 
-    /// The positions not stored yet (marked stored; [`Board::unstored`] puts back failures).
-    fn take_dirty(&self) -> Vec<(String, i32, i64)> {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        m.iter_mut()
+    /// Records that `topic`'s positions belong to the log `id`; the stored positions of
+    /// `forget` (partitions of an earlier log) are removed before that is written.
+    pub(super) fn log(&self, topic: &str, id: TopicId, forget: impl IntoIterator<Item = i32>) {
+        let mut m = self.lock();
+        let e = m.logs.entry(topic.to_string()).or_insert(LogChange {
+            id,
+            forget: BTreeSet::new(),
+            dirty: true,
+        });
+        e.id = id;
+        e.dirty = true;
+        e.forget.extend(forget);
+    }
+
+    /// What is not stored yet (marked stored; [`Board::unstored`] puts back failures).
+    fn take_dirty(&self) -> Dirty {
+        let mut m = self.lock();
+        let mut d = Dirty::default();
+        for (t, c) in m.logs.iter_mut().filter(|(_, c)| c.dirty) {
+            c.dirty = false;
+            d.forget.extend(
+                std::mem::take(&mut c.forget)
+                    .into_iter()
+                    .map(|p| (t.clone(), p)),
+            );
+            d.logs.push((t.clone(), c.id));
+        }
+        d.positions = m
+            .positions
+            .iter_mut()
             .filter(|(_, v)| v.1)
             .map(|((t, p), v)| {
                 v.1 = false;
                 (t.clone(), *p, v.0)
             })
-            .collect()
+            .collect();
+        d
     }
 
-    fn unstored(&self, failed: &[(String, i32, i64)]) {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        for (t, p, o) in failed {
-            if let Some(v) = m.get_mut(&(t.clone(), *p)) {
-                if v.0 == *o {
+    fn unstored(&self, failed: Dirty) {
+        let mut m = self.lock();
+        for (t, p, o) in failed.positions {
+            if let Some(v) = m.positions.get_mut(&(t, p)) {
+                if v.0 == o {
                     v.1 = true;
                 }
+            }
+        }
+        // Tombstones come back even when the topic's log changed again meanwhile: removing a
+        // position costs a copy from the log start at worst, keeping an old one skips records.
+        for (t, _) in failed.logs {
+            if let Some(c) = m.logs.get_mut(&t) {
+                c.dirty = true;
+                c.forget.extend(
+                    failed
+                        .forget
+                        .iter()
+                        .filter(|(ft, _)| *ft == t)
+                        .map(|(_, p)| *p),
+                );
             }
         }
     }
@@ -158,7 +290,7 @@ impl Writer {
                 .errors
                 .get_or_create(&self.labels.error("positions"))
                 .inc();
-            self.board.unstored(&dirty);
+            self.board.unstored(dirty);
             // A lane that failed may hold a broken sequence: start over with fresh lanes.
             self.lanes.clear();
             if let Ok(p) = IdempotentProducer::new(self.target.clone()).await {
@@ -167,7 +299,46 @@ impl Writer {
         }
     }
 
-    async fn store(&mut self, positions: &[(String, i32, i64)]) -> Result<(), KafkaError> {
+    async fn store(&mut self, dirty: &Dirty) -> Result<(), KafkaError> {
+        let now = super::now_ms();
+        let cluster = self.cluster_alias.clone();
+        let tombstones = dirty.forget.iter().map(|(topic, partition)| {
+            let key = crate::wire::positions::source_key(&cluster, topic, *partition);
+            (key, None)
+        });
+        self.write(tombstones.collect(), now).await?;
+        let logs = dirty
+            .logs
+            .iter()
+            .map(|(topic, id)| (source_log_key(&cluster, topic), Some(source_log_value(id))));
+        self.write(logs.collect(), now).await?;
+        let positions = dirty.positions.iter().map(|(topic, partition, offset)| {
+            let pos = SourcePosition {
+                cluster: cluster.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            };
+            (pos.key(), Some(pos.value()))
+        });
+        self.write(positions.collect(), now).await?;
+        self.metrics
+            .positions_stored
+            .get_or_create(&self.labels)
+            .inc_by(dirty.positions.len() as u64);
+        Ok(())
+    }
+
+    /// Writes records (key, value; `None` is a tombstone) to the partitions their keys go to,
+    /// and waits until all are acknowledged.
+    async fn write(
+        &mut self,
+        records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        now: i64,
+    ) -> Result<(), KafkaError> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let partitions = self
             .target
             .metadata()
@@ -175,23 +346,15 @@ impl Writer {
             .get(&self.topic)
             .map_or(1, |t| t.partitions.len() as i32);
         let mut by_partition: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
-        let now = super::now_ms();
-        for (topic, partition, offset) in positions {
-            let pos = SourcePosition {
-                cluster: self.cluster_alias.clone(),
-                topic: topic.clone(),
-                partition: *partition,
-                offset: *offset,
-            };
-            let key = pos.key();
-            let records = by_partition
+        for (key, value) in records {
+            let batch = by_partition
                 .entry(positions_partition(&key, partitions))
                 .or_default();
-            records.push(Record {
-                offset: records.len() as i64,
+            batch.push(Record {
+                offset: batch.len() as i64,
                 timestamp: now,
                 key: Some(Bytes::from(key)),
-                value: Some(Bytes::from(pos.value())),
+                value: value.map(Bytes::from),
                 headers: vec![],
             });
         }
@@ -207,10 +370,6 @@ impl Writer {
         for lane in self.lanes.values_mut() {
             lane.flush().await?;
         }
-        self.metrics
-            .positions_stored
-            .get_or_create(&self.labels)
-            .inc_by(positions.len() as u64);
         Ok(())
     }
 }
@@ -226,13 +385,75 @@ mod tests {
         b.acknowledged("t", 0, 5); // out-of-order report: ignored
         b.acknowledged("t", 1, 3);
         let d = b.take_dirty();
-        assert_eq!(d, vec![("t".into(), 0, 10), ("t".into(), 1, 3)]);
+        assert_eq!(d.positions, vec![("t".into(), 0, 10), ("t".into(), 1, 3)]);
         assert!(b.take_dirty().is_empty());
-        b.unstored(&d);
+        b.unstored(d);
         b.acknowledged("t", 1, 4);
         assert_eq!(
-            b.take_dirty(),
+            b.take_dirty().positions,
             vec![("t".into(), 0, 10), ("t".into(), 1, 4)]
         );
+    }
+
+    #[test]
+    fn a_new_log_carries_the_tombstones_of_the_old_one_until_both_are_stored() {
+        let b = Board::default();
+        let (old, new) = (TopicId::from_u128(1), TopicId::from_u128(2));
+        b.log("t", old, []);
+        assert_eq!(
+            b.take_dirty(),
+            Dirty {
+                logs: vec![("t".into(), old)],
+                ..Dirty::default()
+            }
+        );
+        b.acknowledged("t", 0, 10);
+        b.forget("t");
+        b.log("t", new, [0, 1]);
+        let d = b.take_dirty();
+        assert_eq!(d.forget, vec![("t".into(), 0), ("t".into(), 1)]);
+        assert_eq!(d.logs, vec![("t".into(), new)]);
+        assert!(d.positions.is_empty(), "the old log's position was dropped");
+        // The store failed: everything comes back, tombstones included.
+        b.unstored(d);
+        let d = b.take_dirty();
+        assert_eq!(d.forget, vec![("t".into(), 0), ("t".into(), 1)]);
+        assert_eq!(d.logs, vec![("t".into(), new)]);
+        assert!(b.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn loading_applies_tombstones_and_logs_in_order_for_one_cluster_only() {
+        let mut s = Stored::default();
+        let pos = |cluster: &str, partition, offset| {
+            StoredRecord::Position(SourcePosition {
+                cluster: cluster.into(),
+                topic: "t".into(),
+                partition,
+                offset,
+            })
+        };
+        let log = |id| StoredRecord::Log {
+            cluster: "A".into(),
+            topic: "t".into(),
+            id,
+        };
+        s.apply("A", pos("A", 0, 10));
+        s.apply("A", pos("A", 1, 20));
+        s.apply("A", pos("C", 2, 30)); // another flow's source cluster
+        s.apply("A", log(Some(TopicId::from_u128(1))));
+        s.apply(
+            "A",
+            StoredRecord::Forgotten {
+                cluster: "A".into(),
+                topic: "t".into(),
+                partition: 0,
+            },
+        );
+        s.apply("A", log(Some(TopicId::from_u128(2))));
+        assert_eq!(s.positions, HashMap::from([(("t".into(), 1), 20)]));
+        assert_eq!(s.logs, HashMap::from([("t".into(), TopicId::from_u128(2))]));
+        s.apply("A", log(None));
+        assert!(s.logs.is_empty());
     }
 }

@@ -161,7 +161,8 @@ pub async fn flow(
         flow.id.source.as_str(),
     )
     .await
-    .unwrap_or_default();
+    .unwrap_or_default()
+    .positions;
     let src_parts: Vec<(String, i32)> = pairs
         .iter()
         .flat_map(|(s, _, n)| (0..*n).map(move |p| (s.clone(), p)))

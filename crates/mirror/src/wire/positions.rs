@@ -3,6 +3,7 @@
 //! the serialized key *bytes*, so the JSON must be exactly what Java's JsonConverter writes:
 //! compact, and the map keys in the order Java's HashMap iterates them.
 
+use kmirror_kafka::cluster::{parse_topic_id, topic_id_text, TopicId};
 use serde_json::Value;
 
 /// Where a source partition has been copied up to.
@@ -83,6 +84,80 @@ impl SourcePosition {
     }
 }
 
+/// kmirror's own record in the positions topic: which log of a source topic (its topic id,
+/// KIP-516) the stored positions of that topic belong to, so a topic deleted and re-created
+/// while kmirror was stopped is recognised (docs/engine.md, "Re-created topics"). A separate
+/// key leaves MM2's position records byte-for-byte as MM2 writes them; Connect keeps this key
+/// as the partition of a connector named `kmirror-source-log` that MM2 never asks for.
+///
+/// `["kmirror-source-log",{"cluster":"A","topic":"t"}]`
+pub fn source_log_key(cluster: &str, topic: &str) -> Vec<u8> {
+    format!(
+        "[\"{SOURCE_LOG}\",{{\"cluster\":{},\"topic\":{}}}]",
+        json_str(cluster),
+        json_str(topic)
+    )
+    .into_bytes()
+}
+
+const SOURCE_LOG: &str = "kmirror-source-log";
+
+/// `{"topic_id":"<id as Kafka's tools print it>"}`
+pub fn source_log_value(id: &TopicId) -> Vec<u8> {
+    format!("{{\"topic_id\":{}}}", json_str(&topic_id_text(id))).into_bytes()
+}
+
+/// One record of the positions topic, as far as a flow reading it cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredRecord {
+    Position(SourcePosition),
+    /// A tombstone for a position: that partition starts over (its topic was re-created).
+    Forgotten {
+        cluster: String,
+        topic: String,
+        partition: i32,
+    },
+    /// Which log the positions of `topic` belong to (`None`: a tombstone or an id that does
+    /// not parse, so nothing is known).
+    Log {
+        cluster: String,
+        topic: String,
+        id: Option<TopicId>,
+    },
+}
+
+impl StoredRecord {
+    /// Reads a record of the positions topic; `None` for other connectors' records and
+    /// anything that does not parse.
+    pub fn decode(key: &[u8], value: Option<&[u8]>) -> Option<StoredRecord> {
+        let parsed: Value = serde_json::from_slice(key).ok()?;
+        let arr = parsed.as_array()?;
+        if arr.len() != 2 {
+            return None;
+        }
+        let m = arr[1].as_object()?;
+        let cluster = m.get("cluster")?.as_str()?.to_string();
+        let topic = m.get("topic")?.as_str()?.to_string();
+        match arr[0].as_str()? {
+            "MirrorSourceConnector" => match value {
+                Some(_) => SourcePosition::decode(key, value).map(StoredRecord::Position),
+                None => Some(StoredRecord::Forgotten {
+                    cluster,
+                    topic,
+                    partition: i32::try_from(m.get("partition")?.as_i64()?).ok()?,
+                }),
+            },
+            SOURCE_LOG => {
+                let id = value
+                    .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+                    .and_then(|v| v.get("topic_id")?.as_str().and_then(parse_topic_id));
+                Some(StoredRecord::Log { cluster, topic, id })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The partition of the positions topic a key goes to: Connect's producer uses Kafka's default
 /// partitioner on the key bytes.
 pub fn positions_partition(key: &[u8], partitions: i32) -> i32 {
@@ -139,6 +214,56 @@ mod tests {
         );
         assert_eq!(SourcePosition::decode(&source_key("A", "t", 0), None), None);
         assert_eq!(SourcePosition::decode(b"not json", Some(b"{}")), None);
+    }
+
+    #[test]
+    fn source_logs_and_tombstones_are_read_back() {
+        let id = TopicId::from_u128(7);
+        let key = source_log_key("A", "orders");
+        assert_eq!(
+            key,
+            br#"["kmirror-source-log",{"cluster":"A","topic":"orders"}]"#.to_vec()
+        );
+        assert_eq!(
+            source_log_value(&id),
+            br#"{"topic_id":"AAAAAAAAAAAAAAAAAAAABw"}"#.to_vec()
+        );
+        let log = |id| StoredRecord::Log {
+            cluster: "A".into(),
+            topic: "orders".into(),
+            id,
+        };
+        assert_eq!(
+            StoredRecord::decode(&key, Some(&source_log_value(&id))),
+            Some(log(Some(id)))
+        );
+        assert_eq!(StoredRecord::decode(&key, None), Some(log(None)));
+        assert_eq!(
+            StoredRecord::decode(&key, Some(br#"{"topic_id":"??"}"#)),
+            Some(log(None))
+        );
+        assert_eq!(
+            StoredRecord::decode(&source_key("A", "orders", 3), None),
+            Some(StoredRecord::Forgotten {
+                cluster: "A".into(),
+                topic: "orders".into(),
+                partition: 3
+            })
+        );
+        assert_eq!(
+            StoredRecord::decode(&source_key("A", "orders", 3), Some(br#"{"offset":5}"#)),
+            Some(StoredRecord::Position(SourcePosition {
+                cluster: "A".into(),
+                topic: "orders".into(),
+                partition: 3,
+                offset: 5
+            }))
+        );
+        assert_eq!(
+            StoredRecord::decode(&checkpoint_key("g", "t", 0), Some(br#"{"offset":0}"#)),
+            None
+        );
+        assert_eq!(StoredRecord::decode(b"[1,2]", None), None);
     }
 
     #[test]
