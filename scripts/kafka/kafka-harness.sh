@@ -15,6 +15,12 @@
 #                with N >= 3 replication factor 3 and min.insync.replicas=2 by default
 #                (N = 2: 2 and 1). Ready once every node answers and all N brokers are
 #                registered. Each node's files are in RUN/NAME/node-K/.
+#       --advertise-base P  clients are sent elsewhere (to a fault-injecting proxy the caller
+#                runs, such as the testkit's): node K advertises its client listener as
+#                127.0.0.1:P+2(K-1) and talks to the other brokers on a listener of its own,
+#                INTERNAL on P+2(K-1)+1, so cutting clients off leaves replication alone.
+#                PLAINTEXT only. env's BOOTSTRAP lists the INTERNAL listeners (the harness's
+#                tools use them, never the proxies); ADVERTISED_BOOTSTRAP lists the proxies.
 #       (none)   listener PLAINTEXT
 #       --sasl   SASL/PLAIN, users $KAFKA_ADMIN_USER + $KAFKA_SASL_USERS
 #       --scram  implies --sasl; also SCRAM-SHA-256 and SCRAM-SHA-512 (credentials for every
@@ -709,6 +715,12 @@ write_env() {  # write_env DIR NAME PORT CPORT CLUSTER_ID NODES: KEY=VALUE lines
   local dir="$1" nodes="$6" users="" up k bootstrap=""
   for up in $SASL_USERS; do users+="${users:+,}$up"; done
   for ((k = 1; k <= nodes; k++)); do bootstrap+="${bootstrap:+,}127.0.0.1:$(($3 + 2 * (k - 1)))"; done
+  # With --advertise-base the harness's own tools use the INTERNAL listeners: a broker answers
+  # with the addresses of the listener asked, so they never pass through the caller's proxies.
+  if [[ -n "${abase:-}" ]]; then
+    bootstrap=""
+    for ((k = 1; k <= nodes; k++)); do bootstrap+="${bootstrap:+,}127.0.0.1:$((abase + 2 * (k - 1) + 1))"; done
+  fi
   {
     echo "NAME=$2"
     echo "KAFKA_VERSION=$KAFKA_VERSION"
@@ -718,6 +730,11 @@ write_env() {  # write_env DIR NAME PORT CPORT CLUSTER_ID NODES: KEY=VALUE lines
     echo "BROKERS=$nodes"
     for ((k = 1; k <= nodes; k++)); do echo "NODE_${k}_PORT=$(($3 + 2 * (k - 1)))"; done
     echo "CLUSTER_ID=$5"
+    if [[ -n "${abase:-}" ]]; then
+      local adv=""
+      for ((k = 1; k <= nodes; k++)); do adv+="${adv:+,}127.0.0.1:$((abase + 2 * (k - 1)))"; done
+      echo "ADVERTISED_BOOTSTRAP=$adv"
+    fi
     echo "SECURITY_PROTOCOL=$lsn"
     echo "RUN_DIR=$dir"
     echo "LOG_DIR=$(node_dir "$dir" 1 "$nodes")/logs"
@@ -849,7 +866,7 @@ cmd_start() {
   local name="$1" port="$2"; shift 2
   check_name "$name"
   if ! [[ "$port" =~ ^[0-9]+$ ]] || ((port < 1024 || port > 65534)); then die "bad PORT '$port'"; fi
-  local sasl="" acl="" scram="" ssl="" mtls="" quorum=static nodes=1
+  local sasl="" acl="" scram="" ssl="" mtls="" quorum=static nodes=1 abase=""
   local -a props=()
   while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -861,11 +878,16 @@ cmd_start() {
       --quorum) [[ "${2:-}" =~ ^(static|dynamic)$ ]] || die "--quorum static|dynamic"; quorum="$2"; shift ;;
       --prop) [[ "${2:-}" == *=* ]] || die "--prop key=value"; props+=("$2"); shift ;;
       --brokers) [[ "${2:-}" =~ ^[1-5]$ ]] || die "--brokers N (1 to 5), got '${2:-}'"; nodes="$2"; shift ;;
+      --advertise-base) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--advertise-base PORT"; abase="$2"; shift ;;
       *) die "unknown option $1" ;;
     esac
     shift
   done
   if [[ "$quorum" == dynamic ]] && ((nodes > 1)); then die "--quorum dynamic takes one node (--brokers 1)"; fi
+  if [[ -n "$abase" ]]; then
+    [[ -z "$sasl$ssl" && "$quorum" == static ]] || die "--advertise-base takes a PLAINTEXT cluster with a static quorum"
+    ((abase >= 1024 && abase + 2 * nodes - 1 <= 65535)) || die "bad --advertise-base '$abase'"
+  fi
   if ((port + 2 * nodes - 1 > 65535)); then die "PORT $port leaves no room for $nodes nodes"; fi
   ensure_libs; ensure_conf
   local dir="$RUN_ROOT/$name" cport=$((port + 1)) k
@@ -887,8 +909,16 @@ cmd_start() {
   for ((k = 1; k <= nodes; k++)); do
     nd="$(node_dir "$dir" "$k" "$nodes")"
     mkdir -p "$nd/data" "$nd/logs"
+    local -a node_props=()
+    if [[ -n "$abase" ]]; then
+      local ap=$((abase + 2 * (k - 1))) ip=$((abase + 2 * (k - 1) + 1))
+      node_props=("listeners=PLAINTEXT://127.0.0.1:$((port + 2 * (k - 1))),INTERNAL://127.0.0.1:$ip,CONTROLLER://127.0.0.1:$((port + 2 * (k - 1) + 1))"
+        "advertised.listeners=PLAINTEXT://127.0.0.1:$ap,INTERNAL://127.0.0.1:$ip"
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"
+        "inter.broker.listener.name=INTERNAL")
+    fi
     write_server_props "$nd" $((port + 2 * (k - 1))) $((port + 2 * (k - 1) + 1)) "$quorum" "$k" \
-      "$nodes" "$voters" "${props[@]}"
+      "$nodes" "$voters" "${node_props[@]}" "${props[@]}"
   done
   # client configs: client.properties = admin (SASL) or anonymous/certificate (PLAINTEXT, SSL, mTLS);
   # with SASL also client-USER.properties (PLAIN) and, with --scram,

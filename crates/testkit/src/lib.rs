@@ -9,6 +9,8 @@
 //! - Nothing is skipped: when Java, the jars or a broker are missing, the call fails loudly with
 //!   the harness's message (which includes the tail of the broker log).
 
+pub mod netfault;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::TcpListener;
@@ -153,6 +155,30 @@ pub fn free_port_pair() -> u16 {
     free_ports(2)
 }
 
+/// `host:port,host:port` as broker addresses.
+fn addresses(list: &str) -> Vec<kmirror_kafka::BrokerAddress> {
+    list.split(',')
+        .map(|a| {
+            let (host, port) = a.rsplit_once(':').expect("host:port");
+            kmirror_kafka::BrokerAddress {
+                host: host.into(),
+                port: port.parse().expect("a port"),
+            }
+        })
+        .collect()
+}
+
+/// Like [`free_ports`], for a range that does not overlap `taken..taken + len` (found free
+/// too, but not bound yet).
+fn free_ports_except(n: u16, taken: u16, len: u16) -> u16 {
+    loop {
+        let p = free_ports(n);
+        if p + n <= taken || p >= taken + len {
+            return p;
+        }
+    }
+}
+
 /// An even port P such that P..P+n are all free right now (a broker and its controller per
 /// node of a cluster).
 pub fn free_ports(n: u16) -> u16 {
@@ -184,6 +210,8 @@ pub struct Cluster {
     brokers: u16,
     /// How long `start` took (format + ready).
     pub start_time: Duration,
+    /// One per node when started with [`Cluster::start_proxied`] (dropped after the brokers).
+    proxies: Vec<netfault::Proxy>,
 }
 
 impl Cluster {
@@ -209,16 +237,59 @@ impl Cluster {
         brokers: u16,
         props: &[&str],
     ) -> Result<Cluster, HarnessError> {
+        Cluster::start_inner(name, security, brokers, props, false)
+    }
+
+    /// A PLAINTEXT cluster of `brokers` nodes whose clients reach each broker through a
+    /// [`netfault::Proxy`] ([`Cluster::proxy`]): the brokers advertise the proxies, and
+    /// replicate among themselves on a listener of their own, so a fault cuts clients off a
+    /// broker and leaves the cluster itself alone.
+    pub fn start_proxied(
+        name: &str,
+        brokers: u16,
+        props: &[&str],
+    ) -> Result<Cluster, HarnessError> {
+        Cluster::start_inner(name, Security::Plaintext, brokers, props, true)
+    }
+
+    fn start_inner(
+        name: &str,
+        security: Security,
+        brokers: u16,
+        props: &[&str],
+        proxied: bool,
+    ) -> Result<Cluster, HarnessError> {
         let t0 = Instant::now();
         let mut attempt = 0;
-        let (unique, out) = loop {
+        let (unique, out, proxies) = loop {
             attempt += 1;
-            let port = free_ports(2 * brokers).to_string();
+            let port = free_ports(2 * brokers);
+            // The proxies listen before the brokers start: readiness is checked through them.
+            let mut proxies = Vec::new();
+            let mut abase = String::new();
+            if proxied {
+                let base = free_ports_except(2 * brokers, port, 2 * brokers);
+                for k in 0..brokers {
+                    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], port + 2 * k));
+                    proxies.push(netfault::Proxy::start(base + 2 * k, upstream).map_err(|e| {
+                        HarnessError::Failed {
+                            what: format!("proxy on port {}", base + 2 * k),
+                            status: e.to_string(),
+                            stderr: String::new(),
+                        }
+                    })?);
+                }
+                abase = base.to_string();
+            }
+            let port = port.to_string();
             let unique = format!("{name}-{port}");
             let nodes = brokers.to_string();
             let mut args = vec!["start", unique.as_str(), port.as_str()];
             if brokers > 1 {
                 args.extend(["--brokers", nodes.as_str()]);
+            }
+            if proxied {
+                args.extend(["--advertise-base", abase.as_str()]);
             }
             args.extend(security.flags());
             for p in props {
@@ -228,7 +299,7 @@ impl Cluster {
                 &format!("kafka-harness start {unique}"),
                 run("kafka-harness start", harness(&args), None)?,
             ) {
-                Ok(out) => break (unique, out),
+                Ok(out) => break (unique, out, proxies),
                 // A port found free was taken before a node bound it: stop what started and
                 // try other ports (twice at most; anything else fails at once).
                 Err(HarnessError::Failed { ref stderr, .. })
@@ -253,7 +324,11 @@ impl Cluster {
         // The address comes from the cluster's env file, not from the harness's stdout: run from
         // a non-terminal under `timeout`, the last stdout line once carried escape sequences.
         let bootstrap = env
-            .get("BOOTSTRAP")
+            .get(if proxied {
+                "ADVERTISED_BOOTSTRAP"
+            } else {
+                "BOOTSTRAP"
+            })
             .cloned()
             .ok_or_else(|| HarnessError::Failed {
                 what: format!("kafka-harness start {unique}"),
@@ -268,7 +343,18 @@ impl Cluster {
             dir,
             brokers,
             start_time: t0.elapsed(),
+            proxies,
         })
+    }
+
+    /// The proxy in front of broker `node` (1 to N) of a [`Cluster::start_proxied`] cluster.
+    pub fn proxy(&self, node: u16) -> &netfault::Proxy {
+        assert!(
+            !self.proxies.is_empty(),
+            "{} was not started with Cluster::start_proxied",
+            self.name
+        );
+        &self.proxies[usize::from(node - 1)]
     }
 
     /// How many nodes (broker ids 1 to N).
@@ -319,7 +405,7 @@ impl Cluster {
             "topics",
             &[
                 "--bootstrap-server",
-                &self.bootstrap,
+                self.tools_bootstrap(),
                 "--command-config",
                 cfg.to_str().unwrap_or_default(),
                 "--describe",
@@ -378,7 +464,7 @@ impl Cluster {
             "reassign-partitions",
             &[
                 "--bootstrap-server",
-                &self.bootstrap,
+                self.tools_bootstrap(),
                 "--command-config",
                 cfg,
                 "--reassignment-json-file",
@@ -396,7 +482,7 @@ impl Cluster {
                 "leader-election",
                 &[
                     "--bootstrap-server",
-                    &self.bootstrap,
+                    self.tools_bootstrap(),
                     "--admin.config",
                     cfg,
                     "--election-type",
@@ -423,8 +509,17 @@ impl Cluster {
         }
     }
 
+    /// Where clients connect (through the proxies of a [`Cluster::start_proxied`] cluster).
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
+    }
+
+    /// Where the test's Java tools connect: the clients' address, except on a proxied cluster,
+    /// where it is the brokers' INTERNAL listeners, so a fault injected for clients does not
+    /// hang the tools a test uses to look at or steer the cluster (leaders then come back as
+    /// INTERNAL addresses too, since a broker answers with the listener asked).
+    pub fn tools_bootstrap(&self) -> &str {
+        self.env("BOOTSTRAP").unwrap_or(&self.bootstrap)
     }
 
     /// A value of the harness's `env` file for this cluster (e.g. `SSL_CA_PEM`).
@@ -498,7 +593,7 @@ impl Cluster {
             "topics",
             &[
                 "--bootstrap-server",
-                &self.bootstrap,
+                self.tools_bootstrap(),
                 "--command-config",
                 cfg.to_str().unwrap_or_default(),
                 "--create",
@@ -527,7 +622,7 @@ impl Cluster {
             "console-producer",
             &[
                 "--bootstrap-server",
-                &self.bootstrap,
+                self.tools_bootstrap(),
                 "--producer.config",
                 cfg.to_str().unwrap_or_default(),
                 "--topic",
@@ -551,7 +646,7 @@ impl Cluster {
             "console-consumer",
             &[
                 "--bootstrap-server",
-                &self.bootstrap,
+                self.tools_bootstrap(),
                 "--command-config", // --consumer.config prints a deprecation notice on stdout since Kafka 4.2
                 cfg.to_str().unwrap_or_default(),
                 "--topic",
@@ -572,8 +667,8 @@ impl Cluster {
     /// admin super user) and TLS with the cluster's CA (and client certificate under mTLS).
     pub fn client_settings(&self, user: Option<&str>) -> kmirror_kafka::ClientSettings {
         use kmirror_kafka::{
-            BrokerAddress, KeyMaterial, SaslCredentials, SaslMechanism, Secret, SecurityProtocol,
-            TlsSettings, TrustMaterial,
+            KeyMaterial, SaslCredentials, SaslMechanism, Secret, SecurityProtocol, TlsSettings,
+            TrustMaterial,
         };
         let protocol =
             SecurityProtocol::parse(self.env("SECURITY_PROTOCOL").unwrap_or("PLAINTEXT"))
@@ -613,22 +708,22 @@ impl Cluster {
             verify_hostname: true,
         });
         kmirror_kafka::ClientSettings {
-            bootstrap: self
-                .bootstrap
-                .split(',')
-                .map(|a| {
-                    let (host, port) = a.rsplit_once(':').expect("host:port");
-                    BrokerAddress {
-                        host: host.into(),
-                        port: port.parse().expect("a port"),
-                    }
-                })
-                .collect(),
+            bootstrap: addresses(&self.bootstrap),
             security_protocol: protocol,
             sasl,
             tls,
             client_id: Some("kmirror-test".into()),
             request_timeout: Duration::from_secs(15),
+        }
+    }
+
+    /// Like [`Cluster::client_settings`] for the admin user, connecting where the tools do
+    /// ([`Cluster::tools_bootstrap`]): on a proxied cluster, a view of the cluster that no
+    /// injected fault disturbs.
+    pub fn direct_client_settings(&self) -> kmirror_kafka::ClientSettings {
+        kmirror_kafka::ClientSettings {
+            bootstrap: addresses(self.tools_bootstrap()),
+            ..self.client_settings(None)
         }
     }
 
@@ -956,7 +1051,7 @@ pub fn produce_keyed(c: &Cluster, topic: &str, lines: &[String]) {
             "console-producer",
             &[
                 "--bootstrap-server",
-                c.bootstrap(),
+                c.tools_bootstrap(),
                 "--producer.config",
                 cfg.to_str().unwrap_or_default(),
                 "--topic",
