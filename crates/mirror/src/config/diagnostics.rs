@@ -48,11 +48,18 @@ pub fn is_sensitive_key(key: &str) -> bool {
 /// A value as it may be shown for `key`: masked when sensitive, and with the credentials of any
 /// URL in it (`https://user:password@host`) masked whatever the key.
 pub fn display_value(key: &str, value: &str) -> String {
-    if is_sensitive_key(key) {
+    if is_sensitive_key(key) || looks_secret(value) {
         MASK.to_string()
     } else {
         mask_url_credentials(value)
     }
+}
+
+/// A value that may hold a secret whatever its key: a line ending in `\` continues on the next
+/// one (Java properties), so a typo can join a JAAS line or a password to an innocent key's
+/// value (found by fuzzing). The same words as in sensitive keys, and JAAS login modules.
+fn looks_secret(value: &str) -> bool {
+    is_sensitive_key(value) || value.to_ascii_lowercase().contains("loginmodule")
 }
 
 /// `value` with the user-info part of every `scheme://user:password@host` in it replaced by the
@@ -283,6 +290,19 @@ mod tests {
                 assert_eq!(masked, plain);
             }
         }
+    }
+
+    #[test]
+    fn values_that_carry_a_secret_are_masked_whatever_the_key() {
+        // A `\` at the end of `A->B.en = r(r\` joined the next line, a JAAS line, to its value
+        // (found by fuzzing config_text).
+        let joined = "r(rA.sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"p\";";
+        assert_eq!(display_value("A->B.en", joined), MASK);
+        assert_eq!(display_value("A->B.topics", "x ssl.key.password = p"), MASK);
+        assert_eq!(
+            display_value("A->B.topics", "orders.*, payments"),
+            "orders.*, payments"
+        );
     }
 
     #[test]

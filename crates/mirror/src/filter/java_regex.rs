@@ -248,6 +248,17 @@ impl Translator {
                 if !ok {
                     return err(at, format!("illegal repetition '{{{body}}}' (Java accepts {{n}}, {{n,}} and {{n,m}}; write '\\{{' for a literal brace)"));
                 }
+                // Java counts in an int and refuses a count beyond it (found by fuzzing: the
+                // regex crate refused the translation of a 90-digit count).
+                let counts: Vec<&str> = body.split(',').filter(|n| !n.is_empty()).collect();
+                if counts.iter().any(|n| n.parse::<i32>().is_err()) {
+                    return err(
+                        at,
+                        format!(
+                            "illegal repetition range '{{{body}}}': a count exceeds 2147483647"
+                        ),
+                    );
+                }
                 // Checked here too: a repetition after a quantifier is dropped (see
                 // after_quantifier), but Java still refuses a reversed range there.
                 if let Some((lo, hi)) = body.split_once(',') {
@@ -829,6 +840,8 @@ mod tests {
             ("a{,2}", 1, "illegal repetition"),
             ("a{x}", 1, "illegal repetition"),
             ("a{3,2}", 1, "minimum exceeds"),
+            ("a{2147483648}", 1, "exceeds 2147483647"),
+            ("[a[^b]]{25666666666666666666666,}", 7, "exceeds 2147483647"),
             ("[z-u]", 3, "illegal character range"),
             ("(?i-s-i)a", 5, "second '-'"),
             ("(?<n>a)(?<n>b)", 7, "defined twice"),
