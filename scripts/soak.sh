@@ -19,5 +19,5 @@ bash scripts/kafka/kafka-harness.sh fetch >/dev/null
 cargo build --tests -p kmirror-cli
 KMIRROR_SOAK_SECONDS="$seconds" timeout $((seconds + 900)) \
   cargo test -p kmirror-cli --test real_kafka_soak -- --nocapture 2>&1 |
-  grep -E '^soak:|^test |panicked|^test result' 
+  grep --line-buffered -E '^soak:|^test |panicked|^test result'
 exit "${PIPESTATUS[0]}"

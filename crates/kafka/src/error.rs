@@ -126,8 +126,13 @@ impl KafkaError {
             | KafkaError::Disconnected { .. } => true,
             // CONCURRENT_TRANSACTIONS: the previous transaction is still completing; the Java
             // producer retries it too.
+            // CORRUPT_MESSAGE is retriable for Kafka (the bytes may have been damaged on the
+            // way), but kmirror sends and reads the same bytes again: a produce or a fetch that
+            // met it stops its partition with the error rather than retrying it forever (issue
+            // 18).
             KafkaError::Broker { error, .. } => {
-                error.is_retriable() || *error == ResponseError::ConcurrentTransactions
+                (error.is_retriable() && *error != ResponseError::CorruptMessage)
+                    || *error == ResponseError::ConcurrentTransactions
             }
             _ => false,
         }

@@ -174,3 +174,75 @@ async fn no_loss_and_order_kept_across_a_broker_restart() {
         "{err}"
     );
 }
+
+/// A batch whose compressed records the broker cannot read (the CRC is valid: the lane writes
+/// it over the rewritten header) is refused with CORRUPT_MESSAGE. Kafka calls that retriable;
+/// sending the same bytes again cannot help, so the lane fails at once instead of resending
+/// until the delivery timeout (two minutes), and the error is not retriable for its caller,
+/// which stops the partition (issue 18).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_broker_finds_corrupt_fails_at_once() {
+    let c = Cluster::start("corrupt-produce", Security::Plaintext).unwrap();
+    let k = Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    k.create_topics(
+        &[NewTopic {
+            name: "bad".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let records: Vec<Record> = (0..50)
+        .map(|i| Record {
+            offset: i,
+            timestamp: 1_700_000_000_000 + i,
+            key: None,
+            value: Some(Bytes::from(format!(
+                "value {i} of a batch about to be damaged"
+            ))),
+            headers: vec![],
+        })
+        .collect();
+    let good = encode_batch(
+        &records,
+        &BatchOptions {
+            codec: Codec::Gzip,
+            ..BatchOptions::default()
+        },
+    )
+    .unwrap();
+    // Damage the gzip stream in the middle of the records section (61 bytes of header).
+    let mut bytes = good.bytes().to_vec();
+    let mid = 61 + (bytes.len() - 61) / 2;
+    for b in &mut bytes[mid..mid + 8] {
+        *b ^= 0x5a;
+    }
+    let bad = kmirror_kafka::batch::RawBatch::new(Bytes::from(bytes)).unwrap();
+    let producer = IdempotentProducer::new(k.clone()).await.unwrap();
+    let mut lane = producer.lane("bad", 0);
+    let t = std::time::Instant::now();
+    let sent = lane.send(0, bad).await;
+    let result = match sent {
+        Ok(_) => lane.flush().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let e = result.expect_err("the broker refuses the batch");
+    println!("refused in {:.1?}: {e}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "failed after {:?}",
+        t.elapsed()
+    );
+    assert!(!e.is_retriable(), "{e}");
+    assert!(
+        e.to_string().contains("CORRUPT") || e.to_string().contains("Corrupt"),
+        "{e}"
+    );
+}

@@ -244,6 +244,16 @@ pub struct PartitionLane {
     route: Option<i32>,
 }
 
+fn is_out_of_order(e: &KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::Broker {
+            error: ResponseError::OutOfOrderSequenceNumber,
+            ..
+        }
+    )
+}
+
 enum Outcome {
     Acked(i64),
     /// Resend every unacknowledged batch with the same sequence numbers.
@@ -484,8 +494,28 @@ impl PartitionLane {
             return Ok(a);
         }
         let mut delay = Duration::from_millis(50);
+        // Answers of OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest batch in a row, each after a
+        // resend in order: see below.
+        let mut out_of_order = 0;
         loop {
-            match self.outcome().await {
+            let outcome = match self.outcome().await {
+                Outcome::Retry(e) if is_out_of_order(&e) => {
+                    out_of_order += 1;
+                    // The oldest unacknowledged batch is out of order even though everything
+                    // before it was acknowledged: the broker's idea of our sequence changed (its
+                    // log was truncated under us, an unclean election). Resending the same
+                    // sequences cannot succeed until the delivery timeout: after one resend in
+                    // order, start over under a fresh identity (as Java's producer bumps its
+                    // epoch, KIP-360).
+                    if out_of_order > 2 {
+                        Outcome::NewIdentity(e)
+                    } else {
+                        Outcome::Retry(e)
+                    }
+                }
+                o => o,
+            };
+            match outcome {
                 Outcome::Acked(base_offset) => {
                     let Some(e) = self.in_flight.pop_front() else {
                         return Err(KafkaError::Protocol {
@@ -505,9 +535,23 @@ impl PartitionLane {
                     });
                 }
                 Outcome::NewIdentity(e) => {
-                    // The broker lost our producer state: start this partition's sequence again
-                    // under a fresh identity. Batches it had written may be written twice.
-                    tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "producer state lost on the broker; re-initialising (possible duplicates)");
+                    // The broker lost our producer state. An earlier attempt of a batch may have
+                    // been written before it did (its answer lost with a connection): look in
+                    // the log under the old identity first, as a retry does, so that only what
+                    // is not there is sent again under the new one (issue 18).
+                    match Box::pin(self.resolve_from_log()).await {
+                        Ok(found) => {
+                            if let Some(first) = found.into_iter().next() {
+                                return Ok(first);
+                            }
+                        }
+                        Err(err) => {
+                            tracing::debug!(error = %err, "cannot read the log before taking a new producer id")
+                        }
+                    }
+                    out_of_order = 0;
+                    // Start this partition's sequence again under a fresh identity.
+                    tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "producer state lost on the broker; re-initialising (what the log did not show may be written twice)");
                     let id = Box::pin(self.producer.init_id()).await?;
                     self.identity = Some(id);
                     let mut seq = 0;
