@@ -1057,6 +1057,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_batch_the_target_finds_corrupt_stops_the_partition_instead_of_retrying() {
+        let rig = Rig::new("");
+        let mut sink = FakeSink {
+            fail_send: Some((1, || KafkaError::Broker {
+                broker: "produce".into(),
+                api: kafka_protocol::messages::ApiKey::Produce,
+                error: kafka_protocol::error::ResponseError::CorruptMessage,
+                message: None,
+            })),
+            ..FakeSink::default()
+        };
+        let mut acked = None;
+        let events = vec![data(
+            vec![
+                batch(0, 100, 200, Codec::None),
+                batch(100, 100, 200, Codec::None),
+            ],
+            200,
+        )];
+        match rig.run(events, &mut sink, 0, &mut acked).await {
+            Err(Failure::Stop(Stopped::Kafka { source, .. })) => {
+                assert!(format!("{source}").contains("CorruptMessage"), "{source}")
+            }
+            Err(Failure::Stop(other)) => panic!("{other}"),
+            _ => panic!("expected a stop, not a retry"),
+        }
+        assert_eq!(
+            rig.metrics
+                .sum("kmirror_errors_total", &[("kind", "fatal")]),
+            1.0
+        );
+    }
+
+    #[tokio::test]
     async fn out_of_range_is_truncation_or_a_position_beyond_the_end() {
         let out_of_range = |requested, log_start, log_end| FetchEvent::OutOfRange {
             requested,
