@@ -486,16 +486,30 @@ async fn transforms_filter_and_tag_records_and_positions_pass_filtered_ones() {
         .iter()
         .find(|f| f.id.to_string() == "A->B")
         .unwrap();
-    eventually(
-        60,
-        "the stored position passes the filtered tail",
-        || async {
-            engine::load_positions(&b, &flow.internal.positions_topic, "A")
-                .await
-                .is_ok_and(|p| p.positions.get(&("events".to_string(), 0)) == Some(&(end - 1)))
-        },
-    )
-    .await;
+    // Metadata refreshed each time (the positions topic must be in it for the load to read
+    // it), and what was loaded last is shown on failure: this wait timed out once under heavy
+    // load in CI, with the cause unknown.
+    let t0 = Instant::now();
+    loop {
+        let _ = b.refresh_metadata(None).await;
+        let loaded = engine::load_positions(&b, &flow.internal.positions_topic, "A").await;
+        let position = loaded
+            .as_ref()
+            .ok()
+            .and_then(|p| p.positions.get(&("events".to_string(), 0)).copied());
+        if position == Some(end - 1) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the stored position did not pass the filtered tail (end {end}): loaded {loaded:?}; partitions of the positions topic in b's metadata: {:?}",
+            b.metadata()
+                .topics
+                .get(&flow.internal.positions_topic)
+                .map(|t| t.partitions.len())
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let metrics = running.stop().await;
     assert_eq!(
         metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
