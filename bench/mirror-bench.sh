@@ -37,6 +37,8 @@
 #        TOOLS=kmirror KMIRROR_BIN=/tmp/old-kmirror bench/mirror-bench.sh   kmirror alone (another build)
 #        TOOLS="kmirror-before kmirror mm2" KMIRROR_BEFORE_BIN=/tmp/old-kmirror LAT_TOOLS="kmirror-before kmirror"
 #                                  bench/mirror-bench.sh   before/after and MM2 in one run, on the same data
+#        TOOLS="kmirror kmirror-alone" bench/mirror-bench.sh   kmirror with sharing off (one process
+#                                  serving its flows without the flow's group) next to the default
 #        TOOLS="kmirror kmirror-nomerge" bench/mirror-bench.sh   kmirror with small batches forwarded
 #                                  one by one (kmirror.batch.merge.enabled = false) next to merging
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
@@ -177,7 +179,7 @@ EOF
 KMIRROR_METRICS="${KMIRROR_METRICS:-127.0.0.1:0}"
 start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
   case $1 in
-    kmirror | kmirror-record | kmirror-nomerge)
+    kmirror | kmirror-record | kmirror-nomerge | kmirror-alone)
       $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
     kmirror-before)  # another build of kmirror, for before/after figures in one run
@@ -209,6 +211,7 @@ backlog() {
   esac
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
   [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
+  [[ $tool == kmirror-alone ]] && extra="kmirror.sharing.enabled = false"
   name="$tool-$case-$round"
   port=$(pick 19792 19890)
   bash $H start "dst-$name" "$port" >/dev/null

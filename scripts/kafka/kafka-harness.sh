@@ -36,6 +36,7 @@
 #                                           SIGTERM (controlled shutdown; leadership moves
 #                                           away first) or, with --kill, SIGKILL (a crash)
 #   kafka-harness.sh start-node NAME K      start node K again on its data; waits until ready
+#                                           and every running node is registered
 #   kafka-harness.sh stop-all               stop everything under the run root (mm2 first)
 #   kafka-harness.sh status                 list NAMEs and whether they run
 #   kafka-harness.sh tool CLASS|ALIAS args  run any Kafka main class; aliases: topics acls
@@ -1020,7 +1021,18 @@ cmd_start_node() {
   launch_broker "$nd"
   wait_ready "$nd" "$(node_port "$dir" "$2")" "$dir/client.properties"
   local nodes; nodes="$(cluster_nodes "$dir")"
-  if ((nodes > 1)); then wait_registered "$dir" "$nodes"; fi
+  # Only the nodes running now: a test may start one while another is still down (an unclean
+  # leader election needs exactly that).
+  if ((nodes > 1)); then wait_registered "$dir" "$(running_nodes "$dir" "$nodes")"; fi
+}
+
+running_nodes() {  # running_nodes CLUSTER_DIR NODES: how many of the nodes run
+  local k n=0 nd
+  for ((k = 1; k <= $2; k++)); do
+    nd="$(node_dir "$1" "$k" "$2")"
+    if pid_alive_here "$nd/broker.pid" "$nd"; then n=$((n + 1)); fi
+  done
+  echo "$n"
 }
 
 cmd_restart() {

@@ -35,6 +35,17 @@ pub(crate) enum Format {
     Json,
 }
 
+/// How `verify` counts the records of a partition.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum CountArg {
+    /// By offsets; a partition found short is counted record by record.
+    Auto,
+    /// By offsets only (transaction markers and compaction make a complete copy look short).
+    Offsets,
+    /// Every partition record by record, as a reader sees it (reads both logs).
+    Records,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Explain a configuration offline: flows, filters, naming, internal topics, syncs, security.
@@ -76,6 +87,10 @@ pub(crate) enum Command {
         /// Also compare the last N records of each partition byte for byte.
         #[arg(long, value_name = "N", default_value_t = 0)]
         deep: usize,
+        /// How record counts are compared: by offsets, then record by record where the
+        /// offsets find a partition short (auto); by offsets only; or record by record always.
+        #[arg(long, value_enum, default_value_t = CountArg::Auto)]
+        count: CountArg,
         /// Also print the rows that match.
         #[arg(long)]
         all: bool,

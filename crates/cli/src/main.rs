@@ -97,6 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             flow,
             topics,
             deep,
+            count,
             all,
             format,
         } => {
@@ -110,7 +111,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map_err(|e| anyhow::anyhow!("--topics '{t}': invalid regex: {e}"))
                 })
                 .transpose()?;
-            let options = kmirror_mirror::verify::collect::Options { topics, deep };
+            let count = match count {
+                cli::CountArg::Auto => kmirror_mirror::verify::Count::Auto,
+                cli::CountArg::Offsets => kmirror_mirror::verify::Count::Offsets,
+                cli::CountArg::Records => kmirror_mirror::verify::Count::Records,
+            };
+            let options = kmirror_mirror::verify::collect::Options {
+                topics,
+                deep,
+                count,
+            };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

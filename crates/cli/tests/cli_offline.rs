@@ -47,6 +47,34 @@ fn plan_of_the_sasl_fixture_masks_secrets() {
 }
 
 #[test]
+fn exactly_once_asked_for_is_shown_as_not_provided_and_required_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("eos.properties");
+    let base = "clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\nB.exactly.once.source.support = enabled\n";
+    std::fs::write(&f, base).unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains("exactly-once   requested, not provided yet: at-least-once"),
+        "{out}"
+    );
+    assert!(
+        format!("{out}{err}")
+            .contains("kmirror does not provide exactly-once yet: A->B copies at-least-once"),
+        "{out}{err}"
+    );
+    std::fs::write(&f, format!("{base}A->B.exactly.once.support = required\n")).unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("exactly-once is required, and kmirror does not provide it yet"),
+        "{err}"
+    );
+}
+
+#[test]
 fn invalid_configuration_exits_3_with_every_error() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad.properties");

@@ -83,6 +83,10 @@ fn kubernetes_manifest_holds_a_valid_config_and_matching_probes() {
         "runAsNonRoot: true",
         "mountPath: /etc/kmirror",
         "\"run\", \"/etc/kmirror/mm2.properties\"",
+        // Several replicas share the flow (docs/sharing.md), one disruption at a time.
+        "replicas: 3",
+        "kind: PodDisruptionBudget",
+        "minAvailable: 2",
     ] {
         assert!(yaml.contains(needle), "manifest lacks {needle}");
     }

@@ -140,6 +140,16 @@ async fn health_ready_metrics_and_status_follow_the_clusters() {
     assert_eq!(v["flows"][0]["flow"], "A->B");
     assert_eq!(v["flows"][0]["records"], 1000);
     assert_eq!(v["flows"][0]["lag_records"], 0);
+    // The flow's group (sharing is on by default): this one process, leading it.
+    assert!(
+        text.contains("\n  processes: ") && text.contains(" (leader)"),
+        "{text}"
+    );
+    assert_eq!(v["flows"][0]["members"][0]["leader"], true, "{v}");
+    assert_eq!(
+        v["flows"][0]["members"][0]["partitions"], v["flows"][0]["assigned_partitions"],
+        "{v}"
+    );
 
     // The target goes down: not ready, with the reason; back up: ready again, data flows.
     cb.pause().unwrap();

@@ -157,7 +157,12 @@ async fn sigterm_with_a_silent_target_exits_within_the_deadline_and_loses_nothin
     assert_eq!(
         status.and_then(|s| s.code()),
         Some(0),
-        "a healthy shutdown exits 0 (took {took:?})"
+        "a healthy shutdown exits 0 (took {took:?}); the second process's log:\n{}",
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .rsplit("flow started")
+            .next()
+            .unwrap_or_default()
     );
     drop(kmirror);
 }

@@ -131,6 +131,47 @@ async fn verify_passes_on_a_copy_and_names_each_difference() {
         None,
     );
     consume(&ca, "t-group", "g-trans", 100);
+    // A topic written in transactions (as Kafka Streams with exactly-once writes): 50 records
+    // committed, 30 aborted, 20 committed. Its 103 offsets hold 70 records a reader sees.
+    ca.create_topic("t-txn", 1).unwrap();
+    {
+        use kmirror_kafka::txn::TransactionalProducer;
+        let a = std::sync::Arc::new(
+            kmirror_kafka::cluster::KafkaCluster::connect(ca.client_settings(None))
+                .await
+                .unwrap(),
+        );
+        let mut p = TransactionalProducer::init(a, "verify-txn", Duration::from_secs(60))
+            .await
+            .unwrap();
+        // Current timestamps: older ones would fall to retention (7 days) on both sides.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        for (from, n, commit) in [(0, 50, true), (50, 30, false), (80, 20, true)] {
+            let records: Vec<_> = (0..n)
+                .map(|i| kmirror_kafka::records::Record {
+                    offset: i,
+                    timestamp: now + from + i,
+                    key: None,
+                    value: Some(bytes::Bytes::from(format!("t-txn-{}", from + i))),
+                    headers: vec![],
+                })
+                .collect();
+            let batch = kmirror_kafka::records::encode_batch(
+                &records,
+                &kmirror_kafka::records::BatchOptions::default(),
+            )
+            .unwrap();
+            p.send("t-txn", 0, &batch).await.unwrap();
+            if commit {
+                p.commit().await.unwrap();
+            } else {
+                p.abort().await.unwrap();
+            }
+        }
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mm2.properties");
@@ -179,9 +220,22 @@ async fn verify_passes_on_a_copy_and_names_each_difference() {
     drop(run);
     let (code, v, text) = verify(&config, &["--deep", "5"]);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(v["topics"], 6, "{last}");
-    assert_eq!(v["partitions"], 12);
+    assert_eq!(v["topics"], 7, "{last}");
+    assert_eq!(v["partitions"], 13);
+
     let rows = v["rows"].as_array().unwrap();
+    // The transactional topic passes by its records (70 on both sides), not its offsets.
+    let txn = rows
+        .iter()
+        .find(|r| r["check"] == "records" && r["subject"] == "t-txn")
+        .expect("a records row for t-txn");
+    assert_eq!(txn["status"], "ok", "{txn}");
+    let detail = txn["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("source 70, target 70 (counted record by record)")
+            && detail.contains("include 33 that are not records"),
+        "{detail}"
+    );
     let checks: std::collections::BTreeSet<&str> =
         rows.iter().filter_map(|r| r["check"].as_str()).collect();
     for c in [

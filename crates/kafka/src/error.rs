@@ -93,6 +93,16 @@ pub enum KafkaError {
     /// Another producer with the same transactional id took over; this one must stop.
     #[error("transactional producer '{transactional_id}' was fenced by a newer instance with the same transactional.id")]
     Fenced { transactional_id: String },
+    /// Reading a log as read_committed, more records wait behind a transaction still open than
+    /// the reader holds in memory (see `committed::CommittedView`).
+    #[error("{topic}-{partition}: a transaction of producer id {producer_id}, open since offset {offset}, holds back more than {limit} records; it ends at its producer's transaction.timeout.ms, or abort it with kafka-transactions.sh")]
+    OpenTransaction {
+        topic: String,
+        partition: i32,
+        producer_id: i64,
+        offset: i64,
+        limit: usize,
+    },
     /// The client was configured in a way it cannot work with.
     #[error("configuration: {0}")]
     Config(String),

@@ -25,8 +25,9 @@ pub trait Assignor: Send + Sync + Debug {
     fn protocol(&self) -> &str;
     /// This member's metadata (for the consumer protocol: its subscription).
     fn metadata(&self) -> Bytes;
-    /// Given every member's id and metadata, each member's assignment.
-    fn assign(&self, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>>;
+    /// Given every member's id and metadata (`leader` is this member's id), each member's
+    /// assignment.
+    fn assign(&self, leader: &str, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>>;
 }
 
 /// Settings of one membership.
@@ -186,7 +187,7 @@ impl GroupMember {
                 .map(|m| (m.member_id.to_string(), m.metadata.clone()))
                 .collect();
             self.assignor
-                .assign(&members)?
+                .assign(&self.member_id, &members)?
                 .into_iter()
                 .map(|(id, a)| {
                     SyncGroupRequestAssignment::default()
@@ -404,7 +405,7 @@ pub mod consumer_protocol {
             subscription(&self.topics)
         }
 
-        fn assign(&self, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>> {
+        fn assign(&self, _: &str, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>> {
             Ok(range(members, &self.partition_counts)?
                 .into_iter()
                 .map(|(m, a)| (m, assignment(&a)))

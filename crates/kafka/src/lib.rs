@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod codec;
+pub mod committed;
 pub mod conn;
 pub mod error;
 pub mod fetch_session;

@@ -8,9 +8,9 @@
 use crate::admin::CommittedOffset;
 use crate::batch::RawBatch;
 use crate::cluster::{KafkaCluster, PartitionFetch};
+use crate::committed::{marker, Marker};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
-use crate::records::decode_batch;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -329,7 +329,9 @@ impl PartitionFetch {
             }
             if b.is_control() {
                 // An ABORT marker (control record type 0) ends that producer's aborted transaction.
-                if ongoing.contains(&b.producer_id()) && control_type(b) == Some(0) {
+                if ongoing.contains(&b.producer_id())
+                    && matches!(marker(b), Ok(Some(Marker::Abort)))
+                {
                     ongoing.remove(&b.producer_id());
                 }
                 continue;
@@ -341,11 +343,4 @@ impl PartitionFetch {
         }
         out
     }
-}
-
-/// The type of a control batch's marker: 0 ABORT, 1 COMMIT.
-fn control_type(b: &RawBatch) -> Option<i16> {
-    let r = decode_batch(b).ok()?.into_iter().next()?;
-    let key = r.key?;
-    (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
 }

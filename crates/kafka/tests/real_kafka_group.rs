@@ -23,7 +23,7 @@ impl Assignor for Units {
     fn metadata(&self) -> Bytes {
         Bytes::new()
     }
-    fn assign(&self, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>> {
+    fn assign(&self, _: &str, members: &[(String, Bytes)]) -> Result<Vec<(String, Bytes)>> {
         let mut ids: Vec<&String> = members.iter().map(|(m, _)| m).collect();
         ids.sort();
         Ok(ids

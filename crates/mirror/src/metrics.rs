@@ -99,6 +99,9 @@ pub struct Metrics {
     /// Flows whose topic-refresh round is running, and since when (not a metric: `/health`
     /// reads it, see [`Metrics::stalled_round`]).
     rounds_running: std::sync::Mutex<std::collections::BTreeMap<String, std::time::Instant>>,
+    /// Sharing: each flow's group as the leader's last assignment describes it (not a metric:
+    /// `/status` shows it, see [`Metrics::set_group`]).
+    groups: std::sync::Mutex<std::collections::BTreeMap<String, Vec<crate::status::MemberStatus>>>,
     /// MM2 `record-count`: records acknowledged by the target.
     pub record_count: Family<PartitionLabels, Counter>,
     /// MM2 `byte-count`, but counting the record batches' bytes as sent (MM2 counts values only).
@@ -150,6 +153,22 @@ pub struct Metrics {
     pub produce_batches: Family<FlowLabels, Counter>,
     /// The most partition batches one produce request carried so far.
     pub produce_max_batches: Family<FlowLabels, Gauge>,
+    /// Times a target partition started its sequences over under a new producer id.
+    pub producer_new_ids: Family<FlowLabels, Counter>,
+    /// Offsets the target acknowledged and then lost (its log truncated below them).
+    pub target_truncated_offsets: Family<FlowLabels, Counter>,
+    /// Sharing: assignments this process received from the flow's group, and the partitions
+    /// of the last one; whether it leads the group.
+    pub rebalances: Family<FlowLabels, Counter>,
+    pub assigned_partitions: Family<FlowLabels, Gauge>,
+    pub group_leader: Family<FlowLabels, Gauge>,
+    /// On the leader: the processes in the flow's group.
+    pub group_members: Family<FlowLabels, Gauge>,
+    /// Time from the start of a rejoin to its assignment applied (partitions handed over).
+    pub rebalance_ms: Family<FlowLabels, Counter>,
+    /// Partitions this process was given, and gave up, in rebalances.
+    pub partitions_added: Family<FlowLabels, Counter>,
+    pub partitions_revoked: Family<FlowLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -164,6 +183,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::default(),
             rounds_running: Default::default(),
+            groups: Default::default(),
             record_count: Family::default(),
             byte_count: Family::default(),
             record_age_ms: Family::default(),
@@ -195,6 +215,15 @@ impl Metrics {
             produce_requests: Family::default(),
             produce_batches: Family::default(),
             produce_max_batches: Family::default(),
+            producer_new_ids: Family::default(),
+            target_truncated_offsets: Family::default(),
+            rebalances: Family::default(),
+            assigned_partitions: Family::default(),
+            group_leader: Family::default(),
+            group_members: Family::default(),
+            rebalance_ms: Family::default(),
+            partitions_added: Family::default(),
+            partitions_revoked: Family::default(),
         };
         registry.register(
             "record_count",
@@ -343,6 +372,51 @@ impl Metrics {
             "The most partition batches one produce request carried",
             m.produce_max_batches.clone(),
         );
+        registry.register(
+            "producer_new_ids",
+            "Times a target partition started its sequences over under a new producer id (the target lost or fenced its producer state)",
+            m.producer_new_ids.clone(),
+        );
+        registry.register(
+            "target_truncated_offsets",
+            "Offsets the target acknowledged and later lost, its log truncated below them (an unclean leader election); not copied again",
+            m.target_truncated_offsets.clone(),
+        );
+        registry.register(
+            "rebalances",
+            "Assignments this process received from the flow's group (sharing: docs/sharing.md)",
+            m.rebalances.clone(),
+        );
+        registry.register(
+            "assigned_partitions",
+            "Source partitions the flow's group assigned to this process (sharing)",
+            m.assigned_partitions.clone(),
+        );
+        registry.register(
+            "group_leader",
+            "1 while this process leads the flow's group and does its control work (sharing)",
+            m.group_leader.clone(),
+        );
+        registry.register(
+            "group_members",
+            "On the group's leader: the processes sharing the flow (0 elsewhere)",
+            m.group_members.clone(),
+        );
+        registry.register(
+            "rebalance_ms",
+            "Milliseconds spent in rebalances, from rejoining to the new assignment applied (sharing)",
+            m.rebalance_ms.clone(),
+        );
+        registry.register(
+            "partitions_added",
+            "Partitions this process was given in rebalances (sharing)",
+            m.partitions_added.clone(),
+        );
+        registry.register(
+            "partitions_revoked",
+            "Partitions this process handed over in rebalances (sharing)",
+            m.partitions_revoked.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -383,6 +457,25 @@ impl Metrics {
             .iter()
             .map(|(flow, t)| (flow.clone(), t.elapsed()))
             .find(|(_, running)| *running > limit)
+    }
+
+    /// Records a flow's group (sharing), shown by `/status`; empty when this process is not a
+    /// member.
+    pub fn set_group(&self, flow: &str, members: Vec<crate::status::MemberStatus>) {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(flow.to_string(), members);
+    }
+
+    /// A flow's group as [`Metrics::set_group`] last recorded it.
+    pub fn group(&self, flow: &str) -> Vec<crate::status::MemberStatus> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(flow)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Sum of every sample of `name` whose labels include all of `labels` (for tests and

@@ -308,8 +308,9 @@ impl Plan {
             if f.replication {
                 let eos = match f.exactly_once {
                     ExactlyOnce::Disabled => "off (at-least-once, no loss)",
-                    ExactlyOnce::Requested => "requested",
-                    ExactlyOnce::Required => "required",
+                    ExactlyOnce::Requested | ExactlyOnce::Required => {
+                        "requested, not provided yet: at-least-once (no loss)"
+                    }
                 };
                 if !f.transforms.is_empty() {
                     let _ = writeln!(o, "  transforms     (every batch decoded and re-encoded)");
@@ -318,6 +319,20 @@ impl Plan {
                     }
                 }
                 let _ = writeln!(o, "  exactly-once   {eos}");
+                let _ = writeln!(
+                    o,
+                    "  sharing        {}",
+                    if f.sharing.enabled {
+                        format!(
+                            "group {} on {} (session timeout {} s): every process started with this configuration serves a share of the partitions; the group's leader also does the periodic work",
+                            f.sharing.group_id,
+                            f.id.target,
+                            f.sharing.session_timeout.as_secs()
+                        )
+                    } else {
+                        "off: this process serves every partition (start only one per flow)".into()
+                    }
+                );
                 let _ = writeln!(o, "  clients");
                 let _ = writeln!(
                     o,

@@ -52,7 +52,23 @@ pub struct FlowStatus {
     /// `lag_records / records_per_second`, when records are flowing.
     pub eta_seconds: Option<f64>,
     pub errors: u64,
+    /// Sharing (docs/sharing.md): this process's share of the flow's partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_partitions: Option<i64>,
+    /// Sharing: whether this process leads the flow's group, and (on the leader) how many
+    /// processes share the flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_leader: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_members: Option<i64>,
+    /// Sharing: every process in the flow's group and its share, as the leader last assigned
+    /// them (every member is sent the whole list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
 }
+
+/// One process sharing a flow: its share as the leader's assignment describes it.
+pub use crate::engine::sharing::assign::Share as MemberStatus;
 
 /// The whole process.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -114,6 +130,9 @@ pub fn flows(text: &str) -> Vec<FlowStatus> {
             "kmirror_replication_lag_records" => f.lag_records += v as i64,
             "kmirror_record_age_ms" => f.lag_seconds = f.lag_seconds.max(v / 1000.0),
             "kmirror_errors_total" => f.errors += v as u64,
+            "kmirror_assigned_partitions" => f.assigned_partitions = Some(v as i64),
+            "kmirror_group_leader" => f.group_leader = Some(v >= 1.0),
+            "kmirror_group_members" if v >= 1.0 => f.group_members = Some(v as i64),
             _ => {}
         }
     }
@@ -216,6 +235,9 @@ impl Sampler {
                 }
             }
         }
+        for f in flows.iter_mut() {
+            f.members = metrics.group(&f.flow);
+        }
         let (ready, reason) = readiness(&text);
         Status {
             ready,
@@ -245,18 +267,23 @@ pub fn render(s: &Status) -> String {
             _ if f.lag_records == 0 => "caught up".into(),
             _ => "-".into(),
         };
+        let stopped = if f.partitions_stopped > 0 {
+            format!(" ({} STOPPED)", f.partitions_stopped)
+        } else {
+            String::new()
+        };
+        let share = match (f.assigned_partitions, f.group_leader, f.group_members) {
+            (Some(n), Some(true), Some(m)) => format!(" (this process {n}; leads {m} processes)"),
+            (Some(n), _, _) => format!(" (this process {n})"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "{}  {}  topics {}  partitions {}{}  {:.0} records/s  {:.2} MB/s  lag {} records ({:.1} s)  eta {}  records {}  errors {}",
+            "{}  {}  topics {}  partitions {}{stopped}{share}  {:.0} records/s  {:.2} MB/s  lag {} records ({:.1} s)  eta {}  records {}  errors {}",
             f.flow,
             if f.connected { "connected" } else { "DISCONNECTED" },
             f.topics,
             f.partitions,
-            if f.partitions_stopped > 0 {
-                format!(" ({} STOPPED)", f.partitions_stopped)
-            } else {
-                String::new()
-            },
             f.records_per_second,
             f.megabytes_per_second,
             f.lag_records,
@@ -265,6 +292,21 @@ pub fn render(s: &Status) -> String {
             f.records,
             f.errors
         );
+        if !f.members.is_empty() {
+            let members: Vec<String> = f
+                .members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} {}{}",
+                        m.host,
+                        m.partitions,
+                        if m.leader { " (leader)" } else { "" }
+                    )
+                })
+                .collect();
+            let _ = writeln!(o, "  processes: {}", members.join(", "));
+        }
     }
     o
 }
@@ -336,5 +378,70 @@ mod tests {
         assert!(text.starts_with("ready (up 12 s)"), "{text}");
         assert!(text.contains("lag 500 records"), "{text}");
         assert!(text.contains("eta 5 s"), "{text}");
+        assert!(!text.contains("this process"), "not shared: {text}");
+    }
+
+    #[test]
+    fn a_shared_flow_shows_this_process_s_share_and_the_leader_the_members() {
+        let leader = format!(
+            "{TEXT}kmirror_assigned_partitions{{source=\"A\",target=\"B\"}} 2\n\
+             kmirror_group_leader{{source=\"A\",target=\"B\"}} 1\n\
+             kmirror_group_members{{source=\"A\",target=\"B\"}} 3\n"
+        );
+        let f = &flows(&leader)[0];
+        assert_eq!(
+            (f.assigned_partitions, f.group_leader, f.group_members),
+            (Some(2), Some(true), Some(3))
+        );
+        let text = render(&Status {
+            flows: vec![f.clone()],
+            ..Status::default()
+        });
+        assert!(
+            text.contains("partitions 6 (this process 2; leads 3 processes)"),
+            "{text}"
+        );
+        let other = leader
+            .replace(
+                "group_leader{source=\"A\",target=\"B\"} 1",
+                "group_leader{source=\"A\",target=\"B\"} 0",
+            )
+            .replace(
+                "group_members{source=\"A\",target=\"B\"} 3",
+                "group_members{source=\"A\",target=\"B\"} 0",
+            );
+        let f = &flows(&other)[0];
+        assert_eq!((f.group_leader, f.group_members), (Some(false), None));
+        // Every process shows the whole group, as the leader assigned it.
+        let mut f = f.clone();
+        f.members = vec![
+            MemberStatus {
+                member: "m-1".into(),
+                host: "pod-a:7".into(),
+                partitions: 4,
+                leader: true,
+            },
+            MemberStatus {
+                member: "m-2".into(),
+                host: "pod-b:7".into(),
+                partitions: 2,
+                leader: false,
+            },
+        ];
+        let text = render(&Status {
+            flows: vec![f.clone()],
+            ..Status::default()
+        });
+        assert!(
+            text.contains("\n  processes: pod-a:7 4 (leader), pod-b:7 2\n"),
+            "{text}"
+        );
+        let back: FlowStatus = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(back.members, f.members);
+        let json = serde_json::to_string(&flows(TEXT)[0]).unwrap();
+        assert!(
+            !json.contains("assigned"),
+            "not shared: nothing in JSON: {json}"
+        );
     }
 }

@@ -279,6 +279,7 @@ fn validation_errors_name_file_line_key_value() {
         (format!("{AB}A->B.enabled = true\nA.security.protocol = SASL_SSL\nA.sasl.mechanism = PLAIN\nA.sasl.jaas.config = PlainLoginModule required username=\"u\" password=\"hunter2\";\n"), "A.sasl.jaas.config = '[hidden]': unsupported login module"),
         (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA.consumer.isolation.level = read_uncommitted\n"), "exactly-once replication cannot read uncommitted data"),
         (format!("{AB}A->B.enabled = true\nA->B.exactly.once.support = required\n"), "exactly-once is required but the target does not enable it: set B.exactly.once.source.support = enabled"),
+        (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.exactly.once.support = required\n"), "mm2.properties:6: A->B.exactly.once.support = 'required': exactly-once is required, and kmirror does not provide it yet"),
         (format!("{AB}A->B.enabled = true\nemit.offset-syncs.enabled = false\n"), "checkpoints need offset syncs"),
         (format!("{AB}A->B.enabled = true\nsync.group.offsets.enabled = true\nemit.checkpoints.enabled = false\n"), "group offset sync translates offsets through checkpoints"),
         (format!("{AB}A->B.enabled = true\nreplication.policy.class = com.acme.CustomReplicationPolicy\n"), "custom replication policies cannot be loaded by kmirror; use DefaultReplicationPolicy"),

@@ -199,6 +199,15 @@ pub fn free_ports(n: u16) -> u16 {
     panic!("no {n} free ports in a row on 127.0.0.1");
 }
 
+/// A partition as `kafka-topics --describe` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    /// -1 while it has none.
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
 /// One running single-node KRaft cluster. Stops its broker when dropped.
 #[derive(Debug)]
 pub struct Cluster {
@@ -400,6 +409,17 @@ impl Cluster {
         topic: &str,
         partition: i32,
     ) -> Result<(i32, Vec<i32>), HarnessError> {
+        self.partition_state(topic, partition)
+            .map(|p| (p.leader, p.replicas))
+    }
+
+    /// A partition's leader (-1 for none), replicas and in-sync replicas, as
+    /// `kafka-topics --describe` shows them.
+    pub fn partition_state(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionState, HarnessError> {
         let cfg = self.client_config(None);
         let out = self.tool(
             "topics",
@@ -418,17 +438,21 @@ impl Cluster {
             line.split('\t')
                 .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_string()))
         };
+        let ids = |v: Option<String>| -> Vec<i32> {
+            v.unwrap_or_default()
+                .split(',')
+                .filter_map(|r| r.trim().parse().ok())
+                .collect()
+        };
         for line in out.lines() {
             if field(line, "Partition:").and_then(|v| v.parse::<i32>().ok()) == Some(partition) {
-                let leader = field(line, "Leader:")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(-1);
-                let replicas = field(line, "Replicas:")
-                    .unwrap_or_default()
-                    .split(',')
-                    .filter_map(|r| r.trim().parse().ok())
-                    .collect();
-                return Ok((leader, replicas));
+                return Ok(PartitionState {
+                    leader: field(line, "Leader:")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(-1),
+                    replicas: ids(field(line, "Replicas:")),
+                    isr: ids(field(line, "Isr:")),
+                });
             }
         }
         Err(HarnessError::Failed {
@@ -436,6 +460,60 @@ impl Cluster {
             status: format!("no partition {partition} in the output"),
             stderr: out,
         })
+    }
+
+    /// Runs an unclean leader election for a partition that has no leader, so that an
+    /// out-of-sync replica takes over with the log it has (records only the lost leader held are
+    /// gone), and waits until broker `to` leads it (30 s).
+    pub fn elect_unclean(&self, topic: &str, partition: i32, to: i32) -> Result<(), HarnessError> {
+        // Refused while the controller still counts the out-of-sync broker as fenced: hence
+        // the retries.
+        self.elect_until(topic, partition, to, "UNCLEAN")
+    }
+
+    /// Runs `kafka-leader-election` of `election` type for a partition again and again (each
+    /// refusal is expected for a while) until broker `to` leads it, for at most 30 s.
+    fn elect_until(
+        &self,
+        topic: &str,
+        partition: i32,
+        to: i32,
+        election: &str,
+    ) -> Result<(), HarnessError> {
+        let cfg = self.client_config(None);
+        let cfg = cfg.to_str().unwrap_or_default();
+        let p = partition.to_string();
+        let t0 = Instant::now();
+        loop {
+            let _ = self.tool_output(
+                "leader-election",
+                &[
+                    "--bootstrap-server",
+                    self.tools_bootstrap(),
+                    "--admin.config",
+                    cfg,
+                    "--election-type",
+                    election,
+                    "--topic",
+                    topic,
+                    "--partition",
+                    &p,
+                ],
+                None,
+            )?;
+            let leader = self.partition_state(topic, partition)?.leader;
+            if leader == to {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(HarnessError::Failed {
+                    what: format!("{election} election of broker {to} for {topic}-{partition}"),
+                    status: format!("leader {leader} after 30 s"),
+                    stderr: String::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// Makes broker `to` the leader of a partition: reorders its replicas with `to` first and
@@ -473,40 +551,9 @@ impl Cluster {
             ],
             None,
         )?;
-        let p = partition.to_string();
-        let t0 = Instant::now();
-        loop {
-            // The reassignment only reorders replicas (no data moves), so it completes at once;
-            // an election while it is still pending is refused, hence the retries.
-            let _ = self.tool_output(
-                "leader-election",
-                &[
-                    "--bootstrap-server",
-                    self.tools_bootstrap(),
-                    "--admin.config",
-                    cfg,
-                    "--election-type",
-                    "PREFERRED",
-                    "--topic",
-                    topic,
-                    "--partition",
-                    &p,
-                ],
-                None,
-            )?;
-            let (leader, _) = self.describe_partition(topic, partition)?;
-            if leader == to {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                return Err(HarnessError::Failed {
-                    what: format!("move the leader of {topic}-{partition} to broker {to}"),
-                    status: format!("leader still {leader} after 30 s"),
-                    stderr: String::new(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        // The reassignment only reorders replicas (no data moves), so it completes at once;
+        // an election while it is still pending is refused, hence the retries.
+        self.elect_until(topic, partition, to, "PREFERRED")
     }
 
     /// Where clients connect (through the proxies of a [`Cluster::start_proxied`] cluster).

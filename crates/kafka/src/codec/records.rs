@@ -121,6 +121,60 @@ pub fn encode_within(
 
 /// Encodes records (offsets 0..n, in order) into one batch.
 pub fn encode_batch(records: &[Record], options: &BatchOptions) -> Result<RawBatch, BatchError> {
+    encode_with(records, options, 0)
+}
+
+/// A control batch of `producer_id` holding `records` (for tests: brokers write the real ones).
+pub(crate) fn encode_control(
+    records: &[Record],
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<RawBatch, BatchError> {
+    let options = BatchOptions {
+        producer_id,
+        producer_epoch,
+        transactional: true,
+        ..BatchOptions::default()
+    };
+    encode_with(records, &options, CONTROL)
+}
+
+/// A transaction marker as a transaction coordinator writes it: key (version 0, type), value
+/// (version 0, coordinator epoch). For tests: a broker refuses control batches from clients.
+pub fn encode_marker(
+    marker: crate::committed::Marker,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+) -> Result<RawBatch, BatchError> {
+    let kind: i16 = match marker {
+        crate::committed::Marker::Abort => 0,
+        crate::committed::Marker::Commit => 1,
+    };
+    let mut key = Vec::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&kind.to_be_bytes());
+    let mut value = Vec::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        offset: 0,
+        timestamp: 0,
+        key: Some(Bytes::from(key)),
+        value: Some(Bytes::from(value)),
+        headers: vec![],
+    };
+    encode_control(&[record], producer_id, producer_epoch)
+}
+
+/// The control bit of a batch's attributes.
+const CONTROL: i16 = 0x20;
+
+fn encode_with(
+    records: &[Record],
+    options: &BatchOptions,
+    extra_attributes: i16,
+) -> Result<RawBatch, BatchError> {
     let err = |message: String| BatchError {
         position: 0,
         message,
@@ -145,7 +199,8 @@ pub fn encode_batch(records: &[Record], options: &BatchOptions) -> Result<RawBat
     out.put_i32(-1);
     out.put_i8(2);
     out.put_u32(0); // crc, set below
-    let attributes = options.codec.bits() | if options.transactional { 0x10 } else { 0 };
+    let attributes =
+        options.codec.bits() | if options.transactional { 0x10 } else { 0 } | extra_attributes;
     out.put_i16(attributes);
     out.put_i32(last_offset_delta);
     out.put_i64(base_timestamp);

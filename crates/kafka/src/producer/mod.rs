@@ -552,6 +552,10 @@ impl PartitionLane {
                     out_of_order = 0;
                     // Start this partition's sequence again under a fresh identity.
                     tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "producer state lost on the broker; re-initialising (what the log did not show may be written twice)");
+                    self.producer
+                        .stats
+                        .new_identities
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let id = Box::pin(self.producer.init_id()).await?;
                     self.identity = Some(id);
                     let mut seq = 0;
@@ -604,6 +608,26 @@ impl PartitionLane {
             return Ok(Vec::new());
         };
         let end = self.log_end().await?;
+        if end < offset {
+            // The log ends before what the target acknowledged: a replica without those records
+            // became leader (an unclean leader election), and the records are gone from the
+            // target. Nothing of ours after `end` is left to find; recovery goes on from there.
+            // They are not copied again (their positions are stored already): reported, so the
+            // operator knows to compare the topics (`kmirror verify`): docs/client.md.
+            tracing::error!(
+                topic = %self.topic,
+                partition = self.partition,
+                acknowledged_end = offset,
+                log_end = end,
+                "the target lost records it had acknowledged (its log was truncated, as by an unclean leader election); they are not copied again"
+            );
+            self.producer
+                .stats
+                .truncated_offsets
+                .fetch_add((offset - end) as u64, std::sync::atomic::Ordering::Relaxed);
+            self.acked_end = Some(end);
+            return Ok(Vec::new());
+        }
         let cluster = &self.producer.cluster;
         let mut written: std::collections::HashMap<i32, i64> = std::collections::HashMap::new();
         while offset < end {

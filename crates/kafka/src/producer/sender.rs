@@ -51,6 +51,12 @@ pub struct ProduceStats {
     pub max_in_flight: AtomicU64,
     /// Requests that failed as a whole (connection, timeout); their lanes recover.
     pub failed_requests: AtomicU64,
+    /// Times a partition started its sequences over under a new producer id (the broker lost or
+    /// fenced its producer state, or answered out of order with nothing to resend).
+    pub new_identities: AtomicU64,
+    /// Offsets the target acknowledged and later lost: its log end was found below what it had
+    /// acknowledged (an unclean leader election truncates a log this way).
+    pub truncated_offsets: AtomicU64,
 }
 
 /// A snapshot of [`ProduceStats`].
@@ -61,6 +67,8 @@ pub struct ProduceCounts {
     pub max_batches_per_request: u64,
     pub max_in_flight: u64,
     pub failed_requests: u64,
+    pub new_identities: u64,
+    pub truncated_offsets: u64,
 }
 
 impl ProduceStats {
@@ -71,6 +79,8 @@ impl ProduceStats {
             max_batches_per_request: self.max_batches_per_request.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
             failed_requests: self.failed_requests.load(Ordering::Relaxed),
+            new_identities: self.new_identities.load(Ordering::Relaxed),
+            truncated_offsets: self.truncated_offsets.load(Ordering::Relaxed),
         }
     }
 }

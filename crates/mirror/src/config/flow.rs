@@ -5,7 +5,7 @@ use super::client;
 use super::diagnostics::Diagnostics;
 use super::keys::is_client_key;
 use super::model::{
-    ExactlyOnce, FlowClients, FlowConfig, InternalTopics, OnTruncation, Periodic, Side,
+    ExactlyOnce, FlowClients, FlowConfig, InternalTopics, OnTruncation, Periodic, Sharing, Side,
 };
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::NameFilter;
@@ -161,6 +161,14 @@ pub fn build(
     let process_rate_limit = limit(&mut r, "kmirror.process.rate.limit.bytes.per.second");
     let batch_mode = r.bool("kmirror.batch.mode.enabled", true);
     let merge_small_batches = r.bool("kmirror.batch.merge.enabled", true);
+    let sharing = Sharing {
+        enabled: r.bool("kmirror.sharing.enabled", true),
+        group_id: Some(r.string("kmirror.sharing.group.id", ""))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| format!("kmirror-{id}")),
+        session_timeout: r.millis("kmirror.sharing.session.timeout.ms", 10_000),
+        rebalance_timeout: r.millis("kmirror.sharing.rebalance.timeout.ms", 60_000),
+    };
     // Read before the consumer settings its default comes from; 64 KiB at least, so a typo
     // cannot stop every compressed partition.
     let max_decompressed = r
@@ -204,6 +212,29 @@ pub fn build(
         }
         _ => ExactlyOnce::Disabled,
     };
+    // Exactly-once is not built yet (issue 17; docs/plans/exactly-once.md): a flow that asks for
+    // it is told so rather than silently copied at-least-once.
+    match exactly_once {
+        ExactlyOnce::Required => {
+            let origin = r.get("exactly.once.support").map(|s| s.origin.clone());
+            r.diags.error(
+                origin.as_ref(),
+                Some("required"),
+                "exactly-once is required, and kmirror does not provide it yet: it would copy at-least-once (nothing lost; what was copied after the last stored position is copied again after a crash). Set exactly.once.support = requested to accept that, or keep MirrorMaker 2 for this flow",
+            );
+        }
+        ExactlyOnce::Requested => {
+            let origin = r
+                .get("target.cluster.exactly.once.source.support")
+                .map(|s| s.origin.clone());
+            r.diags.warning(
+                origin.as_ref(),
+                Some("enabled"),
+                format!("kmirror does not provide exactly-once yet: {} copies at-least-once (nothing lost; what was copied after the last stored position is copied again after a crash)", id),
+            );
+        }
+        ExactlyOnce::Disabled => {}
+    }
 
     // Clients.
     let src_hint = format!("{}.bootstrap.servers", id.source);
@@ -314,6 +345,7 @@ pub fn build(
         batch_mode,
         merge_small_batches,
         max_decompressed_bytes,
+        sharing,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

@@ -96,6 +96,11 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.batch.mode.enabled",
     // kmirror's own: false forwards small batches one by one instead of merging them.
     "kmirror.batch.merge.enabled",
+    // kmirror's own: processes serving a flow share its partitions (docs/sharing.md).
+    "kmirror.sharing.enabled",
+    "kmirror.sharing.group.id",
+    "kmirror.sharing.session.timeout.ms",
+    "kmirror.sharing.rebalance.timeout.ms",
     // kmirror's own: the bound on one batch's decoded records (issue 19).
     "kmirror.batch.max.decompressed.bytes",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).

@@ -144,7 +144,28 @@ pub struct FlowConfig {
     /// source consumer's `fetch.max.bytes` (or `max.partition.fetch.bytes` if larger), so a
     /// decompression bomb costs at most what one fetch may (issue 19).
     pub max_decompressed_bytes: usize,
+    /// `kmirror.sharing.*`: processes serving this flow share its partitions through a group
+    /// on the target (docs/sharing.md).
+    pub sharing: Sharing,
     pub clients: FlowClients,
+}
+
+/// How the processes serving one flow share it (docs/sharing.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sharing {
+    /// `kmirror.sharing.enabled` (default true): join the flow's group and serve only the
+    /// partitions it assigns; false serves every partition (one process per flow).
+    pub enabled: bool,
+    /// The group on the target: `kmirror-<source>-><target>`, or `kmirror.sharing.group.id`.
+    pub group_id: String,
+    /// `kmirror.sharing.session.timeout.ms` (default 10 s, as Connect's workers): how long a
+    /// silent process keeps its partitions, and how soon a paused one stops writing.
+    #[serde(serialize_with = "millis")]
+    pub session_timeout: Duration,
+    /// `kmirror.sharing.rebalance.timeout.ms` (default 60 s, as Connect's): how long a
+    /// rebalance waits for every process to rejoin.
+    #[serde(serialize_with = "millis")]
+    pub rebalance_timeout: Duration,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

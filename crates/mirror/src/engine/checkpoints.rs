@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+#[derive(Clone)]
 pub(super) struct CheckpointTask {
     pub(super) flow: FlowConfig,
     pub(super) source: Arc<KafkaCluster>,

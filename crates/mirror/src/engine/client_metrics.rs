@@ -48,6 +48,12 @@ fn add_produced(m: &Metrics, labels: &FlowLabels, was: &ProduceCounts, now: &Pro
     m.produce_max_batches
         .get_or_create(labels)
         .set(now.max_batches_per_request as i64);
+    m.producer_new_ids
+        .get_or_create(labels)
+        .inc_by(grew(was.new_identities, now.new_identities));
+    m.target_truncated_offsets
+        .get_or_create(labels)
+        .inc_by(grew(was.truncated_offsets, now.truncated_offsets));
 }
 
 /// Adds what grew between two readings.
@@ -114,6 +120,8 @@ mod tests {
             requests,
             batches,
             max_batches_per_request: 9,
+            new_identities: requests / 3,
+            truncated_offsets: batches * 2,
             ..ProduceCounts::default()
         };
         add_produced(&m, &labels, &ProduceCounts::default(), &p(3, 20));
@@ -123,6 +131,8 @@ mod tests {
             r#"kmirror_produce_requests_total{source="A",target="B"} 5"#,
             r#"kmirror_produce_batches_total{source="A",target="B"} 31"#,
             r#"kmirror_produce_max_batches_per_request{source="A",target="B"} 9"#,
+            r#"kmirror_producer_new_ids_total{source="A",target="B"} 1"#,
+            r#"kmirror_target_truncated_offsets_total{source="A",target="B"} 62"#,
             r#"kmirror_fetch_requests_total{source="A",target="B",kind="full"} 2"#,
             r#"kmirror_fetch_requests_total{source="A",target="B",kind="incremental"} 25"#,
             r#"kmirror_fetch_session_fallbacks_total{source="A",target="B"} 1"#,

@@ -10,6 +10,7 @@ use super::offset_syncs::{self, Outbox};
 use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
+use super::sharing::{self, Event, Membership, Shared};
 use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{FlowConfig, Side};
@@ -23,6 +24,7 @@ use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 struct Running {
@@ -58,30 +60,42 @@ pub(super) async fn run(
             probe_stop.clone(),
         ),
     );
+    // With sharing, the flow's control work (heartbeats, checkpoints, topic sync) runs on the
+    // group's leader only; alone, this process is always the leader.
+    let shared = flow.replication && flow.sharing.enabled;
+    let (leader_tx, leader) = watch::channel(!shared);
     let heartbeats = flow.emit_heartbeats.enabled.then(|| {
         let stop = Shutdown::default();
+        let (flow, target, metrics, labels) = (
+            flow.clone(),
+            target.clone(),
+            metrics.clone(),
+            labels.clone(),
+        );
         let task = helpers.spawn(
             "heartbeats",
             &name,
-            heartbeats::emit(
-                flow.clone(),
-                target.clone(),
-                metrics.clone(),
-                labels.clone(),
-                stop.clone(),
-            ),
+            sharing::while_leader(leader.clone(), stop.clone(), move |s| {
+                heartbeats::emit(
+                    flow.clone(),
+                    target.clone(),
+                    metrics.clone(),
+                    labels.clone(),
+                    s,
+                )
+            }),
         );
         (stop, task)
     });
     let result = if flow.replication {
         replicate(
             &flow,
-            source,
-            target,
+            (source, target),
             &shutdown,
             &metrics,
             process_limiter,
             &helpers,
+            (leader_tx, leader),
         )
         .await
     } else {
@@ -167,12 +181,12 @@ async fn connect(
 
 async fn replicate(
     flow: &FlowConfig,
-    source: Arc<KafkaCluster>,
-    target: Arc<KafkaCluster>,
+    (source, target): (Arc<KafkaCluster>, Arc<KafkaCluster>),
     shutdown: &Shutdown,
     metrics: &Arc<Metrics>,
     process_limiter: Option<Arc<super::throttle::RateLimiter>>,
     helpers: &Helpers,
+    (leader_tx, leader): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
     let labels = &flow_labels(flow);
@@ -203,6 +217,15 @@ async fn replicate(
             Err(e) => return Err(k(e)),
         }
     };
+    let shared = flow.sharing.enabled.then(|| {
+        let settings =
+            sharing::assign::settings_digest(&serde_json::to_value(flow).unwrap_or_default());
+        Arc::new(Shared::new(
+            settings,
+            flow.sharing.session_timeout,
+            flow.sharing.rebalance_timeout,
+        ))
+    });
     let board = Arc::new(Board::default());
     let writer_stop = Shutdown::default();
     let writer = helpers.spawn(
@@ -217,6 +240,7 @@ async fn replicate(
             metrics.clone(),
             labels.clone(),
         )
+        .with_lease(shared.clone())
         .run(writer_stop.clone()),
     );
     let outbox = syncs_cluster.is_some().then(|| Arc::new(Outbox::default()));
@@ -239,25 +263,28 @@ async fn replicate(
     let runs = Arc::new(Mutex::new(Runs::default()));
     let checkpoints_stop = Shutdown::default();
     let checkpoints = match &syncs_cluster {
-        Some(c) if flow.emit_checkpoints.enabled => Some(
-            helpers.spawn(
+        Some(c) if flow.emit_checkpoints.enabled => {
+            let task = CheckpointTask {
+                flow: flow.clone(),
+                source: source.clone(),
+                target: target.clone(),
+                syncs_cluster: c.clone(),
+                metrics: metrics.clone(),
+                labels: labels.clone(),
+                runs: runs.clone(),
+            };
+            Some(helpers.spawn(
                 "checkpoints",
                 &name,
-                CheckpointTask {
-                    flow: flow.clone(),
-                    source: source.clone(),
-                    target: target.clone(),
-                    syncs_cluster: c.clone(),
-                    metrics: metrics.clone(),
-                    labels: labels.clone(),
-                    runs: runs.clone(),
-                }
-                .run(checkpoints_stop.clone()),
-            ),
-        ),
+                sharing::while_leader(leader.clone(), checkpoints_stop.clone(), move |s| {
+                    task.clone().run(s)
+                }),
+            ))
+        }
         _ => None,
     };
     let ctx = Arc::new(Context {
+        lease: shared.clone(),
         flow: flow.clone(),
         source: source.clone(),
         target: target.clone(),
@@ -301,18 +328,20 @@ async fn replicate(
     let replicated: Replicated = Arc::default();
     let sync_stop = Shutdown::default();
     let topic_sync = (flow.sync_topic_configs.enabled || flow.sync_topic_acls.enabled).then(|| {
+        let task = TopicSync {
+            flow: flow.clone(),
+            source: source.clone(),
+            target: target.clone(),
+            replicated: replicated.clone(),
+            metrics: metrics.clone(),
+            labels: labels.clone(),
+        };
         helpers.spawn(
             "topic sync",
             &name,
-            TopicSync {
-                flow: flow.clone(),
-                source: source.clone(),
-                target: target.clone(),
-                replicated: replicated.clone(),
-                metrics: metrics.clone(),
-                labels: labels.clone(),
-            }
-            .run(sync_stop.clone()),
+            sharing::while_leader(leader.clone(), sync_stop.clone(), move |s| {
+                task.clone().run(s)
+            }),
         )
     });
     let mut control = Control {
@@ -327,7 +356,44 @@ async fn replicate(
         topic_ids: stored.logs,
         reported: HashMap::new(),
         first_round: true,
+        announced: HashMap::new(),
+        remembered: HashMap::new(),
+        sharing: shared.map(|shared| Assigned {
+            shared,
+            partitions: BTreeSet::new(),
+        }),
     };
+    // With sharing, the first topic refresh only finds the flow's partitions (nothing is
+    // assigned yet); then this process joins the flow's group.
+    let (events_tx, mut events) = mpsc::channel::<Event>(1);
+    let membership_stop = Shutdown::default();
+    let membership = match control.sharing.as_ref().map(|a| a.shared.clone()) {
+        Some(shared) => {
+            control.reconcile().await;
+            Some(
+                helpers.spawn(
+                    "membership",
+                    &name,
+                    Membership {
+                        target: target.clone(),
+                        config: sharing::group_config(flow),
+                        shared,
+                        events: events_tx,
+                        leader: leader_tx,
+                        flow: name.clone(),
+                        metrics: metrics.clone(),
+                        labels: labels.clone(),
+                    }
+                    .run(membership_stop.clone()),
+                ),
+            )
+        }
+        None => {
+            drop((events_tx, leader_tx));
+            None
+        }
+    };
+    let mut refused = None;
     // A topic skipped after an error (a CreateTopics that timed out while the target broker was
     // busy creating thousands of logs, a metadata failure) is tried again after 5 s, doubling to
     // a minute, rather than after the whole refresh interval: MM2's default is 10 minutes, and
@@ -369,6 +435,20 @@ async fn replicate(
         let stopped = tokio::select! {
             s = shutdown.sleep(pause) => s,
             _ = helpers.failed() => true,
+            Some(event) = events.recv() => {
+                match event {
+                    Event::Assigned { partitions, done } => {
+                        control.apply(partitions).await;
+                        let _ = done.send(());
+                    }
+                    Event::Lost { done } => {
+                        control.lose().await;
+                        let _ = done.send(());
+                    }
+                    Event::Refused(reason) => refused = Some(reason),
+                }
+                refused.is_some()
+            }
         };
         if stopped {
             break;
@@ -385,6 +465,17 @@ async fn replicate(
         let _ = t.await;
     }
     control.stop_all().await;
+    // Leaves the group once every partition is drained and its position stored: the others
+    // take over at once, from those positions.
+    if membership.is_some() && !control.ctx.board.flushed(sharing::HANDOVER_FLUSH).await {
+        tracing::warn!(flow = %name, "positions not stored before leaving the flow's group; the next owners may copy some records again");
+    }
+    membership_stop.trigger();
+    if let Some(m) = membership {
+        // The membership may be waiting for an answer to an assignment: nobody answers now.
+        drop(events);
+        let _ = m.await;
+    }
     control.ctx.fetcher.shutdown().await;
     client_metrics_stop.trigger();
     let _ = client_metrics.await;
@@ -398,7 +489,10 @@ async fn replicate(
     if let Some(c) = checkpoints {
         let _ = c.await;
     }
-    Ok(())
+    match refused {
+        Some(reason) => Err(EngineError::Refused { flow: name, reason }),
+        None => Ok(()),
+    }
 }
 
 /// What a flow loads before it copies anything.
@@ -462,6 +556,22 @@ struct Control {
     /// The last error reported per topic, so a failure repeating every refresh is logged once.
     reported: HashMap<String, String>,
     first_round: bool,
+    /// Sharing: the last acknowledged offsets of partitions this process stopped when it lost
+    /// its membership (see `lose`).
+    remembered: HashMap<(String, i32), i64>,
+    /// Topics whose replication was logged, with their partition count then (with sharing, a
+    /// topic may have no partition in this process).
+    announced: HashMap<String, i32>,
+    /// With sharing: what the membership shares, and the partitions assigned to this process
+    /// (only those are started).
+    sharing: Option<Assigned>,
+}
+
+/// With sharing: what the membership and the control loop share, and the partitions assigned
+/// to this process.
+struct Assigned {
+    shared: Arc<Shared>,
+    partitions: BTreeSet<(String, i32)>,
 }
 
 impl Control {
@@ -508,6 +618,7 @@ impl Control {
             stopped_topics.insert(key.0);
         }
         for topic in stopped_topics {
+            self.announced.remove(&topic);
             tracing::warn!(flow = %flow.id, topic, "source topic deleted; no longer copied (the remote topic keeps what was copied)");
             ctx.metrics
                 .errors
@@ -515,6 +626,7 @@ impl Control {
                 .inc();
         }
         let (mut topics, mut partitions) = (0, 0);
+        let mut eligible = BTreeSet::new();
         // New remote topics are created together first (the loop below then finds them).
         let wanted: Vec<(String, String, i32)> = decisions
             .iter()
@@ -525,14 +637,13 @@ impl Control {
                 Some((d.source.clone(), remote, t.partitions.len() as i32))
             })
             .collect();
-        let created_now = match remote_topics::create_missing(
-            flow,
-            &ctx.source,
-            &ctx.target,
-            &wanted,
-        )
-        .await
-        {
+        // With sharing, only the group's leader creates and grows remote topics (it assigns a
+        // partition only once its remote topic is in place); the others wait to see them.
+        let leads = self.sharing.as_ref().is_none_or(|a| a.shared.is_leader());
+        let created_now = match match leads {
+            true => remote_topics::create_missing(flow, &ctx.source, &ctx.target, &wanted).await,
+            false => Ok(Default::default()),
+        } {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(flow = %flow.id, error = %e, "creating remote topics together failed; one at a time");
@@ -561,16 +672,14 @@ impl Control {
                 self.ctx.board.log(&d.source, t.id, forget);
                 self.topic_ids.insert(d.source.clone(), t.id);
             }
-            let created = match remote_topics::ensure(
-                flow,
-                &ctx.source,
-                &ctx.target,
-                &d.source,
-                &remote,
-                n,
-            )
-            .await
-            {
+            let ensured = if leads {
+                remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n).await
+            } else if ctx.target.metadata().topics.contains_key(&remote) {
+                Ok(Ensured::Exists)
+            } else {
+                continue; // the leader creates it; the next refresh of the target shows it
+            };
+            let created = match ensured {
                 Ok(e) => {
                     let e = match (e, created_now.get(&remote)) {
                         (Ensured::Exists, Some(&configs)) => Ensured::Created { configs },
@@ -607,7 +716,8 @@ impl Control {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(d.source.clone(), remote.clone());
-            let new_topic = !self.running.keys().any(|(t, _)| *t == d.source);
+            let seen = self.announced.insert(d.source.clone(), n);
+            let new_topic = seen.is_none();
             if new_topic {
                 tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, "replicating topic");
                 if !created {
@@ -631,14 +741,26 @@ impl Control {
             }
             for p in 0..n {
                 let key = (d.source.clone(), p);
+                eligible.insert(key.clone());
+                if seen.is_some_and(|had| p >= had) {
+                    tracing::info!(flow = %flow.id, topic = %d.source, partition = p, "replicating added partition");
+                }
                 if self.running.contains_key(&key) {
                     continue;
                 }
-                if !new_topic {
-                    tracing::info!(flow = %flow.id, topic = %d.source, partition = p, "replicating added partition");
+                if let Some(a) = &self.sharing {
+                    if !a.partitions.contains(&key) {
+                        continue;
+                    }
                 }
                 self.start(key, remote.clone());
             }
+        }
+        if let Some(a) = &self.sharing {
+            // A topic missing from one metadata answer is not gone yet (see above): its
+            // partitions stay where they are rather than being revoked and given back.
+            eligible.extend(a.shared.eligible_of(&self.missing));
+            a.shared.set_eligible(eligible);
         }
         self.ctx
             .metrics
@@ -681,6 +803,7 @@ impl Control {
     /// stored positions (of the old log) are to be removed from the positions topic.
     async fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) -> BTreeSet<i32> {
         let while_stopped = self.first_round;
+        self.announced.remove(topic);
         tracing::error!(
             flow = %self.ctx.flow.id,
             topic,
@@ -709,6 +832,7 @@ impl Control {
                 .map(|(_, p)| *p),
         );
         self.stored.retain(|(t, _), _| t != topic);
+        self.remembered.retain(|(t, _), _| t != topic);
         self.ctx.board.forget(topic);
         self.ctx
             .runs
@@ -733,6 +857,123 @@ impl Control {
                 .get_or_create(&self.ctx.labels.error(kind))
                 .inc();
             self.reported.insert(topic.to_string(), text);
+        }
+    }
+
+    /// Serves exactly `partitions` from now on (sharing): the partitions given up are drained,
+    /// their positions stored and released before this returns (so that the membership only
+    /// then rejoins and their next owner starts where this process stopped); the new ones are
+    /// started from the positions stored now (their previous owner stored them last).
+    async fn apply(&mut self, partitions: BTreeSet<(String, i32)>) {
+        let Some(a) = &mut self.sharing else {
+            return;
+        };
+        let shared = a.shared.clone();
+        let before = std::mem::replace(&mut a.partitions, partitions.clone());
+        let revoked: BTreeSet<(String, i32)> = before.difference(&partitions).cloned().collect();
+        let added: BTreeSet<(String, i32)> = partitions.difference(&before).cloned().collect();
+        shared.set_owned(partitions);
+        if !revoked.is_empty() {
+            self.stop_keys(&revoked).await;
+            if !self.ctx.board.flushed(sharing::HANDOVER_FLUSH).await {
+                tracing::warn!(flow = %self.ctx.flow.id, partitions = revoked.len(), "positions of the partitions handed over not stored in time; their next owner may copy some records again");
+            }
+            self.ctx.board.release(&revoked);
+            self.stored.retain(|k, _| !revoked.contains(k));
+        }
+        if !added.is_empty() {
+            self.load_positions(&added).await;
+            // The leader may know topics or partitions this process's last refresh did not.
+            let (source, target) = (&self.ctx.source, &self.ctx.target);
+            let md = source.metadata();
+            let unknown = added.iter().any(|(t, p)| {
+                md.topics
+                    .get(t)
+                    .is_none_or(|m| m.partitions.len() as i32 <= *p)
+            });
+            if unknown {
+                let _ = source.refresh_metadata(None).await;
+                let _ = target.refresh_metadata(None).await;
+            }
+        }
+        self.reconcile().await;
+    }
+
+    /// This process lost its membership: its partitions may be served elsewhere already, so
+    /// they stop now, and their positions are not stored any more (the new owner's are newer).
+    async fn lose(&mut self) {
+        let Some(a) = &mut self.sharing else {
+            return;
+        };
+        let shared = a.shared.clone();
+        let all = std::mem::take(&mut a.partitions);
+        shared.set_owned(BTreeSet::new());
+        self.stop_keys(&all).await;
+        // Not stored (another owner's may be newer), but remembered: if a partition comes back
+        // here, everything up to what this process had acknowledged is on the target, so it
+        // resumes from the later of that and the stored position. Starting from the stored one
+        // alone would copy again all that was acknowledged since (a coordinator that went
+        // silent makes a lone process lose its membership with nobody else taking over).
+        for (k, o) in self.ctx.board.take(&all) {
+            let e = self.remembered.entry(k).or_insert(o);
+            *e = (*e).max(o);
+        }
+        self.stored.retain(|k, _| !all.contains(k));
+    }
+
+    async fn stop_keys(&mut self, keys: &BTreeSet<(String, i32)>) {
+        let stopping: Vec<Running> = keys.iter().filter_map(|k| self.running.remove(k)).collect();
+        for r in &stopping {
+            r.stop.trigger();
+        }
+        for r in stopping {
+            let _ = r.task.await;
+        }
+    }
+
+    /// Reads the stored positions of partitions just assigned, retrying until it can (starting
+    /// without them would copy them again from the start).
+    async fn load_positions(&mut self, keys: &BTreeSet<(String, i32)>) {
+        let flow = &self.ctx.flow;
+        let mut attempt = 0;
+        let stored = loop {
+            match positions::load(
+                &self.ctx.target,
+                &flow.internal.positions_topic,
+                flow.id.source.as_str(),
+            )
+            .await
+            {
+                Ok(s) => break s,
+                Err(e) => {
+                    self.ctx
+                        .metrics
+                        .errors
+                        .get_or_create(&self.ctx.labels.error("positions"))
+                        .inc();
+                    let wait = super::backoff(attempt);
+                    attempt += 1;
+                    tracing::warn!(flow = %flow.id, error = %e, retry_in = ?wait, "cannot read the positions of the partitions assigned; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        for k in keys {
+            // A position stored for another log of the topic (it was re-created, and the
+            // tombstones of its old positions are not stored yet) means nothing on this one.
+            let same_log = match (stored.logs.get(&k.0), self.topic_ids.get(&k.0)) {
+                (Some(recorded), Some(known)) => recorded == known,
+                _ => true,
+            };
+            let stored = stored.positions.get(k).filter(|_| same_log).copied();
+            match stored.max(self.remembered.remove(k)) {
+                Some(o) => {
+                    self.stored.insert(k.clone(), o);
+                }
+                None => {
+                    self.stored.remove(k);
+                }
+            }
         }
     }
 

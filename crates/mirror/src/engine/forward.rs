@@ -241,6 +241,8 @@ pub(super) struct Forwarder<'a> {
     /// The flow's and the process's rate limits, paid for each fetched response.
     pub(super) limiters: &'a [Arc<RateLimiter>],
     pub(super) stop: &'a Shutdown,
+    /// With sharing: hold writes while membership is in doubt (see `Shared::may_write`).
+    pub(super) lease: Option<&'a super::sharing::Shared>,
     pub(super) g: &'a Gauges,
 }
 
@@ -266,33 +268,49 @@ impl Forwarder<'_> {
         // to turn acknowledgements into exact offset syncs; the last batch of each response
         // carries the response's share of the memory budget, released with its ack.
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        // The last offset of batches that carry nothing to copy (every record filtered out;
+        // transaction markers and aborted transactions at the end of a response): the position
+        // passes them once everything sent before is acknowledged. Without it, a transactional
+        // source's position would stay on its last record, one offset short of the end, and
+        // `verify` would wait forever.
+        let mut skipped: Option<i64> = None;
         let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
-        let mut report =
-            |acked: Vec<Acked>, through: &mut Option<i64>, in_flight: &mut VecDeque<InFlight>| {
-                if let Some(last) = acked.last() {
-                    *through = Some(last.tag);
-                    self.board
-                        .acknowledged(self.topic, self.partition, last.tag);
+        let mut report = |acked: Vec<Acked>,
+                          through: &mut Option<i64>,
+                          in_flight: &mut VecDeque<InFlight>,
+                          skipped: &mut Option<i64>| {
+            if let Some(last) = acked.last() {
+                *through = Some(last.tag);
+                self.board
+                    .acknowledged(self.topic, self.partition, last.tag);
+            }
+            for a in &acked {
+                g.records.inc_by(a.records.max(0) as u64);
+                if let Some((ups, _released)) = in_flight.pop_front() {
+                    if let Some(outbox) = self.offset_syncs {
+                        outbox.push(rules.on_batch(&ups, a.base_offset));
+                    }
+                    self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
+                        self.topic,
+                        self.partition,
+                        &ups,
+                        a.base_offset,
+                    );
                 }
-                for a in &acked {
-                    g.records.inc_by(a.records.max(0) as u64);
-                    if let Some((ups, _released)) = in_flight.pop_front() {
-                        if let Some(outbox) = self.offset_syncs {
-                            outbox.push(rules.on_batch(&ups, a.base_offset));
-                        }
-                        self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
-                            self.topic,
-                            self.partition,
-                            &ups,
-                            a.base_offset,
-                        );
+            }
+            if in_flight.is_empty() {
+                if let Some(tail) = skipped.take() {
+                    if through.is_none_or(|t| t < tail) {
+                        *through = Some(tail);
+                        self.board.acknowledged(self.topic, self.partition, tail);
                     }
                 }
-                if in_flight.is_empty() && in_flight.capacity() > 0 {
+                if in_flight.capacity() > 0 {
                     // Idle partitions hold no queue (thousands of them, docs/benchmarks.md).
                     *in_flight = VecDeque::new();
                 }
-            };
+            }
+        };
         // Waits for every batch in flight and reports what was acknowledged.
         macro_rules! flush_and_report {
             () => {
@@ -302,7 +320,18 @@ impl Forwarder<'_> {
                         .map_err(|e| self.lane_failure(acked_through, start, e))?,
                     acked_through,
                     &mut in_flight,
+                    &mut skipped,
                 )
+            };
+        }
+        // The position passes `offset` (batches with nothing to copy) once everything sent
+        // before is acknowledged: now, when nothing is in flight.
+        macro_rules! pass_once_acknowledged {
+            ($offset:expr) => {
+                skipped = Some($offset);
+                if in_flight.is_empty() {
+                    report(Vec::new(), acked_through, &mut in_flight, &mut skipped);
+                }
             };
         }
         let merge_limit = self.merge_limit();
@@ -318,7 +347,7 @@ impl Forwarder<'_> {
                     let acked = lane.take_answered()
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?;
-                    report(acked, acked_through, &mut in_flight);
+                    report(acked, acked_through, &mut in_flight, &mut skipped);
                     if in_flight.is_empty() && caught_up {
                         if let Some(ts) = batch_age_ts {
                             g.latency.set(super::now_ms() - ts);
@@ -333,6 +362,13 @@ impl Forwarder<'_> {
                 FetchEvent::Data { data, .. } => format!("data {} batches from {:?}", data.batches.len(), data.batches.first().map(|b| b.base_offset())),
                 other => format!("{other:?}"),
             }), "fetched");
+            if let Some(lease) = self.lease {
+                // Before anything fetched is written: a process that wakes from a pause longer
+                // than its session writes nothing until it knows it still owns the partition.
+                if !lease.hold_writes(self.stop).await {
+                    break;
+                }
+            }
             let (f, share) = match event {
                 Some(FetchEvent::Data { data, share }) => (data, share),
                 Some(FetchEvent::OutOfRange {
@@ -438,10 +474,7 @@ impl Forwarder<'_> {
                 if sent.is_empty() && b.last_offset() >= next {
                     // Every record was filtered out (or compacted away): once what is in flight
                     // is acknowledged, the position may pass this batch.
-                    flush_and_report!();
-                    *acked_through = Some(b.last_offset());
-                    self.board
-                        .acknowledged(self.topic, self.partition, b.last_offset());
+                    pass_once_acknowledged!(b.last_offset());
                 }
                 for (batch, ups, tag) in sent {
                     in_flight.push_back((ups, Vec::new()));
@@ -453,7 +486,7 @@ impl Forwarder<'_> {
                         }
                         e => self.lane_failure(acked_through, start, e),
                     })?;
-                    report(acked, acked_through, &mut in_flight);
+                    report(acked, acked_through, &mut in_flight, &mut skipped);
                     g.bytes.inc_by(size);
                     match mode {
                         Mode::Batch => g.batch_mode.inc(),
@@ -470,9 +503,13 @@ impl Forwarder<'_> {
             if let (Some(share), Some((_, held))) = (share.take(), in_flight.back_mut()) {
                 held.push(share);
             }
-            if let Some(e) = f.batches.last().map(|b| b.last_offset() + 1) {
+            if let Some(tail) = f.batches.last().map(|b| b.last_offset()) {
                 // Also past control batches and aborted data at the end of the response.
-                next = next.max(e);
+                next = next.max(tail + 1);
+                let copied_to = batches.last().map_or(-1, |b| b.last_offset());
+                if tail > copied_to && tail >= start {
+                    pass_once_acknowledged!(tail);
+                }
             }
             g.lag.set((end - next).max(0));
             caught_up = next >= end;
@@ -852,6 +889,7 @@ mod tests {
                 labels: &self.labels,
                 limiters: &[],
                 stop: &self.stop,
+                lease: None,
                 g: &self.g,
             }
         }
@@ -1142,6 +1180,76 @@ mod tests {
             Err(Failure::Stop(Stopped::BeyondEnd { log_end, .. })) => assert_eq!(log_end, 80),
             _ => panic!("a position past the end stops"),
         }
+    }
+
+    #[tokio::test]
+    async fn the_position_passes_markers_and_aborted_batches_at_the_end_of_a_response() {
+        use kmirror_kafka::committed::Marker;
+        use kmirror_kafka::records::encode_marker;
+        let at = |offset: i64, b: RawBatch| {
+            let mut bytes = BytesMut::from(b.bytes().as_ref());
+            bytes[..8].copy_from_slice(&offset.to_be_bytes());
+            RawBatch::new(bytes.freeze()).unwrap()
+        };
+        let aborted = {
+            let records: Vec<Record> = (0..10)
+                .map(|i| Record {
+                    offset: i,
+                    timestamp: 1_700_000_000_000,
+                    key: None,
+                    value: Some(Bytes::from_static(b"aborted")),
+                    headers: vec![],
+                })
+                .collect();
+            let options = BatchOptions {
+                producer_id: 9,
+                producer_epoch: 0,
+                base_sequence: 0,
+                transactional: true,
+                ..BatchOptions::default()
+            };
+            at(51, encode_batch(&records, &options).unwrap())
+        };
+        let rig = Rig::new("");
+        let mut sink = FakeSink::default();
+        let mut acked = None;
+        // 50 committed records and their marker, then an aborted transaction and its marker:
+        // the log ends at 62 with 50 records a reader sees.
+        let mut end = data(
+            vec![
+                batch(0, 50, 100, Codec::None),
+                at(50, encode_marker(Marker::Commit, 7, 0, 0).unwrap()),
+                aborted,
+                at(61, encode_marker(Marker::Abort, 9, 0, 0).unwrap()),
+            ],
+            62,
+        );
+        if let FetchEvent::Data { data, .. } = &mut end {
+            data.aborted = vec![(9, 51)];
+        }
+        rig.run(vec![end], &mut sink, 0, &mut acked)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(sink.log_end, 50, "only the committed records are copied");
+        assert_eq!(acked, Some(61), "the position passes the last marker");
+        // A response holding nothing but a marker moves the position too (a new rig: the
+        // first run's feed ended with the stop).
+        let rig = Rig::new("");
+        let mut acked = Some(61);
+        rig.run(
+            vec![data(
+                vec![at(62, encode_marker(Marker::Commit, 7, 0, 0).unwrap())],
+                63,
+            )],
+            &mut sink,
+            62,
+            &mut acked,
+        )
+        .await
+        .ok()
+        .unwrap();
+        assert_eq!(acked, Some(62));
     }
 
     #[tokio::test]

@@ -1,7 +1,11 @@
 //! Reads one partition of an internal topic (positions, offset syncs, checkpoints) from an offset
-//! to its current end, control batches left out.
+//! to its current end, as a read_committed reader would see it: control batches and the records
+//! of aborted transactions left out (MirrorMaker 2 with exactly-once writes its positions in
+//! transactions), without waiting behind a transaction left open (docs/engine.md, "Transactions
+//! in the internal topics").
 
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::committed::{marker, CommittedView};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::time::Duration;
@@ -19,8 +23,14 @@ pub(crate) async fn read_to_end(
     Ok((out, next))
 }
 
-/// Like [`read_to_end`], handing each record to `visit` as its batch is decoded, so a large
-/// log (a positions topic not compacted yet) is read in the memory of one fetch.
+/// Records at most held in memory behind a transaction still open (about 100 bytes each in a
+/// positions topic); past that a read fails, naming the transaction, rather than growing.
+const MAX_HELD: usize = 1_000_000;
+
+/// Like [`read_to_end`], handing each record on as its batch is decoded, so a large log (a
+/// positions topic not compacted yet) is read in the memory of one fetch. Records written after
+/// a transaction still open wait for it in memory, and are handed on at the end; the offset
+/// returned is then where that transaction began, so a later read sees them again.
 pub(crate) async fn visit_to_end(
     k: &KafkaCluster,
     topic: &str,
@@ -33,6 +43,13 @@ pub(crate) async fn visit_to_end(
     let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
     // Compaction or retention may have removed what we would read next.
     let mut offset = from.unwrap_or(start).max(start);
+    let mut view = CommittedView::new(MAX_HELD);
+    let corrupt = |b: &kmirror_kafka::batch::RawBatch, message: String| KafkaError::CorruptBatch {
+        topic: topic.to_string(),
+        partition,
+        offset: b.base_offset(),
+        message,
+    };
     while offset < end {
         let f = k
             .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
@@ -43,13 +60,23 @@ pub(crate) async fn visit_to_end(
         for b in &f.batches {
             offset = b.last_offset() + 1;
             if b.is_control() {
+                if let Some(m) = marker(b).map_err(|e| corrupt(b, e.to_string()))? {
+                    view.marker(b.producer_id(), m, &mut visit);
+                }
                 continue;
             }
-            decode_batch(b)
-                .map_err(|e| KafkaError::Config(format!("{topic}-{partition}: {e}")))?
-                .into_iter()
-                .for_each(&mut visit);
+            let records = decode_batch(b).map_err(|e| corrupt(b, e.to_string()))?;
+            view.data(b, records, &mut visit)
+                .map_err(|h| KafkaError::OpenTransaction {
+                    topic: topic.to_string(),
+                    partition,
+                    producer_id: h.producer_id,
+                    offset: h.offset,
+                    limit: h.limit,
+                })?;
         }
     }
-    Ok(offset)
+    Ok(view
+        .finish(&mut visit)
+        .map_or(offset, |open| open.min(offset)))
 }

@@ -30,6 +30,7 @@ mod offset_syncs;
 mod partition;
 mod positions;
 pub mod remote_topics;
+pub mod sharing;
 pub(crate) mod throttle;
 mod topic_sync;
 
@@ -55,6 +56,9 @@ pub enum EngineError {
     },
     #[error("flow {flow}: source and target are the same cluster (cluster id {cluster_id}) behind different addresses; replicating a cluster into itself would copy its data forever")]
     SameCluster { flow: String, cluster_id: String },
+    /// The flow's group refused this process (docs/sharing.md).
+    #[error("flow {flow}: {reason}")]
+    Refused { flow: String, reason: String },
     /// A bug: reported so that the process exits non-zero and a supervisor restarts it.
     #[error(
         "flow {flow}: {task} panicked: {message} (a bug in kmirror; please report it with the log)"

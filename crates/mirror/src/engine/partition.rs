@@ -39,6 +39,9 @@ pub(super) struct Context {
     /// broker, in an incremental session, with the broker's own wait). Its buffer is the flow's
     /// memory budget: bytes fetched and not yet acknowledged by the target (`buffer.memory`).
     pub(super) fetcher: Arc<Fetcher>,
+    /// With sharing: writes wait while this process cannot tell it still owns its partitions
+    /// (docs/sharing.md).
+    pub(super) lease: Option<Arc<super::sharing::Shared>>,
 }
 
 pub(super) struct PartitionTask {
@@ -111,6 +114,7 @@ impl PartitionTask {
             labels: &self.ctx.labels,
             limiters: &self.ctx.limiters,
             stop: &self.stop,
+            lease: self.ctx.lease.as_deref(),
             g,
         }
     }

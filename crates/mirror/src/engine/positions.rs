@@ -113,12 +113,17 @@ pub async fn load(k: &KafkaCluster, topic: &str, cluster: &str) -> Result<Stored
 #[derive(Debug, Default)]
 pub(super) struct Board {
     inner: Mutex<Inner>,
+    /// Woken after each store that succeeded (see [`Board::flushed`]).
+    stored: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     positions: BTreeMap<(String, i32), (i64, bool)>,
     logs: BTreeMap<String, LogChange>,
+    /// Flushes asked for, and the last one a successful store covered.
+    flush_requested: u64,
+    flush_completed: u64,
 }
 
 /// A topic's log to record, and the positions of its earlier log to remove first.
@@ -163,6 +168,44 @@ impl Board {
         }
     }
 
+    /// Waits until everything acknowledged before the call is stored (a store that began after
+    /// it succeeded); false after `within`.
+    pub(super) async fn flushed(&self, within: Duration) -> bool {
+        let want = {
+            let mut m = self.lock();
+            m.flush_requested += 1;
+            m.flush_requested
+        };
+        tokio::time::timeout(within, async {
+            loop {
+                let woken = self.stored.notified();
+                let mut woken = std::pin::pin!(woken);
+                woken.as_mut().enable();
+                if self.lock().flush_completed >= want {
+                    return;
+                }
+                woken.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Forgets partitions this process no longer serves (handed to another process): their
+    /// positions are the new owner's to store from now on.
+    pub(super) fn release(&self, keys: &BTreeSet<(String, i32)>) {
+        let _ = self.take(keys);
+    }
+
+    /// Takes partitions off the board unstored, with their last acknowledged offsets (a
+    /// process that lost its membership: see `Control::lose`).
+    pub(super) fn take(&self, keys: &BTreeSet<(String, i32)>) -> HashMap<(String, i32), i64> {
+        let mut m = self.lock();
+        keys.iter()
+            .filter_map(|k| m.positions.remove(k).map(|(o, _)| (k.clone(), o)))
+            .collect()
+    }
+
     /// Drops a topic's positions (it was re-created: its old offsets mean nothing now).
     pub(super) fn forget(&self, topic: &str) {
         self.lock().positions.retain(|(t, _), _| t != topic);
@@ -180,6 +223,14 @@ impl Board {
         e.id = id;
         e.dirty = true;
         e.forget.extend(forget);
+    }
+
+    fn completed(&self, covers: u64) {
+        {
+            let mut m = self.lock();
+            m.flush_completed = m.flush_completed.max(covers);
+        }
+        self.stored.notify_waiters();
     }
 
     /// What is not stored yet (marked stored; [`Board::unstored`] puts back failures).
@@ -243,6 +294,9 @@ pub(super) struct Writer {
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
     lanes: HashMap<i32, PartitionLane>,
+    /// With sharing: nothing is stored while this process cannot tell it still owns its
+    /// partitions (their new owner's positions are newer; docs/sharing.md).
+    lease: Option<Arc<super::sharing::Shared>>,
 }
 
 impl Writer {
@@ -264,7 +318,13 @@ impl Writer {
             metrics,
             labels,
             lanes: HashMap::new(),
+            lease: None,
         }
+    }
+
+    pub(super) fn with_lease(mut self, lease: Option<Arc<super::sharing::Shared>>) -> Writer {
+        self.lease = lease;
+        self
     }
 
     /// Stores positions every [`FLUSH_INTERVAL`] until `stop`, then once more.
@@ -280,8 +340,19 @@ impl Writer {
 
     /// Stores every position not stored yet; failures are logged and retried next time.
     pub(super) async fn store_dirty(&mut self) {
+        // Read before the positions are taken: a flush asked for after this point may have
+        // positions this store does not hold.
+        let covers = self.board.lock().flush_requested;
+        if self.lease.as_ref().is_some_and(|l| !l.may_write()) {
+            // Nothing is stored now (they stay on the board); a flush waiting for a store is
+            // not kept waiting for one that may never come (a process that never joined, or
+            // lost its membership, while it shuts down).
+            self.board.completed(covers);
+            return;
+        }
         let dirty = self.board.take_dirty();
         if dirty.is_empty() {
+            self.board.completed(covers);
             return;
         }
         if let Err(e) = self.store(&dirty).await {
@@ -296,6 +367,8 @@ impl Writer {
             if let Ok(p) = IdempotentProducer::new(self.target.clone()).await {
                 self.producer = p;
             }
+        } else {
+            self.board.completed(covers);
         }
     }
 
@@ -377,6 +450,37 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_flush_waits_for_a_store_that_began_after_it_and_release_forgets() {
+        let board = Arc::new(Board::default());
+        board.acknowledged("t", 0, 10);
+        // A store that took its positions before the flush was asked for does not count.
+        let early = board.lock().flush_requested;
+        let waiting = {
+            let b = board.clone();
+            tokio::spawn(async move { b.flushed(Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        board.completed(early);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "an earlier store does not end the wait"
+        );
+        let covers = board.lock().flush_requested;
+        board.completed(covers);
+        assert!(waiting.await.unwrap(), "the store after it does");
+        assert!(
+            !board.flushed(Duration::from_millis(50)).await,
+            "no store: the wait ends at its bound"
+        );
+        board.release(&[("t".to_string(), 0)].into());
+        assert!(
+            board.take_dirty().positions.is_empty(),
+            "released: nothing to store"
+        );
+    }
 
     #[test]
     fn board_keeps_the_newest_position_and_puts_back_failed_stores() {

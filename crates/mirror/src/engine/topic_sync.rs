@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 /// Source topic → remote topic, as the control loop replicates them.
 pub(super) type Replicated = Arc<Mutex<BTreeMap<String, String>>>;
 
+#[derive(Clone)]
 pub(super) struct TopicSync {
     pub(super) flow: FlowConfig,
     pub(super) source: Arc<KafkaCluster>,

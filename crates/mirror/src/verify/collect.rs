@@ -2,7 +2,9 @@
 //! one ListOffsets per broker, configs a few hundred topics per DescribeConfigs) so that thousands
 //! of partitions take seconds.
 
-use super::{judge_deep, judge_freshness, judge_records, PartitionCounts, Row, Status};
+use super::{
+    judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Row, Status,
+};
 use crate::config::model::FlowConfig;
 use crate::discovery;
 use crate::engine::read_to_end;
@@ -11,7 +13,8 @@ use crate::topic_sync::{config_ops, topic_acls};
 use crate::wire::internal::Checkpoint;
 use kafka_protocol::error::ResponseError;
 use kmirror_kafka::admin::{acl, AclBinding, ConfigEntry, ConfigOp};
-use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::batch::RawBatch;
+use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -24,6 +27,8 @@ pub struct Options {
     pub topics: Option<PatternList>,
     /// Compare the last N records of each partition.
     pub deep: usize,
+    /// How `records` rows count.
+    pub count: Count,
 }
 
 /// A failure to read a cluster (not a difference: verify cannot tell).
@@ -214,7 +219,22 @@ pub async fn flow(
                 target_end: te,
                 position: positions.get(&(src.clone(), p)).copied(),
             };
-            let verdict = judge_records(&c, compacted.contains(src.as_str()));
+            let mut verdict = judge_records(&c, compacted.contains(src.as_str()));
+            let count = match options.count {
+                Count::Auto => verdict.0 == Status::Failed,
+                Count::Records => verdict.0 != Status::Pending,
+                Count::Offsets => false,
+            };
+            if count {
+                let s = count_records(source, src, p, ss, se, iso).await;
+                let t = count_records(target, remote, p, ts, te, uncommitted).await;
+                verdict = match (s, t) {
+                    (Ok(s), Ok(t)) => judge_counted(s, t, (se - ss, te - ts)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        (Status::Failed, format!("cannot count records: {e}"))
+                    }
+                };
+            }
             let caught_up = verdict.0 == Status::Ok;
             cx.row("records", src, Some(p), verdict);
             if se > ss {
@@ -288,7 +308,50 @@ async fn newest_timestamp(
         .max()
 }
 
-/// The last `n` records of a partition (control batches left out).
+/// The records a reader with `iso` sees in `start..end`, counted from batch headers (nothing
+/// is decompressed): control batches left out, and with read_committed the batches of aborted
+/// transactions.
+async fn count_records(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    start: i64,
+    end: i64,
+    iso: IsolationLevel,
+) -> Result<i64, KafkaError> {
+    let mut offset = start;
+    let mut n = 0i64;
+    while offset < end {
+        let f = k
+            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
+            .await?;
+        let Some(last) = f.batches.last().map(|b| b.last_offset()) else {
+            break;
+        };
+        for b in visible(&f, iso) {
+            let records = i64::from(b.record_count().max(0));
+            // The first batch may begin before `start` (records deleted inside it).
+            n += if b.base_offset() < start && b.offsets_contiguous() {
+                (b.last_offset() - start + 1).clamp(0, records)
+            } else {
+                records
+            };
+        }
+        offset = last + 1;
+    }
+    Ok(n)
+}
+
+/// The batches of a fetch a reader with `iso` sees.
+fn visible(f: &PartitionFetch, iso: IsolationLevel) -> Vec<&RawBatch> {
+    match iso {
+        IsolationLevel::ReadCommitted => f.committed_batches(),
+        IsolationLevel::ReadUncommitted => f.batches.iter().filter(|b| !b.is_control()).collect(),
+    }
+}
+
+/// The last `n` records of a partition (control batches, and with read_committed aborted
+/// transactions, left out).
 async fn last_records(
     k: &KafkaCluster,
     topic: &str,
@@ -309,16 +372,16 @@ async fn last_records(
         if f.batches.is_empty() {
             break;
         }
-        for b in &f.batches {
+        if let Some(b) = f.batches.last() {
             offset = b.last_offset() + 1;
-            if !b.is_control() {
-                out.extend(
-                    decode_batch(b)
-                        .map_err(|e| KafkaError::Config(e.to_string()))?
-                        .into_iter()
-                        .filter(|r| r.offset >= from && r.offset < end),
-                );
-            }
+        }
+        for b in visible(&f, iso) {
+            out.extend(
+                decode_batch(b)
+                    .map_err(|e| KafkaError::Config(e.to_string()))?
+                    .into_iter()
+                    .filter(|r| r.offset >= from && r.offset < end),
+            );
         }
     }
     let skip = out.len().saturating_sub(n);

@@ -1,0 +1,335 @@
+//! Three `kmirror run` processes with one configuration share a 24-partition flow
+//! (docs/sharing.md) while records stream in. One is killed with SIGKILL: the other two take its
+//! partitions over within the session timeout plus a few seconds (the time is printed). Another
+//! is paused with SIGSTOP past the session timeout: the last one serves everything meanwhile, and
+//! the paused one, continued, learns it lost its membership, stops, and rejoins. An auditor then
+//! reads every remote partition: no record missing, in order; records copied twice (a killed or
+//! paused process's last writes, at-least-once) are counted and printed.
+
+use bytes::Bytes;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
+use kmirror_kafka::producer::IdempotentProducer;
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::IsolationLevel;
+use kmirror_testkit::{
+    eventually, logged_metrics_address, read_partition, Cluster, KillOnDrop, Security,
+};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 24;
+const SESSION: Duration = Duration::from_secs(6);
+
+fn metrics(address: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(address).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// A process's share, or None while it does not answer (paused, or gone).
+fn share(address: &str) -> Option<i64> {
+    metrics(address).map(|m| {
+        kmirror_mirror::metrics::sum_samples(&m, "kmirror_assigned_partitions", &[]) as i64
+    })
+}
+
+struct Process {
+    child: KillOnDrop,
+    address: String,
+}
+
+fn start(config: &Path, log: &Path) -> Process {
+    let child = KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("run")
+            .arg(config)
+            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"])
+            // Where each partition starts copying, for the reader of a failure.
+            .env("RUST_LOG", "info,kmirror_mirror::engine::partition=debug"),
+        log,
+    );
+    Process {
+        child,
+        address: logged_metrics_address(log),
+    }
+}
+
+fn signal(p: &Process, sig: &str) {
+    let pid = p.child.0.id().to_string();
+    assert!(Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// Waits until the processes that answer hold every partition between them, in even shares.
+async fn balanced(ps: &[&Process], what: &str) -> Duration {
+    let t0 = Instant::now();
+    let n = ps.len() as i64;
+    let total = PARTITIONS as i64;
+    eventually(90, what, || async {
+        let shares: Vec<Option<i64>> = ps.iter().map(|p| share(&p.address)).collect();
+        shares.iter().map(|s| s.unwrap_or(-100)).sum::<i64>() == total
+            && shares
+                .iter()
+                .all(|s| matches!(s, Some(v) if *v == total / n || *v == total / n + 1))
+    })
+    .await;
+    let elapsed = t0.elapsed();
+    let shares: Vec<Option<i64>> = ps.iter().map(|p| share(&p.address)).collect();
+    eprintln!(
+        "{what}: shares {shares:?} after {:.1} s",
+        elapsed.as_secs_f64()
+    );
+    elapsed
+}
+
+/// Waits until every record written to the source before the call is on the target.
+async fn caught_up(a: &KafkaCluster, b: &KafkaCluster, what: &str) {
+    let mut ends = Vec::new();
+    for p in 0..PARTITIONS {
+        let end = a
+            .list_offset("spread", p, LATEST, IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        ends.push(end);
+    }
+    let t0 = Instant::now();
+    eventually(60, what, || async {
+        let _ = b.refresh_metadata(None).await;
+        for (p, want) in ends.iter().enumerate() {
+            match b
+                .list_offset(
+                    "A.spread",
+                    p as i32,
+                    LATEST,
+                    IsolationLevel::ReadUncommitted,
+                )
+                .await
+            {
+                Ok(g) if g >= *want => {}
+                _ => return false,
+            }
+        }
+        true
+    })
+    .await;
+    eprintln!("{what} copied after {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_share_a_flow_and_survive_kill_9_and_a_pause_without_loss() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("procs-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("procs-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let a = Arc::new(
+        KafkaCluster::connect(ca.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    a.create_topics(
+        &[NewTopic {
+            name: "spread".into(),
+            partitions: PARTITIONS,
+            replication_factor: 1,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mm2.properties");
+    std::fs::write(
+        &config,
+        format!(
+            "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = spread\n\
+             replication.factor = 1\noffset.storage.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+             offset-syncs.topic.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             refresh.topics.interval.seconds = 1\nkmirror.sharing.session.timeout.ms = {}\n",
+            ca.bootstrap(),
+            cb.bootstrap(),
+            SESSION.as_millis()
+        ),
+    )
+    .unwrap();
+
+    // The stream: every record's value is its partition and sequence number.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        tokio::spawn(async move {
+            let p = IdempotentProducer::new(a).await.unwrap();
+            let mut lanes: Vec<_> = (0..PARTITIONS).map(|i| p.lane("spread", i)).collect();
+            let mut seq = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64;
+                for (i, lane) in lanes.iter_mut().enumerate() {
+                    let records: Vec<Record> = (0..20)
+                        .map(|j| Record {
+                            offset: j,
+                            timestamp: now,
+                            key: Some(Bytes::from(format!("k{j}"))),
+                            value: Some(Bytes::from(format!("{i}:{}", seq + j))),
+                            headers: vec![],
+                        })
+                        .collect();
+                    let batch = encode_batch(&records, &BatchOptions::default()).unwrap();
+                    lane.send(seq, batch).await.unwrap();
+                }
+                seq += 20;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for lane in &mut lanes {
+                lane.flush().await.unwrap();
+            }
+            seq
+        })
+    };
+
+    let logs: Vec<_> = (1..=3)
+        .map(|i| dir.path().join(format!("kmirror-{i}.log")))
+        .collect();
+    let mut p1 = start(&config, &logs[0]);
+    balanced(&[&p1], "one process").await;
+    let p2 = start(&config, &logs[1]);
+    let p3 = start(&config, &logs[2]);
+    balanced(&[&p1, &p2, &p3], "three processes").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // kill -9: the others take its partitions once the coordinator notices (session timeout).
+    p1.child.kill_9();
+    let takeover = balanced(&[&p2, &p3], "two processes after kill -9").await;
+    assert!(
+        takeover < SESSION + Duration::from_secs(10),
+        "partitions of the killed process taken over after {takeover:?}"
+    );
+
+    // The takeover copies the killed process's backlog (a session timeout of records) in one
+    // burst; a process paused within a position-store interval of that (250 ms) makes its
+    // successor copy the whole burst again (at-least-once: CI saw 1260 records per partition).
+    // The pause below is meant to measure a process paused in steady state, so it waits until
+    // the backlog is copied and stored.
+    caught_up(&a, &b, "the killed process's backlog").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A pause past the session timeout: the last process serves everything meanwhile.
+    signal(&p2, "-STOP");
+    let t0 = Instant::now();
+    eventually(60, "the running process serves every partition", || async {
+        share(&p3.address) == Some(PARTITIONS as i64)
+    })
+    .await;
+    eprintln!(
+        "paused process's partitions taken over after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(&p2, "-CONT");
+    balanced(&[&p2, &p3], "the paused process rejoined").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let written = producer.await.unwrap();
+    let copied = || async {
+        let _ = b.refresh_metadata(None).await;
+        for p in 0..PARTITIONS {
+            let want = a
+                .list_offset("spread", p, LATEST, IsolationLevel::ReadUncommitted)
+                .await;
+            let got = b
+                .list_offset("A.spread", p, LATEST, IsolationLevel::ReadUncommitted)
+                .await;
+            match (want, got) {
+                (Ok(w), Ok(g)) if g >= w => {}
+                _ => return false,
+            }
+        }
+        true
+    };
+    eventually(120, "every record copied", copied).await;
+    for p in [p2, p3] {
+        let status = p.child.terminate();
+        assert!(status.success(), "exit after SIGTERM: {status}");
+    }
+
+    // Every record present, in order, no gap; duplicates counted.
+    let mut duplicates = 0;
+    for p in 0..PARTITIONS {
+        let values: Vec<i64> = read_partition(&b, "A.spread", p)
+            .await
+            .iter()
+            .map(|(_, r)| {
+                let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
+                let (part, seq) = v.split_once(':').unwrap();
+                assert_eq!(part, p.to_string(), "a record in the wrong partition: {v}");
+                seq.parse().unwrap()
+            })
+            .collect();
+        let mut next = 0;
+        let mut replays = Vec::new();
+        for v in values {
+            if v == next {
+                next += 1;
+            } else if v < next {
+                duplicates += 1;
+                match replays.last_mut() {
+                    Some((_, to, n)) if *to + 1 == v => {
+                        *to = v;
+                        *n += 1;
+                    }
+                    _ => replays.push((v, v, 1)),
+                }
+            } else {
+                panic!("A.spread-{p}: records {next}..{v} missing");
+            }
+        }
+        if !replays.is_empty() {
+            eprintln!("A.spread-{p}: copied twice (from, to, count): {replays:?}");
+        }
+        assert_eq!(next, written, "A.spread-{p}: every record copied");
+    }
+    let total = written * PARTITIONS as i64;
+    eprintln!(
+        "{total} records, none lost; {duplicates} copied twice ({:.2}%) across a kill -9 and a pause",
+        duplicates as f64 * 100.0 / total as f64
+    );
+    // What a killed process wrote after its last stored position (a quarter of a second), and
+    // what a paused one had in flight: a paused process that wrote what it had fetched when it
+    // woke, before learning it was no longer a member, doubled about 15% of this stream.
+    if duplicates * 50 >= total || std::env::var_os("KMIRROR_TEST_DUMP").is_some() {
+        // What each process did with its membership and partitions, for the failure's reader.
+        for log in &logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            eprintln!("--- {}", log.display());
+            for line in text.lines().filter(|l| {
+                l.contains("assign")
+                    || l.contains("\"WARN\"")
+                    || l.contains("\"ERROR\"")
+                    || l.contains("\"copying\"")
+            }) {
+                eprintln!("{line}");
+            }
+        }
+    }
+    assert!(
+        duplicates * 50 < total,
+        "{duplicates} of {total} records copied twice: more than 2%"
+    );
+}

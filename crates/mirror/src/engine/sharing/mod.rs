@@ -1,0 +1,709 @@
+//! One flow served by several processes (docs/sharing.md): each process joins the flow's group
+//! on the target through Kafka's group coordinator, and serves the source partitions the
+//! group's leader assigns it ([`assign`]). The leader also does the flow's control work.
+//!
+//! The membership task here speaks to the group; the flow's control loop owns the partition
+//! tasks and applies each assignment it is sent: it drains and stores the partitions it lost
+//! before it answers, and only then does the member rejoin, so the partitions' next owner
+//! starts from their stored positions (KIP-429's cooperative protocol).
+
+pub mod assign;
+
+use super::Shutdown;
+use assign::{Assignment, Key, Member, MemberMetadata, PROTOCOL};
+use bytes::Bytes;
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::group::{Assignor, GroupConfig, GroupMember};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+/// The group protocol type: kmirror's own, so a Connect worker or a consumer joining the same
+/// group id by mistake is refused by the coordinator (INCONSISTENT_GROUP_PROTOCOL).
+const PROTOCOL_TYPE: &str = "kmirror";
+
+/// What the flow's control loop and the membership share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    settings: BTreeMap<String, String>,
+    host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    inner: Mutex<Inner>,
+    /// The leader asks for a rebalance when the flow's partitions change.
+    rebalance: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The partitions this process serves (sent with JoinGroup).
+    owned: BTreeSet<Key>,
+    /// Every partition of the flow ready to be copied (its remote topic exists), as this
+    /// process's last topic refresh found them: what the leader assigns.
+    eligible: BTreeSet<Key>,
+    leader: bool,
+    /// Members of the last assignment this process computed as leader.
+    members: usize,
+    /// When the last heartbeat (or join) the coordinator answered was sent: the coordinator
+    /// counts this member alive for a session timeout from its arrival.
+    last_ok: Option<Instant>,
+    /// When the (re)join under way began: the coordinator waits for it up to the rebalance
+    /// timeout, keeping this member's partitions meanwhile.
+    joining_since: Option<Instant>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        settings: BTreeMap<String, String>,
+        session_timeout: Duration,
+        rebalance_timeout: Duration,
+    ) -> Shared {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        Shared {
+            settings,
+            host: format!("{host}:{}", std::process::id()),
+            session_timeout,
+            rebalance_timeout,
+            inner: Mutex::default(),
+            rebalance: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn is_leader(&self) -> bool {
+        self.lock().leader
+    }
+
+    pub(crate) fn set_owned(&self, owned: BTreeSet<Key>) {
+        self.lock().owned = owned;
+    }
+
+    /// Whether this process may still write for its partitions: the coordinator has not given
+    /// them away yet as far as this process can tell (a heartbeat answered within the session
+    /// timeout, or a rejoin under way within the rebalance timeout). A process paused past its
+    /// session (SIGSTOP, a long GC-like stall, a frozen VM) finds this false when it wakes, and
+    /// holds its writes until a heartbeat tells it whether it is still a member, instead of
+    /// writing a burst of what the partitions' new owner already copied.
+    pub(crate) fn may_write(&self) -> bool {
+        let m = self.lock();
+        let now = Instant::now();
+        m.joining_since
+            .is_some_and(|t| now.duration_since(t) < self.rebalance_timeout)
+            || m.last_ok
+                .is_some_and(|t| now.duration_since(t) < self.session_timeout)
+    }
+
+    /// Whether the coordinator still counts this member alive as far as it can tell (a
+    /// heartbeat answered within the session timeout): only then does it claim its partitions
+    /// when it rejoins. A member that slept past its session rejoins claiming nothing (as a
+    /// consumer whose partitions were lost, KIP-429), so the leader cannot give it partitions
+    /// another member took over meanwhile.
+    fn claims_valid(&self) -> bool {
+        self.lock()
+            .last_ok
+            .is_some_and(|t| t.elapsed() < self.session_timeout)
+    }
+
+    /// Waits until writes are allowed; false if `stop` comes first.
+    pub(crate) async fn hold_writes(&self, stop: &Shutdown) -> bool {
+        while !self.may_write() {
+            if stop.sleep(Duration::from_millis(20)).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn renewed(&self, sent: Instant) {
+        let mut m = self.lock();
+        m.last_ok = Some(m.last_ok.map_or(sent, |t| t.max(sent)));
+    }
+
+    fn joining(&self, since: Option<Instant>) {
+        self.lock().joining_since = since;
+    }
+
+    /// The partitions of these topics among the flow's partitions recorded last.
+    pub(crate) fn eligible_of(&self, topics: &std::collections::HashSet<String>) -> BTreeSet<Key> {
+        self.lock()
+            .eligible
+            .iter()
+            .filter(|(t, _)| topics.contains(t))
+            .cloned()
+            .collect()
+    }
+
+    /// Records the flow's partitions; on the leader a change starts a rebalance.
+    pub(crate) fn set_eligible(&self, eligible: BTreeSet<Key>) {
+        let mut m = self.lock();
+        if m.eligible != eligible {
+            m.eligible = eligible;
+            if m.leader {
+                self.rebalance.notify_one();
+            }
+        }
+    }
+}
+
+/// The assignor this member offers: its metadata is read at each (re)join.
+#[derive(Debug)]
+struct FlowAssignor(Arc<Shared>);
+
+impl Assignor for FlowAssignor {
+    fn protocol(&self) -> &str {
+        PROTOCOL
+    }
+
+    fn metadata(&self) -> Bytes {
+        let owned = if self.0.claims_valid() {
+            assign::by_topic(&self.0.lock().owned)
+        } else {
+            BTreeMap::new()
+        };
+        let m = MemberMetadata {
+            settings: self.0.settings.clone(),
+            owned,
+            host: self.0.host.clone(),
+        };
+        Bytes::from(serde_json::to_vec(&m).unwrap_or_default())
+    }
+
+    fn assign(
+        &self,
+        leader: &str,
+        members: &[(String, Bytes)],
+    ) -> kmirror_kafka::Result<Vec<(String, Bytes)>> {
+        let mut parsed = Vec::with_capacity(members.len());
+        for (id, data) in members {
+            // Another member's metadata is bytes from the network: a member it cannot read is
+            // given nothing, with the reason, rather than failing the whole group.
+            match serde_json::from_slice::<MemberMetadata>(data) {
+                Ok(metadata) => parsed.push(Member {
+                    id: id.clone(),
+                    metadata,
+                }),
+                Err(e) => {
+                    tracing::warn!(member = %id, error = %e, "cannot read a member's metadata; it gets no partitions")
+                }
+            }
+        }
+        let eligible = self.0.lock().eligible.clone();
+        let mut out = assign::assign(&self.0.settings, &parsed, &eligible);
+        for (id, _) in members {
+            out.entry(id.clone()).or_insert_with(|| Assignment {
+                refused: Some(
+                    "its group metadata could not be read (another kmirror version?)".into(),
+                ),
+                ..Assignment::default()
+            });
+        }
+        let hosts: BTreeMap<&str, &str> = parsed
+            .iter()
+            .map(|m| (m.id.as_str(), m.metadata.host.as_str()))
+            .collect();
+        assign::add_group_view(&mut out, leader, &hosts);
+        self.0.lock().members = out.len();
+        for (id, a) in &out {
+            let n: usize = a.partitions.values().map(Vec::len).sum();
+            tracing::info!(member = %id, host = hosts.get(id.as_str()).copied().unwrap_or("?"), partitions = n, refused = a.refused.is_some(), "assigned");
+        }
+        Ok(out
+            .into_iter()
+            .map(|(id, a)| (id, Bytes::from(serde_json::to_vec(&a).unwrap_or_default())))
+            .collect())
+    }
+}
+
+/// What the membership tells the flow's control loop.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Serve exactly these partitions (stop the others, storing their positions), then answer.
+    Assigned {
+        partitions: BTreeSet<Key>,
+        done: oneshot::Sender<()>,
+    },
+    /// This process is no longer a member (its session expired, or it cannot reach the
+    /// coordinator for a session timeout): its partitions may be served elsewhere already, so
+    /// it stops them all at once, then answers.
+    Lost { done: oneshot::Sender<()> },
+    /// The group refused this process: the flow stops with this reason.
+    Refused(String),
+}
+
+pub(crate) struct Membership {
+    pub(crate) target: Arc<KafkaCluster>,
+    pub(crate) config: GroupConfig,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) events: mpsc::Sender<Event>,
+    /// Whether this process leads the group (does the flow's control work).
+    pub(crate) leader: watch::Sender<bool>,
+    pub(crate) flow: String,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    pub(crate) labels: crate::metrics::FlowLabels,
+}
+
+impl Membership {
+    /// Joins, serves assignments and heartbeats until `stop`, then leaves the group so the
+    /// others take over at once. Errors are retried: a process that cannot be a member serves
+    /// nothing, which is safe.
+    pub(crate) async fn run(self, stop: Shutdown) {
+        let mut attempt = 0;
+        let heartbeat_every = self.config.session_timeout / 3;
+        'join: loop {
+            let sent = Instant::now();
+            let joined = tokio::select! {
+                j = GroupMember::join(
+                    self.target.clone(),
+                    self.config.clone(),
+                    Arc::new(FlowAssignor(self.shared.clone())),
+                ) => j,
+                _ = stop.wait() => return,
+            };
+            let mut member = match joined {
+                Ok(m) => m,
+                Err(e) => {
+                    let group = &self.config.group_id;
+                    if let Some(hint) = refusal_hint(&e, group) {
+                        // Serving nothing forever would look like a healthy process that
+                        // copies nothing: the flow stops with what to change instead.
+                        let reason = format!(
+                            "cannot join the flow's group {group} on the target: {e} ({hint}, or set kmirror.sharing.enabled = false to serve the flow from one process alone)"
+                        );
+                        tracing::error!(flow = %self.flow, reason = %reason, "not allowed to share the flow");
+                        let _ = self.events.send(Event::Refused(reason)).await;
+                        return;
+                    }
+                    tracing::warn!(flow = %self.flow, group = %group, error = %e, "cannot join the flow's group; serving nothing until it can");
+                    let wait = super::backoff(attempt);
+                    attempt += 1;
+                    if stop.sleep(wait).await {
+                        return;
+                    }
+                    continue 'join;
+                }
+            };
+            attempt = 0;
+            self.shared.renewed(sent);
+            let mut last_ok = Instant::now();
+            // When the rebalance that produced the assignment at hand began.
+            let mut rebalance_began = sent;
+            loop {
+                self.set_leader(member.is_leader());
+                let assignment = match parse(member.assignment()) {
+                    Ok(a) => a,
+                    Err(e) => Assignment {
+                        refused: Some(format!("the leader's assignment could not be read: {e}")),
+                        ..Assignment::default()
+                    },
+                };
+                self.show_group(&assignment.group);
+                if let Some(reason) = assignment.refused {
+                    tracing::error!(flow = %self.flow, group = %self.config.group_id, reason = %reason, "refused by the flow's group");
+                    self.show_group(&[]);
+                    let _ = self.events.send(Event::Refused(reason)).await;
+                    leave(member).await;
+                    self.set_leader(false);
+                    return;
+                }
+                let partitions = assign::keys(&assignment.partitions);
+                let before = self.shared.lock().owned.clone();
+                let revoked = before.difference(&partitions).count();
+                let added = partitions.difference(&before).count();
+                tracing::info!(flow = %self.flow, generation = member.generation(), leader = member.is_leader(), partitions = partitions.len(), added, revoked, "assignment");
+                let m = &self.metrics;
+                m.rebalances.get_or_create(&self.labels).inc();
+                m.assigned_partitions
+                    .get_or_create(&self.labels)
+                    .set(partitions.len() as i64);
+                m.partitions_added
+                    .get_or_create(&self.labels)
+                    .inc_by(added as u64);
+                m.partitions_revoked
+                    .get_or_create(&self.labels)
+                    .inc_by(revoked as u64);
+                let members = if member.is_leader() {
+                    self.shared.lock().members
+                } else {
+                    0
+                };
+                m.group_members
+                    .get_or_create(&self.labels)
+                    .set(members as i64);
+                let (done, applied) = oneshot::channel();
+                if self
+                    .events
+                    .send(Event::Assigned { partitions, done })
+                    .await
+                    .is_err()
+                {
+                    // The flow is stopping: leave so the others take over at once.
+                    self.set_leader(false);
+                    leave(member).await;
+                    return;
+                }
+                // Heartbeats go on while the partitions are handed over.
+                let mut rejoin = revoked > 0;
+                let mut applied = std::pin::pin!(applied);
+                loop {
+                    tokio::select! {
+                        _ = &mut applied => {
+                            self.metrics
+                                .rebalance_ms
+                                .get_or_create(&self.labels)
+                                .inc_by(rebalance_began.elapsed().as_millis() as u64);
+                            break;
+                        }
+                        _ = tokio::time::sleep(heartbeat_every) => {
+                            let sent = Instant::now();
+                            match member.heartbeat().await {
+                                Ok(true) => rejoin = true,
+                                Ok(false) => self.shared.renewed(sent),
+                                Err(_) => {}
+                            }
+                        }
+                    }
+                }
+                // Cooperative: a member that gave partitions up rejoins at once, so that the
+                // next generation hands them to their new owner.
+                while !rejoin {
+                    let (sent, beat) = tokio::select! {
+                        _ = stop.wait() => {
+                            self.set_leader(false);
+                            leave(member).await;
+                            return;
+                        }
+                        _ = self.shared.rebalance.notified(), if member.is_leader() => {
+                            rejoin = true;
+                            continue;
+                        }
+                        _ = tokio::time::sleep(heartbeat_every) => {
+                            let sent = Instant::now();
+                            (sent, member.heartbeat().await)
+                        }
+                    };
+                    match beat {
+                        Ok(false) => {
+                            last_ok = Instant::now();
+                            self.shared.renewed(sent);
+                        }
+                        Ok(true) if member.member_id().is_empty() => {
+                            // Removed from the group: what it served may be served elsewhere.
+                            tracing::warn!(flow = %self.flow, "no longer a member of the flow's group (session expired); stopping every partition and rejoining");
+                            self.lost().await;
+                            rejoin = true;
+                        }
+                        Ok(true) => rejoin = true,
+                        Err(e) => {
+                            tracing::debug!(flow = %self.flow, error = %e, "heartbeat failed");
+                            if last_ok.elapsed() > self.config.session_timeout {
+                                tracing::warn!(flow = %self.flow, error = %e, "no heartbeat answered for a session timeout; stopping every partition");
+                                self.lost().await;
+                                rejoin = true;
+                            }
+                        }
+                    }
+                }
+                if !self.shared.claims_valid() {
+                    // Its session may have expired (a pause, a partition from the coordinator):
+                    // its partitions may be served elsewhere, so they stop before it rejoins.
+                    tracing::warn!(flow = %self.flow, "no heartbeat answered for a session timeout; stopping every partition before rejoining");
+                    self.lost().await;
+                }
+                let id_before = member.member_id().to_string();
+                let sent = Instant::now();
+                rebalance_began = sent;
+                self.shared.joining(Some(sent));
+                let rejoined = tokio::select! {
+                    r = member.rejoin() => r,
+                    _ = stop.wait() => {
+                        self.set_leader(false);
+                        leave(member).await;
+                        return;
+                    }
+                };
+                self.shared.joining(None);
+                if let Err(e) = rejoined {
+                    tracing::warn!(flow = %self.flow, error = %e, "cannot rejoin the flow's group; stopping every partition");
+                    self.lost().await;
+                    self.set_leader(false);
+                    continue 'join;
+                }
+                if !id_before.is_empty()
+                    && member.member_id() != id_before
+                    && !self.shared.lock().owned.is_empty()
+                {
+                    // Rejoined as a new member: the old one was removed, and what it served
+                    // may be served elsewhere.
+                    tracing::warn!(flow = %self.flow, "no longer a member of the flow's group (session expired); stopping every partition");
+                    self.lost().await;
+                }
+                self.shared.renewed(sent);
+                last_ok = Instant::now();
+            }
+        }
+    }
+
+    fn set_leader(&self, leader: bool) {
+        self.shared.lock().leader = leader;
+        self.metrics
+            .group_leader
+            .get_or_create(&self.labels)
+            .set(i64::from(leader));
+        self.leader
+            .send_if_modified(|l| std::mem::replace(l, leader) != leader);
+    }
+
+    /// The group as the leader's last assignment describes it, for `status`.
+    fn show_group(&self, group: &[assign::Share]) {
+        self.metrics.set_group(&self.flow, group.to_vec());
+    }
+
+    async fn lost(&self) {
+        self.set_leader(false);
+        self.show_group(&[]);
+        let (done, stopped) = oneshot::channel();
+        if self.events.send(Event::Lost { done }).await.is_ok() {
+            let _ = stopped.await;
+        }
+        self.shared.set_owned(BTreeSet::new());
+        self.metrics
+            .assigned_partitions
+            .get_or_create(&self.labels)
+            .set(0);
+    }
+}
+
+/// Leaves the group, waiting at most [`LEAVE_WAIT`]: a JoinGroup abandoned at shutdown may
+/// still be pending on the coordinator's connection (until the rebalance ends, up to a session
+/// timeout), and a broker answers a connection's requests in order, so the LeaveGroup behind
+/// it would hold the shutdown past its deadline. Not leaving costs the others a session
+/// timeout before they take over, nothing else.
+async fn leave(member: GroupMember) {
+    if tokio::time::timeout(LEAVE_WAIT, member.leave())
+        .await
+        .is_err()
+    {
+        tracing::debug!("leaving the flow's group took too long; the coordinator will notice at the session timeout");
+    }
+}
+
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
+
+/// What a member refused for good by the group must change (the flow stops with it); `None` for
+/// errors a retry may fix.
+fn refusal_hint(e: &kmirror_kafka::KafkaError, group: &str) -> Option<String> {
+    use kafka_protocol::error::ResponseError;
+    match e {
+        kmirror_kafka::KafkaError::Broker {
+            error: ResponseError::GroupAuthorizationFailed,
+            ..
+        } => Some(format!("grant READ on GROUP {group} to kmirror's principal")),
+        kmirror_kafka::KafkaError::Broker {
+            error: ResponseError::InconsistentGroupProtocol,
+            ..
+        } => Some(format!("another client (a Connect worker, a consumer, or a kmirror version with no group protocol in common) uses the group id {group}: set kmirror.sharing.group.id")),
+        _ => None,
+    }
+}
+
+fn parse(data: &Bytes) -> Result<Assignment, serde_json::Error> {
+    if data.is_empty() {
+        // A generation the leader gave this member nothing in.
+        return Ok(Assignment::default());
+    }
+    serde_json::from_slice(data)
+}
+
+/// The group settings of a flow.
+pub(crate) fn group_config(flow: &crate::config::model::FlowConfig) -> GroupConfig {
+    GroupConfig {
+        group_id: flow.sharing.group_id.clone(),
+        protocol_type: PROTOCOL_TYPE.into(),
+        session_timeout: flow.sharing.session_timeout,
+        rebalance_timeout: flow.sharing.rebalance_timeout,
+    }
+}
+
+/// Runs `work` while this process leads the flow's group: started when leadership comes,
+/// stopped (its `Shutdown` triggered, then awaited) when it goes or at `stop`.
+pub(crate) async fn while_leader<F, Fut>(mut leader: watch::Receiver<bool>, stop: Shutdown, work: F)
+where
+    F: Fn(Shutdown) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        tokio::select! {
+            r = leader.wait_for(|l| *l) => if r.is_err() { return },
+            _ = stop.wait() => return,
+        }
+        let own = Shutdown::default();
+        let mut task = std::pin::pin!(work(own.clone()));
+        let ended_alone = tokio::select! {
+            _ = &mut task => true,
+            _ = leader.wait_for(|l| !*l) => false,
+            _ = stop.wait() => false,
+        };
+        if !ended_alone {
+            own.trigger();
+            task.await;
+        }
+        if stop.is_triggered() {
+            return;
+        }
+        if ended_alone {
+            // Work that ends by itself is not started again within this leadership.
+            tokio::select! {
+                _ = leader.wait_for(|l| !*l) => {}
+                _ = stop.wait() => return,
+            }
+        }
+    }
+}
+
+/// How long a process waits, at most, for the positions of the partitions it gives up to be
+/// stored before it lets them go (the next owner then starts from older positions: copies
+/// twice, never skips).
+pub(crate) const HANDOVER_FLUSH: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn work_runs_while_leader_and_stops_when_leadership_goes() {
+        let (tx, rx) = watch::channel(false);
+        let stop = Shutdown::default();
+        let (started, stopped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let task = {
+            let (started, stopped, stop) = (started.clone(), stopped.clone(), stop.clone());
+            tokio::spawn(while_leader(rx, stop, move |own: Shutdown| {
+                let (started, stopped) = (started.clone(), stopped.clone());
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    own.wait().await;
+                    stopped.fetch_add(1, Ordering::SeqCst);
+                }
+            }))
+        };
+        let settle = || tokio::time::sleep(Duration::from_millis(50));
+        settle().await;
+        assert_eq!(started.load(Ordering::SeqCst), 0, "not leader: not started");
+        tx.send(true).unwrap();
+        settle().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        tx.send(false).unwrap();
+        settle().await;
+        assert_eq!(stopped.load(Ordering::SeqCst), 1, "stopped with leadership");
+        tx.send(true).unwrap();
+        settle().await;
+        assert_eq!(started.load(Ordering::SeqCst), 2, "started again");
+        stop.trigger();
+        task.await.unwrap();
+        assert_eq!(stopped.load(Ordering::SeqCst), 2, "stopped at shutdown");
+    }
+
+    #[test]
+    fn writes_are_allowed_within_a_session_of_the_last_answer_or_during_a_join() {
+        let shared = Shared::new(
+            BTreeMap::new(),
+            Duration::from_millis(200),
+            Duration::from_millis(400),
+        );
+        assert!(!shared.may_write(), "never a member yet");
+        shared.renewed(Instant::now());
+        assert!(shared.may_write());
+        // An answer to an older request does not move the lease back.
+        shared.renewed(Instant::now() - Duration::from_secs(5));
+        assert!(shared.may_write());
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!shared.may_write(), "a session without an answer");
+        shared.joining(Some(Instant::now()));
+        assert!(shared.may_write(), "rejoining");
+        std::thread::sleep(Duration::from_millis(450));
+        assert!(
+            !shared.may_write(),
+            "a rejoin longer than the rebalance timeout"
+        );
+    }
+
+    #[test]
+    fn the_assignor_reads_members_and_refuses_what_it_cannot_read() {
+        let shared = Arc::new(Shared::new(
+            BTreeMap::from([("topics".into(), "1".into())]),
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+        ));
+        shared.set_eligible((0..4).map(|p| ("t".to_string(), p)).collect());
+        shared.set_owned([("t".to_string(), 3)].into());
+        let a = FlowAssignor(shared.clone());
+        // Claims count only while a heartbeat was answered within the session timeout.
+        let unclaimed: MemberMetadata = serde_json::from_slice(&a.metadata()).unwrap();
+        assert!(unclaimed.owned.is_empty(), "never renewed: claims nothing");
+        shared.renewed(Instant::now());
+        let own = a.metadata();
+        let parsed: MemberMetadata = serde_json::from_slice(&own).unwrap();
+        assert_eq!(parsed.owned, BTreeMap::from([("t".to_string(), vec![3])]));
+        let out = a
+            .assign(
+                "m1",
+                &[
+                    ("m1".into(), own.clone()),
+                    ("m2".into(), own),
+                    ("m3".into(), Bytes::from_static(b"\x00\x01not json")),
+                ],
+            )
+            .unwrap();
+        let get = |id: &str| -> Assignment {
+            let (_, b) = out.iter().find(|(m, _)| m == id).unwrap();
+            parse(b).unwrap()
+        };
+        let (m1, m2, m3) = (get("m1"), get("m2"), get("m3"));
+        assert!(m3.refused.is_some() && m3.partitions.is_empty());
+        // Both claim t-3: it stays with the first; all four are served once.
+        let all: Vec<Key> = assign::keys(&m1.partitions)
+            .into_iter()
+            .chain(assign::keys(&m2.partitions))
+            .collect();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), 4);
+        // Every member that is served is sent the whole group: m1 leads, m3 is not in it.
+        assert_eq!(m1.group, m2.group);
+        assert!(m3.group.is_empty());
+        let shares: Vec<(&str, usize, bool)> = m1
+            .group
+            .iter()
+            .map(|m| (m.member.as_str(), m.partitions, m.leader))
+            .collect();
+        assert_eq!(shares, [("m1", 2, true), ("m2", 2, false)]);
+        assert_eq!(parse(&Bytes::new()).unwrap(), Assignment::default());
+    }
+
+    #[test]
+    fn a_refusal_names_what_to_change_and_other_errors_are_retried() {
+        use kafka_protocol::error::ResponseError;
+        let broker = |error| kmirror_kafka::KafkaError::Broker {
+            broker: "b".into(),
+            api: kafka_protocol::messages::ApiKey::JoinGroup,
+            error,
+            message: None,
+        };
+        let hint = refusal_hint(&broker(ResponseError::GroupAuthorizationFailed), "g").unwrap();
+        assert!(hint.contains("grant READ on GROUP g"), "{hint}");
+        let hint = refusal_hint(&broker(ResponseError::InconsistentGroupProtocol), "g").unwrap();
+        assert!(hint.contains("set kmirror.sharing.group.id"), "{hint}");
+        assert!(refusal_hint(&broker(ResponseError::CoordinatorNotAvailable), "g").is_none());
+        assert!(refusal_hint(
+            &kmirror_kafka::KafkaError::Disconnected { broker: "b".into() },
+            "g"
+        )
+        .is_none());
+    }
+}
