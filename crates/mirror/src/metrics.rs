@@ -92,6 +92,15 @@ pub struct RoundLabels {
     pub kind: String,
 }
 
+/// How a group's offset was translated for a checkpoint: `runs` (exact, copied here),
+/// `published_runs` (exact, copied by another process of the flow), `syncs` (MM2's rule).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViaLabels {
+    pub source: Label,
+    pub target: Label,
+    pub via: &'static str,
+}
+
 /// Every metric the engine keeps.
 #[derive(Debug)]
 pub struct Metrics {
@@ -124,6 +133,7 @@ pub struct Metrics {
     pub heartbeats: Family<FlowLabels, Counter>,
     pub positions_stored: Family<FlowLabels, Counter>,
     pub checkpoints: Family<FlowLabels, Counter>,
+    pub checkpoint_translations: Family<ViaLabels, Counter>,
     pub group_offsets_synced: Family<FlowLabels, Counter>,
     pub configs_synced: Family<FlowLabels, Counter>,
     pub acls_created: Family<FlowLabels, Counter>,
@@ -198,6 +208,7 @@ impl Metrics {
             heartbeats: Family::default(),
             positions_stored: Family::default(),
             checkpoints: Family::default(),
+            checkpoint_translations: Family::default(),
             group_offsets_synced: Family::default(),
             configs_synced: Family::default(),
             acls_created: Family::default(),
@@ -286,6 +297,11 @@ impl Metrics {
             "checkpoints",
             "Checkpoints written to the target (MM2 format)",
             m.checkpoints.clone(),
+        );
+        registry.register(
+            "checkpoint_translations",
+            "Group offsets translated for checkpoints, by how: runs copied here or published by another process of the flow (exact), or offset syncs (MM2's rule)",
+            m.checkpoint_translations.clone(),
         );
         registry.register(
             "group_offsets_synced",
@@ -534,6 +550,13 @@ impl FlowLabels {
             source: self.source.clone(),
             target: self.target.clone(),
             kind: kind.to_string(),
+        }
+    }
+    pub fn via(&self, via: &'static str) -> ViaLabels {
+        ViaLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            via,
         }
     }
     pub fn error(&self, kind: &str) -> ErrorLabels {

@@ -7,6 +7,7 @@
 //! stores its position before the new one starts from it.
 
 use bytes::Bytes;
+use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
@@ -16,6 +17,7 @@ use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::engine::{self, EngineError, Shutdown};
 use kmirror_mirror::metrics::Metrics;
+use kmirror_mirror::wire::internal::Checkpoint;
 use kmirror_testkit::{eventually, read_partition, Cluster, Security};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -170,7 +172,12 @@ async fn engines_share_a_flow_and_hand_partitions_over_without_loss_or_duplicate
         let b = s.spawn(|| Cluster::start("share-b", Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
-    let config = config(&ca, &cb, "");
+    // Checkpoints and group listing every second, for the exact checkpoints at the end.
+    let config = config(
+        &ca,
+        &cb,
+        "emit.checkpoints.interval.seconds = 1\nrefresh.groups.interval.seconds = 1\n",
+    );
     let a = Arc::new(
         KafkaCluster::connect(config.flows[0].clients.source_admin.clone())
             .await
@@ -332,6 +339,117 @@ async fn engines_share_a_flow_and_hand_partitions_over_without_loss_or_duplicate
     stop_writing.store(true, Ordering::Relaxed);
     writing.await.unwrap();
     eventually(120, "every record copied", || copied(&a, &b)).await;
+
+    // Exact checkpoints for every partition, whichever engine copies it: a group committed in
+    // the middle of a batch on each partition is checkpointed to the target offset of its next
+    // record, by the leader, from its own runs and from those the others published.
+    let mut committed = std::collections::BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let end = a
+            .list_offset("shared", p, LATEST, IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        let offset = CommittedOffset {
+            offset: end - 5,
+            leader_epoch: -1,
+            metadata: String::new(),
+        };
+        committed.insert(p, offset);
+    }
+    a.commit_group_offsets(
+        "exact",
+        &std::collections::BTreeMap::from([("shared".to_string(), committed.clone())]),
+    )
+    .await
+    .unwrap();
+    let source: Vec<Vec<(kmirror_kafka::batch::Codec, Record)>> = {
+        let mut v = Vec::new();
+        for p in 0..PARTITIONS {
+            v.push(read_partition(&a, "shared", p).await);
+        }
+        v
+    };
+    let value_at = |v: &[(kmirror_kafka::batch::Codec, Record)], o: i64| {
+        v.iter()
+            .find(|(_, r)| r.offset == o)
+            .and_then(|(_, r)| r.value.clone())
+    };
+    // What the last look found per partition (shown if the wait fails).
+    let seen = std::sync::Mutex::new(String::new());
+    let waited = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let records = read_partition(&b, "A.checkpoints.internal", 0).await;
+            let mut latest = std::collections::BTreeMap::new();
+            for (_, r) in records {
+                if let Some(c) = r
+                    .key
+                    .as_deref()
+                    .zip(r.value.as_deref())
+                    .and_then(|(k, v)| Checkpoint::decode(k, v).ok())
+                    .filter(|c| c.group == "exact" && c.topic == "A.shared")
+                {
+                    latest.insert(c.partition, c);
+                }
+            }
+            let mut exact = 0;
+            let mut found = String::new();
+            for p in 0..PARTITIONS {
+                let Some(c) = latest.get(&p) else {
+                    found += &format!(" {p}:none");
+                    continue;
+                };
+                assert_eq!(c.upstream_offset, committed[&p].offset);
+                let target = read_partition(&b, "A.shared", p).await;
+                let want = value_at(&source[p as usize], c.upstream_offset);
+                let position = target
+                    .iter()
+                    .position(|(_, r)| r.value == want)
+                    .map_or(-1, |i| target[i].1.offset);
+                if value_at(&target, c.downstream_offset) == want {
+                    exact += 1;
+                } else {
+                    found += &format!(
+                        " {p}:{}->{} (exact {position})",
+                        c.upstream_offset, c.downstream_offset
+                    );
+                }
+            }
+            *seen.lock().unwrap() = found;
+            if exact == PARTITIONS {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    let via = |e: &Engine, how: &str| {
+        e.metrics
+            .sum("kmirror_checkpoint_translations_total", &[("via", how)])
+    };
+    for (i, e) in [&e2, &e3, &e4].iter().enumerate() {
+        eprintln!(
+            "engine {}: leader {}, checkpoint translations: runs {}, published runs {}, syncs {}",
+            i + 2,
+            e.leads(),
+            via(e, "runs"),
+            via(e, "published_runs"),
+            via(e, "syncs")
+        );
+    }
+    assert!(
+        waited.is_ok(),
+        "an exact checkpoint for every partition within 90 s; not exact:{}",
+        seen.lock().unwrap()
+    );
+    let leader = [&e2, &e3, &e4]
+        .into_iter()
+        .find(|e| e.leads())
+        .expect("a leader");
+    assert!(
+        via(leader, "published_runs") > 0.0,
+        "the others' partitions were translated from their published runs"
+    );
+
     e2.stop().await;
     e3.stop().await;
     e4.stop().await;

@@ -6,24 +6,29 @@
 //! topics copied from B (consumers that failed over to A) are checkpointed back to B's own topic
 //! names with B->A's syncs inverted, so failback works.
 
-use super::log_reader::read_to_end;
+use super::log_reader::{read_to_end, visit_to_end};
 use super::offset_syncs::topic_and_side;
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::checkpoint_rules::CheckpointRules;
-use crate::offsets::runs::Runs;
+use crate::offsets::runs::{Published, Runs};
 use crate::offsets::sync_store::{SyncStore, Translation};
 use crate::wire::internal::{Checkpoint, OffsetSync};
+use crate::wire::positions::StoredRecord;
 use bytes::Bytes;
 use kmirror_kafka::admin::CommittedOffset;
-use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
+use kmirror_kafka::cluster::{topic_id_text, KafkaCluster, NewTopic};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A process's published runs that describe no partition any more are removed once it has
+/// published nothing for this long (a live process republishes within a second of copying).
+const STALE_RUNS: Duration = Duration::from_secs(600);
 
 #[derive(Clone)]
 pub(super) struct CheckpointTask {
@@ -36,6 +41,9 @@ pub(super) struct CheckpointTask {
     pub(super) labels: FlowLabels,
     /// What this process copied: exact translation where it covers a group's position.
     pub(super) runs: Arc<Mutex<Runs>>,
+    /// Where the flow's processes publish their runs (with sharing): exact translation of the
+    /// partitions other processes copy.
+    pub(super) positions_topic: String,
 }
 
 struct State {
@@ -47,6 +55,9 @@ struct State {
     reverse: SyncStore,
     reverse_next: Option<i64>,
     rules: CheckpointRules,
+    /// Every process's published runs, and where reading the positions topic continues.
+    published: Published,
+    positions_next: HashMap<i32, i64>,
     groups: Vec<String>,
     groups_listed: Option<Instant>,
     last_group_sync: Option<Instant>,
@@ -64,6 +75,8 @@ impl CheckpointTask {
             reverse: SyncStore::default(),
             reverse_next: None,
             rules: CheckpointRules::default(),
+            published: Published::default(),
+            positions_next: HashMap::new(),
             groups: vec![],
             groups_listed: None,
             last_group_sync: None,
@@ -133,6 +146,12 @@ impl CheckpointTask {
 
     async fn tick(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
         self.read_syncs(state).await?;
+        if self.flow.sharing.enabled {
+            // Best effort: without them, other processes' partitions go through the syncs.
+            if let Err(e) = self.read_published(state).await {
+                tracing::debug!(flow = %self.flow.id, error = %e, "published runs unreadable; translating through the offset syncs");
+            }
+        }
         let refresh = self.flow.refresh_groups;
         if state.groups_listed.is_none()
             || (refresh.enabled
@@ -170,7 +189,7 @@ impl CheckpointTask {
                     if committed.offset < 0 {
                         continue;
                     }
-                    let exact = (!reverse)
+                    let own = (!reverse)
                         .then(|| {
                             self.runs
                                 .lock()
@@ -178,6 +197,29 @@ impl CheckpointTask {
                                 .translate(&src_topic, p, committed.offset)
                         })
                         .flatten();
+                    let published = || {
+                        let log = self
+                            .source
+                            .metadata()
+                            .topics
+                            .get(&src_topic)
+                            .map(|t| t.id)
+                            .filter(|id| !id.is_nil())
+                            .map(|id| topic_id_text(&id));
+                        state
+                            .published
+                            .translate(&src_topic, p, committed.offset, log.as_deref())
+                    };
+                    let exact = own.or_else(|| (!reverse).then(published).flatten());
+                    let via = match (own, exact) {
+                        (Some(_), _) => "runs",
+                        (None, Some(_)) => "published_runs",
+                        (None, None) => "syncs",
+                    };
+                    self.metrics
+                        .checkpoint_translations
+                        .get_or_create(&self.labels.via(via))
+                        .inc();
                     let translation = match exact {
                         Some(d) => Translation::Offset(d),
                         None if reverse => state.reverse.translate(&remote, p, committed.offset),
@@ -258,6 +300,63 @@ impl CheckpointTask {
                 .map(|t| (t, true));
         }
         None
+    }
+
+    /// Applies the runs the flow's processes published since the last read (docs/sharing.md,
+    /// "Exact checkpoints"), from every partition of the positions topic.
+    async fn read_published(&self, state: &mut State) -> Result<(), KafkaError> {
+        let topic = &self.positions_topic;
+        if !self.target.metadata().topics.contains_key(topic) {
+            self.target.refresh_metadata(Some(&[topic])).await?;
+        }
+        let partitions = self
+            .target
+            .metadata()
+            .topics
+            .get(topic)
+            .map_or(0, |t| t.partitions.len() as i32);
+        let cluster = self.flow.id.source.as_str();
+        for p in 0..partitions {
+            let from = state.positions_next.get(&p).copied();
+            let published = &mut state.published;
+            let next = visit_to_end(&self.target, topic, p, from, |r| {
+                if let Some(StoredRecord::Runs {
+                    cluster: c,
+                    member,
+                    publication,
+                }) = r
+                    .key
+                    .as_deref()
+                    .and_then(|key| StoredRecord::decode(key, r.value.as_deref()))
+                {
+                    if c == cluster {
+                        published.apply(&member, publication.as_ref(), Instant::now());
+                    }
+                }
+            })
+            .await?;
+            state.positions_next.insert(p, next);
+        }
+        // Records of processes killed before they could remove theirs, once later owners
+        // replaced all they described: removed, so the topic does not keep one per process
+        // that ever ran.
+        for member in state.published.stale(STALE_RUNS, Instant::now()) {
+            let key = crate::wire::positions::runs_key(cluster, &member);
+            let partition = crate::wire::positions::positions_partition(&key, partitions.max(1));
+            let tombstone = Record {
+                offset: 0,
+                timestamp: super::now_ms(),
+                key: Some(Bytes::from(key)),
+                value: None,
+                headers: vec![],
+            };
+            let batch = encode_batch(&[tombstone], &BatchOptions::default())
+                .map_err(|e| KafkaError::Config(e.to_string()))?;
+            self.target.produce(topic, partition, &batch).await?;
+            tracing::info!(flow = %self.flow.id, member, "removed the published runs of a process that describes no partition any more");
+            state.published.apply(&member, None, Instant::now());
+        }
+        Ok(())
     }
 
     /// Applies offset syncs written since the last read: this flow's, and the opposite flow's

@@ -227,22 +227,27 @@ async fn replicate(
         ))
     });
     let board = Arc::new(Board::default());
+    let runs = Arc::new(Mutex::new(Runs::default()));
     let writer_stop = Shutdown::default();
-    let writer = helpers.spawn(
-        "positions writer",
-        &name,
-        Writer::new(
-            flow.id.source.to_string(),
-            positions_topic,
-            target.clone(),
-            producer.clone(),
-            board.clone(),
-            metrics.clone(),
-            labels.clone(),
-        )
-        .with_lease(shared.clone())
-        .run(writer_stop.clone()),
-    );
+    let mut writer = Writer::new(
+        flow.id.source.to_string(),
+        positions_topic.clone(),
+        target.clone(),
+        producer.clone(),
+        board.clone(),
+        metrics.clone(),
+        labels.clone(),
+    )
+    .with_lease(shared.clone());
+    if let (Some(s), Some(_), true) = (&shared, &syncs_cluster, flow.emit_checkpoints.enabled) {
+        // The leader checkpoints every owner's partitions exactly from these (docs/sharing.md,
+        // "Exact checkpoints").
+        // Named after the process, plus a random part: engines in one process (tests), or
+        // containers that share a host name and process id, must not overwrite each other.
+        let member = format!("{}/{:08x}", s.host(), rand::random::<u32>());
+        writer = writer.with_runs(runs.clone(), member);
+    }
+    let writer = helpers.spawn("positions writer", &name, writer.run(writer_stop.clone()));
     let outbox = syncs_cluster.is_some().then(|| Arc::new(Outbox::default()));
     let syncs_stop = Shutdown::default();
     let syncs_writer = match (&outbox, &syncs_cluster) {
@@ -260,7 +265,6 @@ async fn replicate(
         )),
         _ => None,
     };
-    let runs = Arc::new(Mutex::new(Runs::default()));
     let checkpoints_stop = Shutdown::default();
     let checkpoints = match &syncs_cluster {
         Some(c) if flow.emit_checkpoints.enabled => {
@@ -272,6 +276,7 @@ async fn replicate(
                 metrics: metrics.clone(),
                 labels: labels.clone(),
                 runs: runs.clone(),
+                positions_topic: positions_topic.clone(),
             };
             Some(helpers.spawn(
                 "checkpoints",
@@ -776,6 +781,11 @@ impl Control {
     }
 
     fn start(&mut self, key: (String, i32), remote: String) {
+        self.ctx
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resumed(&key.0, key.1);
         let stop = Shutdown::default();
         let task = PartitionTask {
             ctx: self.ctx.clone(),
@@ -879,6 +889,7 @@ impl Control {
                 tracing::warn!(flow = %self.ctx.flow.id, partitions = revoked.len(), "positions of the partitions handed over not stored in time; their next owner may copy some records again");
             }
             self.ctx.board.release(&revoked);
+            self.release_runs(&revoked);
             self.stored.retain(|k, _| !revoked.contains(k));
         }
         if !added.is_empty() {
@@ -918,7 +929,17 @@ impl Control {
             let e = self.remembered.entry(k).or_insert(o);
             *e = (*e).max(o);
         }
+        self.release_runs(&all);
         self.stored.retain(|k, _| !all.contains(k));
+    }
+
+    /// Partitions served elsewhere from now on: their next owner's runs describe them.
+    fn release_runs(&self, keys: &BTreeSet<(String, i32)>) {
+        self.ctx
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(keys);
     }
 
     async fn stop_keys(&mut self, keys: &BTreeSet<(String, i32)>) {

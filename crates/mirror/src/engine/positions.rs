@@ -10,17 +10,19 @@
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};
+use crate::offsets::runs::{Exported, Publication, Runs};
 use crate::wire::positions::{
-    positions_partition, source_log_key, source_log_value, SourcePosition, StoredRecord,
+    positions_partition, runs_key, runs_value, source_log_key, source_log_value, SourcePosition,
+    StoredRecord,
 };
 use bytes::Bytes;
-use kmirror_kafka::cluster::{KafkaCluster, TopicId};
+use kmirror_kafka::cluster::{topic_id_text, KafkaCluster, TopicId};
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(super) const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -206,6 +208,15 @@ impl Board {
             .collect()
     }
 
+    /// The log (topic id) of every topic whose positions are recorded.
+    pub(super) fn log_ids(&self) -> BTreeMap<String, TopicId> {
+        self.lock()
+            .logs
+            .iter()
+            .map(|(t, c)| (t.clone(), c.id))
+            .collect()
+    }
+
     /// Drops a topic's positions (it was re-created: its old offsets mean nothing now).
     pub(super) fn forget(&self, topic: &str) {
         self.lock().positions.retain(|(t, _), _| t != topic);
@@ -297,7 +308,28 @@ pub(super) struct Writer {
     /// With sharing: nothing is stored while this process cannot tell it still owns its
     /// partitions (their new owner's positions are newer; docs/sharing.md).
     lease: Option<Arc<super::sharing::Shared>>,
+    /// With sharing and checkpoints: this process's runs, published for the flow's leader.
+    publisher: Option<RunsPublisher>,
+    /// The last flush request a store saw.
+    flushes_seen: u64,
 }
+
+/// This process's runs and what of them is published (docs/sharing.md, "Exact checkpoints").
+struct RunsPublisher {
+    runs: Arc<Mutex<Runs>>,
+    member: String,
+    published: Option<u64>,
+    at: Option<Instant>,
+}
+
+/// Runs are published at most this often, and at once when a flush is asked for (a partition
+/// handed over): the leader reads them once per checkpoint round.
+const RUNS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A publication is one record: it must stay below the broker's default `message.max.bytes`
+/// (1 MiB). Partitions that do not fit are left out (their groups are translated through the
+/// offset syncs), with a warning.
+const MAX_PUBLICATION_BYTES: usize = 900_000;
 
 impl Writer {
     pub(super) fn new(
@@ -319,7 +351,21 @@ impl Writer {
             labels,
             lanes: HashMap::new(),
             lease: None,
+            publisher: None,
+            flushes_seen: 0,
         }
+    }
+
+    /// Publishes `runs` under `member`'s key with the positions (and a tombstone for it when
+    /// the writer stops).
+    pub(super) fn with_runs(mut self, runs: Arc<Mutex<Runs>>, member: String) -> Writer {
+        self.publisher = Some(RunsPublisher {
+            runs,
+            member,
+            published: None,
+            at: None,
+        });
+        self
     }
 
     pub(super) fn with_lease(mut self, lease: Option<Arc<super::sharing::Shared>>) -> Writer {
@@ -327,13 +373,20 @@ impl Writer {
         self
     }
 
-    /// Stores positions every [`FLUSH_INTERVAL`] until `stop`, then once more.
+    /// Stores positions every [`FLUSH_INTERVAL`] until `stop`, then once more; a process
+    /// that published runs removes them (its partitions' next owners publish theirs).
     pub(super) async fn run(mut self, stop: Shutdown) {
         loop {
             let stopping = stop.sleep(FLUSH_INTERVAL).await;
             self.store_dirty().await;
             if stopping {
-                return;
+                break;
+            }
+        }
+        if let Some(p) = self.publisher.as_ref().filter(|p| p.published.is_some()) {
+            let key = runs_key(&self.cluster_alias, &p.member);
+            if let Err(e) = self.write(vec![(key, None)], super::now_ms()).await {
+                tracing::debug!(topic = %self.topic, error = %e, "removing this process's published runs failed");
             }
         }
     }
@@ -351,25 +404,70 @@ impl Writer {
             return;
         }
         let dirty = self.board.take_dirty();
-        if dirty.is_empty() {
-            self.board.completed(covers);
-            return;
-        }
-        if let Err(e) = self.store(&dirty).await {
-            tracing::warn!(topic = %self.topic, error = %e, "storing source positions failed; will retry");
-            self.metrics
-                .errors
-                .get_or_create(&self.labels.error("positions"))
-                .inc();
-            self.board.unstored(dirty);
-            // A lane that failed may hold a broken sequence: start over with fresh lanes.
-            self.lanes.clear();
-            if let Ok(p) = IdempotentProducer::new(self.target.clone()).await {
-                self.producer = p;
+        let mut result = Ok(());
+        if !dirty.is_empty() {
+            result = self.store(&dirty).await;
+            if result.is_err() {
+                self.board.unstored(dirty);
             }
-        } else {
-            self.board.completed(covers);
         }
+        if result.is_ok() {
+            let flush = covers > self.flushes_seen;
+            result = self.publish_runs(flush).await;
+        }
+        match result {
+            Ok(()) => {
+                self.flushes_seen = covers;
+                self.board.completed(covers);
+            }
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, error = %e, "storing source positions failed; will retry");
+                self.metrics
+                    .errors
+                    .get_or_create(&self.labels.error("positions"))
+                    .inc();
+                // A lane that failed may hold a broken sequence: start over with fresh lanes.
+                self.lanes.clear();
+                if let Ok(p) = IdempotentProducer::new(self.target.clone()).await {
+                    self.producer = p;
+                }
+            }
+        }
+    }
+
+    /// Publishes this process's runs when they changed since the last publication, at most
+    /// every [`RUNS_INTERVAL`] unless `flush`.
+    async fn publish_runs(&mut self, flush: bool) -> Result<(), KafkaError> {
+        let Some(p) = &self.publisher else {
+            return Ok(());
+        };
+        let (version, exported) = {
+            let runs = p.runs.lock().unwrap_or_else(|e| e.into_inner());
+            let version = runs.version();
+            let due = flush || p.at.is_none_or(|t| t.elapsed() >= RUNS_INTERVAL);
+            if p.published == Some(version) || !due {
+                return Ok(());
+            }
+            (version, runs.export(PUBLISHED_RUNS))
+        };
+        let logs = self
+            .board
+            .log_ids()
+            .into_iter()
+            .map(|(t, id)| (t, Some(topic_id_text(&id))))
+            .collect();
+        let (value, left_out) = fit_publication(logs, exported);
+        if left_out > 0 {
+            tracing::warn!(topic = %self.topic, partitions = left_out, "published runs too large for one record: these partitions' groups are translated through the offset syncs");
+        }
+        let key = runs_key(&self.cluster_alias, &p.member);
+        self.write(vec![(key, Some(value))], super::now_ms())
+            .await?;
+        if let Some(p) = &mut self.publisher {
+            p.published = Some(version);
+            p.at = Some(Instant::now());
+        }
+        Ok(())
     }
 
     async fn store(&mut self, dirty: &Dirty) -> Result<(), KafkaError> {
@@ -444,6 +542,43 @@ impl Writer {
             lane.flush().await?;
         }
         Ok(())
+    }
+}
+
+/// Runs published per partition: the stretch a group's committed offset falls in is almost
+/// always the newest (a gap upstream, such as a transaction marker, starts a new run).
+const PUBLISHED_RUNS: usize = 4;
+
+/// The publication's value, within [`MAX_PUBLICATION_BYTES`]: with fewer runs per partition,
+/// then without the partitions that do not fit (their number is returned).
+fn fit_publication(
+    logs: BTreeMap<String, Option<String>>,
+    mut exported: Vec<Exported>,
+) -> (Vec<u8>, usize) {
+    let encode = |partitions: &[Exported]| {
+        runs_value(&Publication {
+            logs: logs.clone(),
+            partitions: partitions.to_vec(),
+        })
+    };
+    let value = encode(&exported);
+    if value.len() <= MAX_PUBLICATION_BYTES {
+        return (value, 0);
+    }
+    for x in &mut exported {
+        let n = x.runs.len();
+        x.runs.drain(..n.saturating_sub(1));
+    }
+    let total = exported.len();
+    // About the same size per partition: keep the share that fits, then check.
+    let value = encode(&exported);
+    let mut keep = (total * MAX_PUBLICATION_BYTES / value.len().max(1)).min(total);
+    loop {
+        let value = encode(&exported[..keep]);
+        if value.len() <= MAX_PUBLICATION_BYTES || keep == 0 {
+            return (value, total - keep);
+        }
+        keep = keep * 9 / 10;
     }
 }
 
@@ -559,5 +694,48 @@ mod tests {
         assert_eq!(s.logs, HashMap::from([("t".into(), TopicId::from_u128(2))]));
         s.apply("A", log(None));
         assert!(s.logs.is_empty());
+    }
+
+    #[test]
+    fn a_publication_too_large_keeps_one_run_per_partition_then_what_fits() {
+        let x = |partition, runs| Exported {
+            topic: "orders".into(),
+            partition,
+            from: 0,
+            runs,
+        };
+        let small: Vec<Exported> = (0..10).map(|p| x(p, vec![[0, 0, 5], [6, 5, 5]])).collect();
+        let (value, left) = fit_publication(BTreeMap::new(), small.clone());
+        assert_eq!(left, 0);
+        assert_eq!(
+            value,
+            runs_value(&Publication {
+                logs: BTreeMap::new(),
+                partitions: small
+            })
+        );
+        let big: Vec<Exported> = (0..40_000)
+            .map(|p| {
+                x(
+                    p,
+                    vec![[1 << 40, 1 << 40, 5], [(1 << 40) + 6, (1 << 40) + 5, 5]],
+                )
+            })
+            .collect();
+        let (value, left) = fit_publication(BTreeMap::new(), big);
+        assert!(value.len() <= MAX_PUBLICATION_BYTES, "{}", value.len());
+        assert!(left > 0 && left < 40_000, "{left}");
+        let back = match StoredRecord::decode(&runs_key("A", "m"), Some(&value)) {
+            Some(StoredRecord::Runs {
+                publication: Some(p),
+                ..
+            }) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(back.partitions.len(), 40_000 - left);
+        assert!(back
+            .partitions
+            .iter()
+            .all(|p| p.runs.len() == 1 && p.runs[0][0] == (1 << 40) + 6));
     }
 }

@@ -3,8 +3,10 @@
 //! the serialized key *bytes*, so the JSON must be exactly what Java's JsonConverter writes:
 //! compact, and the map keys in the order Java's HashMap iterates them.
 
+use crate::offsets::runs::{Exported, Publication};
 use kmirror_kafka::cluster::{parse_topic_id, topic_id_text, TopicId};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Where a source partition has been copied up to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +109,80 @@ pub fn source_log_value(id: &TopicId) -> Vec<u8> {
     format!("{{\"topic_id\":{}}}", json_str(&topic_id_text(id))).into_bytes()
 }
 
+/// kmirror's own record in the positions topic: the runs of offsets one process copied one for
+/// one (docs/sharing.md, "Exact checkpoints"), so the flow's leader translates the groups of
+/// partitions other processes copy exactly. One record per process and source cluster, under a
+/// key MM2 never asks for (like [`source_log_key`]).
+///
+/// `["kmirror-runs",{"cluster":"A","member":"<host>:<pid>/<random>"}]`
+pub fn runs_key(cluster: &str, member: &str) -> Vec<u8> {
+    format!(
+        "[\"{RUNS}\",{{\"cluster\":{},\"member\":{}}}]",
+        json_str(cluster),
+        json_str(member)
+    )
+    .into_bytes()
+}
+
+const RUNS: &str = "kmirror-runs";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RunsValue {
+    topics: BTreeMap<String, TopicRuns>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TopicRuns {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic_id: Option<String>,
+    partitions: BTreeMap<i32, PartitionRuns>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PartitionRuns {
+    from: i64,
+    runs: Vec<[i64; 3]>,
+}
+
+/// `{"topics":{"t":{"topic_id":"<id>","partitions":{"0":{"from":F,"runs":[[u,d,n],...]}}}}}`
+pub fn runs_value(p: &Publication) -> Vec<u8> {
+    let mut topics: BTreeMap<String, TopicRuns> = BTreeMap::new();
+    for x in &p.partitions {
+        topics
+            .entry(x.topic.clone())
+            .or_insert_with(|| TopicRuns {
+                topic_id: p.logs.get(&x.topic).cloned().flatten(),
+                partitions: BTreeMap::new(),
+            })
+            .partitions
+            .insert(
+                x.partition,
+                PartitionRuns {
+                    from: x.from,
+                    runs: x.runs.clone(),
+                },
+            );
+    }
+    serde_json::to_vec(&RunsValue { topics }).unwrap_or_default()
+}
+
+fn decode_runs(value: &[u8]) -> Option<Publication> {
+    let v: RunsValue = serde_json::from_slice(value).ok()?;
+    let mut out = Publication::default();
+    for (topic, t) in v.topics {
+        out.logs.insert(topic.clone(), t.topic_id);
+        for (partition, r) in t.partitions {
+            out.partitions.push(Exported {
+                topic: topic.clone(),
+                partition,
+                from: r.from,
+                runs: r.runs,
+            });
+        }
+    }
+    Some(out)
+}
+
 /// One record of the positions topic, as far as a flow reading it cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredRecord {
@@ -124,6 +200,12 @@ pub enum StoredRecord {
         topic: String,
         id: Option<TopicId>,
     },
+    /// A process's published runs (`None`: its tombstone, or a value that does not parse).
+    Runs {
+        cluster: String,
+        member: String,
+        publication: Option<Publication>,
+    },
 }
 
 impl StoredRecord {
@@ -137,6 +219,13 @@ impl StoredRecord {
         }
         let m = arr[1].as_object()?;
         let cluster = m.get("cluster")?.as_str()?.to_string();
+        if arr[0].as_str()? == RUNS {
+            return Some(StoredRecord::Runs {
+                cluster,
+                member: m.get("member")?.as_str()?.to_string(),
+                publication: value.and_then(decode_runs),
+            });
+        }
         let topic = m.get("topic")?.as_str()?.to_string();
         match arr[0].as_str()? {
             "MirrorSourceConnector" => match value {
@@ -272,5 +361,50 @@ mod tests {
         let p = positions_partition(&k, 25);
         assert!((0..25).contains(&p));
         assert_eq!(p, positions_partition(&k, 25));
+    }
+
+    #[test]
+    fn published_runs_round_trip_and_a_bad_value_is_no_publication() {
+        let key = runs_key("A", "host-1:42");
+        assert_eq!(
+            key,
+            br#"["kmirror-runs",{"cluster":"A","member":"host-1:42"}]"#.to_vec()
+        );
+        let p = Publication {
+            logs: BTreeMap::from([("t".to_string(), Some("AAAAAAAAAAAAAAAAAAAABw".to_string()))]),
+            partitions: vec![
+                Exported {
+                    topic: "t".into(),
+                    partition: 0,
+                    from: 5,
+                    runs: vec![[5, 0, 10], [16, 10, 3]],
+                },
+                Exported {
+                    topic: "t".into(),
+                    partition: 11,
+                    from: 0,
+                    runs: vec![[0, 0, 1]],
+                },
+            ],
+        };
+        let value = runs_value(&p);
+        assert_eq!(
+            value,
+            br#"{"topics":{"t":{"topic_id":"AAAAAAAAAAAAAAAAAAAABw","partitions":{"0":{"from":5,"runs":[[5,0,10],[16,10,3]]},"11":{"from":0,"runs":[[0,0,1]]}}}}}"#.to_vec()
+        );
+        let runs = |publication| StoredRecord::Runs {
+            cluster: "A".into(),
+            member: "host-1:42".into(),
+            publication,
+        };
+        assert_eq!(
+            StoredRecord::decode(&key, Some(&value)),
+            Some(runs(Some(p)))
+        );
+        assert_eq!(StoredRecord::decode(&key, None), Some(runs(None)));
+        assert_eq!(
+            StoredRecord::decode(&key, Some(br#"{"topics":{"t":{"partitions":{"x":{}}}}}"#)),
+            Some(runs(None))
+        );
     }
 }

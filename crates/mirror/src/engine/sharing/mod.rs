@@ -77,6 +77,11 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// This process's name in the group view and in what it publishes: `<host>:<pid>`.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
     pub(crate) fn is_leader(&self) -> bool {
         self.lock().leader
     }
