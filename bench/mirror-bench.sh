@@ -212,6 +212,10 @@ backlog() {
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
   [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
   [[ $tool == kmirror-alone ]] && extra="kmirror.sharing.enabled = false"
+  # KMIRROR_EXTRA: more configuration lines for every kmirror tool (e.g. checkpoints on, so
+  # each process publishes its runs: "emit.checkpoints.enabled = true").
+  [[ $tool == kmirror* && -n ${KMIRROR_EXTRA:-} ]] && extra="$extra
+$KMIRROR_EXTRA"
   name="$tool-$case-$round"
   port=$(pick 19792 19890)
   bash $H start "dst-$name" "$port" >/dev/null

@@ -123,7 +123,8 @@ pub fn settings_digest(flow: &serde_json::Value) -> BTreeMap<String, String> {
     out
 }
 
-/// The settings whose hashes differ (or that one side lacks).
+/// The settings whose hashes differ (or that one side lacks: [`assign`] compares only the
+/// settings every member knows).
 pub fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
     let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     names
@@ -148,14 +149,39 @@ pub fn assign(
     partitions: &BTreeSet<Key>,
 ) -> BTreeMap<String, Assignment> {
     let mut out = BTreeMap::new();
+    // Only settings every member knows are compared: a newer version may add settings, and a
+    // rolling upgrade must not refuse its first upgraded process (docs/sharing.md, "Versions").
+    let mut common: Option<BTreeSet<&String>> = None;
+    for keys in members
+        .iter()
+        .map(|m| m.metadata.settings.keys().collect::<BTreeSet<_>>())
+        .chain(std::iter::once(leader.keys().collect()))
+    {
+        common = Some(match common {
+            None => keys,
+            Some(c) => c.intersection(&keys).copied().collect(),
+        });
+    }
+    let common = common.unwrap_or_default();
+    let known = |s: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+        s.iter()
+            .filter(|(k, _)| common.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let settings: Vec<BTreeMap<String, String>> = members
+        .iter()
+        .map(|m| known(&m.metadata.settings))
+        .collect();
+    let leader = known(leader);
     // The settings most members have; the leader's on a tie.
     let mut counts: Vec<(&BTreeMap<String, String>, usize, bool)> = Vec::new();
-    for m in members {
-        match counts.iter_mut().find(|c| *c.0 == m.metadata.settings) {
+    for s in &settings {
+        match counts.iter_mut().find(|c| c.0 == s) {
             Some(c) => {
                 c.1 += 1;
             }
-            None => counts.push((&m.metadata.settings, 1, m.metadata.settings == *leader)),
+            None => counts.push((s, 1, *s == leader)),
         }
     }
     let Some(winner) = counts
@@ -165,20 +191,20 @@ pub fn assign(
     else {
         return out;
     };
+    let agreeing = settings.iter().filter(|s| **s == winner).count();
     let mut eligible: Vec<&Member> = Vec::new();
-    for m in members {
-        if m.metadata.settings == winner {
+    for (m, s) in members.iter().zip(&settings) {
+        if *s == winner {
             eligible.push(m);
         } else {
-            let diff = differences(&winner, &m.metadata.settings);
+            let diff = differences(&winner, s);
             out.insert(
                 m.id.clone(),
                 Assignment {
                     partitions: BTreeMap::new(),
                     group: Vec::new(),
                     refused: Some(format!(
-                        "this process's flow settings differ from those of the {} other process(es) serving the flow: {} (start every process with the same configuration)",
-                        eligible_count(members, &winner),
+                        "this process's flow settings differ from those of the {agreeing} other process(es) serving the flow: {} (start every process with the same configuration)",
                         diff.join(", ")
                     )),
                 },
@@ -243,13 +269,6 @@ pub fn assign(
 
 fn owned_count(m: &Member) -> usize {
     m.metadata.owned.values().map(Vec::len).sum()
-}
-
-fn eligible_count(members: &[Member], winner: &BTreeMap<String, String>) -> usize {
-    members
-        .iter()
-        .filter(|m| m.metadata.settings == *winner)
-        .count()
 }
 
 #[cfg(test)]
@@ -410,7 +429,13 @@ mod tests {
             &all,
         );
         let refused = a["m3"].refused.as_deref().unwrap();
-        assert!(refused.contains("policy, topics"), "{refused}");
+        // `policy`, which the others do not know (an older version), is not compared.
+        assert!(
+            refused.ends_with(
+                "serving the flow: topics (start every process with the same configuration)"
+            ),
+            "{refused}"
+        );
         assert!(a["m3"].partitions.is_empty());
         assert_eq!(of(&a, "m1").len() + of(&a, "m2").len(), 4);
     }
@@ -445,5 +470,38 @@ mod tests {
         assert_eq!(serde_json::from_slice::<MemberMetadata>(&text).unwrap(), m);
         let a = Assignment::default();
         assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"partitions":{}}"#);
+    }
+
+    #[test]
+    fn a_setting_only_newer_members_know_is_not_compared_until_every_member_knows_it() {
+        let all = parts("t", 6);
+        let with = |id: &str, extra: Option<&str>| {
+            let mut m = member(id, &BTreeSet::new());
+            if let Some(v) = extra {
+                m.metadata.settings.insert("new_setting".into(), v.into());
+            }
+            m
+        };
+        // A rolling upgrade: one process of three is new and knows a setting the others lack.
+        let old = with("m1", None);
+        let a = assign(
+            &old.metadata.settings.clone(),
+            &[old, with("m2", None), with("m3", Some("x"))],
+            &all,
+        );
+        assert!(a.values().all(|x| x.refused.is_none()), "{a:?}");
+        assert_eq!(of(&a, "m3").len(), 2);
+        // Every process upgraded: now the new setting counts.
+        let first = with("m1", Some("x"));
+        let a = assign(
+            &first.metadata.settings.clone(),
+            &[first, with("m2", Some("x")), with("m3", Some("y"))],
+            &all,
+        );
+        let refused = a["m3"].refused.as_deref().unwrap();
+        assert!(
+            refused.contains("new_setting") && refused.contains("the 2 other"),
+            "{refused}"
+        );
     }
 }
