@@ -64,6 +64,26 @@ fn exactly_once_asked_for_is_shown_as_not_provided_and_required_is_refused() {
             .contains("kmirror does not provide exactly-once yet: A->B copies at-least-once"),
         "{out}{err}"
     );
+    // What it will use, so ids and ACLs can be prepared.
+    for line in [
+        "slots        12 (default; set tasks.max to change), transactional ids A-mm2-MirrorSourceConnector-0 .. A-mm2-MirrorSourceConnector-11",
+        "commits      every 500 ms (transaction.boundary = poll) or at 33554432 bytes; transaction.timeout.ms 60000",
+        "TransactionalId prefix A-mm2-MirrorSourceConnector-: WRITE, DESCRIBE",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    std::fs::write(
+        &f,
+        format!("{base}B.exactly.once.source.support = preparing\n"),
+    )
+    .unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains("off: exactly.once.source.support = preparing"),
+        "{out}"
+    );
     std::fs::write(&f, format!("{base}A->B.exactly.once.support = required\n")).unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
     let (_, err) = text(&o);

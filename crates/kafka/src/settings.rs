@@ -280,6 +280,10 @@ pub struct ProducerTuning {
     pub max_request_size: i32,
     /// `buffer.memory`: the replicator's bound on bytes fetched and not yet acknowledged.
     pub buffer_memory: i64,
+    /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay
+    /// open before it aborts it (exactly-once).
+    #[serde(with = "millis")]
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ProducerTuning {
@@ -292,6 +296,7 @@ impl Default for ProducerTuning {
             acks: Acks::All,
             max_request_size: 1_048_576,
             buffer_memory: 33_554_432,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -306,9 +306,13 @@ impl Plan {
                 let _ = writeln!(o, "    {name:15} {v}");
             }
             if f.replication {
-                let eos = match f.exactly_once {
-                    ExactlyOnce::Disabled => "off (at-least-once, no loss)",
-                    ExactlyOnce::Requested | ExactlyOnce::Required => {
+                let t = &f.transactions;
+                let eos = match (f.exactly_once, t.support) {
+                    (ExactlyOnce::Disabled, "preparing") => {
+                        "off: exactly.once.source.support = preparing (at-least-once, no loss; kmirror needs no preparing step, set enabled)"
+                    }
+                    (ExactlyOnce::Disabled, _) => "off (at-least-once, no loss)",
+                    (ExactlyOnce::Requested | ExactlyOnce::Required, _) => {
                         "requested, not provided yet: at-least-once (no loss)"
                     }
                 };
@@ -319,6 +323,41 @@ impl Plan {
                     }
                 }
                 let _ = writeln!(o, "  exactly-once   {eos}");
+                if f.exactly_once != ExactlyOnce::Disabled {
+                    // What the exactly-once engine will use (docs/plans/exactly-once.md): shown
+                    // now so ids and ACLs can be prepared.
+                    let _ = writeln!(
+                        o,
+                        "    slots        {} ({}), transactional ids {}",
+                        t.slots,
+                        if t.slots_from_tasks_max {
+                            "tasks.max"
+                        } else {
+                            "default; set tasks.max to change"
+                        },
+                        t.id_range()
+                    );
+                    let _ = writeln!(
+                        o,
+                        "    commits      every {} ms ({}) or at {} bytes; transaction.timeout.ms {}",
+                        t.interval.as_millis(),
+                        match t.boundary {
+                            crate::config::model::TransactionBoundary::Poll => {
+                                "transaction.boundary = poll"
+                            }
+                            crate::config::model::TransactionBoundary::Interval => {
+                                "transaction.boundary.interval.ms"
+                            }
+                        },
+                        t.max_bytes,
+                        t.timeout.as_millis()
+                    );
+                    let _ = writeln!(
+                        o,
+                        "    ACLs on {}    TransactionalId prefix {}: WRITE, DESCRIBE (docs/permissions.md)",
+                        f.id.target, t.transactional_id_prefix
+                    );
+                }
                 let _ = writeln!(
                     o,
                     "  sharing        {}",

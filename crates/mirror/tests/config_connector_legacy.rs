@@ -175,3 +175,36 @@ fn mm1_defaults_and_flags() {
         "{e}"
     );
 }
+
+#[test]
+fn connector_mode_exactly_once_ids_use_the_worker_group_and_the_source_connector_name() {
+    let src = props(
+        "src.properties",
+        &format!("name=dr-source\ntasks.max=3\n{SOURCE}"),
+    );
+    let ckpt = props(
+        "ckpt.properties",
+        &format!(
+            "name=a-checkpoints\n{}",
+            SOURCE.replace("MirrorSourceConnector", "MirrorCheckpointConnector")
+        ),
+    );
+    let worker = props(
+        "worker.properties",
+        "bootstrap.servers=b:9092\ngroup.id=connect-dr\nexactly.once.source.support=enabled\n",
+    );
+    for files in [[ckpt.clone(), src.clone()], [src, ckpt]] {
+        let c = connector::load(&files, Some(&worker), &SystemEnvironment).unwrap();
+        let t = &c.flows[0].transactions;
+        assert_eq!(t.support, "enabled");
+        assert_eq!(
+            t.id_range(),
+            "connect-dr-dr-source-0 .. connect-dr-dr-source-2",
+            "the source connector's name, whichever file came first"
+        );
+        assert!(
+            !c.ignored.iter().any(|i| i.origin.key == "group.id"),
+            "group.id names the ids"
+        );
+    }
+}

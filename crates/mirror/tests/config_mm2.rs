@@ -280,6 +280,9 @@ fn validation_errors_name_file_line_key_value() {
         (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA.consumer.isolation.level = read_uncommitted\n"), "exactly-once replication cannot read uncommitted data"),
         (format!("{AB}A->B.enabled = true\nA->B.exactly.once.support = required\n"), "exactly-once is required but the target does not enable it: set B.exactly.once.source.support = enabled"),
         (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.exactly.once.support = required\n"), "mm2.properties:6: A->B.exactly.once.support = 'required': exactly-once is required, and kmirror does not provide it yet"),
+        (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.transaction.boundary = connector\n"), "mm2.properties:6: A->B.transaction.boundary = 'connector': transaction.boundary = connector needs a connector that defines its own transaction boundaries"),
+        (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.transaction.boundary = interval\nA->B.transaction.boundary.interval.ms = 30000\n"), "the exactly-once commit interval (30000 ms) must be at most a third of the producer's transaction.timeout.ms (60000 ms)"),
+        (format!("{AB}A->B.enabled = true\ntasks.max = 0\n"), "tasks.max = '0': expected a whole number between 1 and 1000"),
         (format!("{AB}A->B.enabled = true\nemit.offset-syncs.enabled = false\n"), "checkpoints need offset syncs"),
         (format!("{AB}A->B.enabled = true\nsync.group.offsets.enabled = true\nemit.checkpoints.enabled = false\n"), "group offset sync translates offsets through checkpoints"),
         (format!("{AB}A->B.enabled = true\nreplication.policy.class = com.acme.CustomReplicationPolicy\n"), "custom replication policies cannot be loaded by kmirror; use DefaultReplicationPolicy"),
@@ -579,5 +582,54 @@ fn batch_mode_and_buffer_memory_are_read_per_flow() {
         e.iter()
             .any(|m| m.contains("kmirror.batch.mode.enabled") && m.contains("sometimes")),
         "{e:?}"
+    );
+}
+
+#[test]
+fn exactly_once_slots_ids_and_commits_are_named_as_connect_names_them() {
+    // MM2's dedicated mode: worker group <source>-mm2, connector MirrorSourceConnector.
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\n"
+    ));
+    let t = &c.flows[0].transactions;
+    assert_eq!(t.support, "enabled");
+    assert_eq!((t.slots, t.slots_from_tasks_max), (12, false));
+    assert_eq!(t.transactional_id_prefix, "A-mm2-MirrorSourceConnector-");
+    assert_eq!(
+        t.id_range(),
+        "A-mm2-MirrorSourceConnector-0 .. A-mm2-MirrorSourceConnector-11"
+    );
+    assert_eq!(t.interval.as_millis(), 500);
+    assert_eq!(t.timeout.as_secs(), 60);
+    // tasks.max, the target's group.id, an interval boundary and the producer's timeout.
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\ntasks.max = 4\nB.group.id = dr\n\
+         A->B.transaction.boundary = interval\nA->B.transaction.boundary.interval.ms = 2000\n\
+         B.producer.transaction.timeout.ms = 90000\n"
+    ));
+    let t = &c.flows[0].transactions;
+    assert_eq!((t.slots, t.slots_from_tasks_max), (4, true));
+    assert_eq!(
+        t.id_range(),
+        "dr-MirrorSourceConnector-0 .. dr-MirrorSourceConnector-3"
+    );
+    assert_eq!(t.interval.as_millis(), 2000);
+    assert_eq!(t.timeout.as_millis(), 90000);
+    let ignored: Vec<&str> = c.ignored.iter().map(|i| i.origin.key.as_str()).collect();
+    for key in ["B.group.id", "B.producer.transaction.timeout.ms"] {
+        assert!(
+            !ignored.contains(&key),
+            "{key} is used, not ignored: {ignored:?}"
+        );
+    }
+    let tasks = c
+        .ignored
+        .iter()
+        .find(|i| i.origin.key == "tasks.max")
+        .unwrap();
+    assert!(
+        tasks.reason.contains("number of transactional slots"),
+        "{}",
+        tasks.reason
     );
 }

@@ -535,6 +535,12 @@ pub fn producer_tuning(map: &SettingMap, diags: &mut Diagnostics) -> ProducerTun
     ProducerTuning {
         batch_size: r.int("batch.size", d.batch_size as i64, 0, i32::MAX as i64) as i32,
         linger: r.millis("linger.ms", d.linger.as_millis() as i64),
+        transaction_timeout: std::time::Duration::from_millis(r.int(
+            "transaction.timeout.ms",
+            d.transaction_timeout.as_millis() as i64,
+            1,
+            i32::MAX as i64,
+        ) as u64),
         compression,
         acks,
         max_request_size: r.int(

@@ -99,6 +99,13 @@ pub fn load(
         }
         let id = FlowId::new(ClusterAlias::new(source), ClusterAlias::new(target));
         let entry = flows.entry(id).or_default();
+        if kind == ConnectorKind::Source {
+            if let Some(name) = map.get("name") {
+                entry
+                    .0
+                    .insert(flow::SOURCE_CONNECTOR_NAME.into(), name.clone());
+            }
+        }
         for (k, v) in map {
             if let Some(prev) = entry.0.get(&k) {
                 if prev.value != v.value && k != "name" && k != "connector.class" {
@@ -133,7 +140,10 @@ pub fn load(
                     });
                 }
                 worker_producer.insert(rest.to_string(), v.clone());
-            } else if k == "exactly.once.source.support" || k.starts_with("config.providers") {
+            } else if k == "exactly.once.source.support"
+                || k == "group.id"
+                || k.starts_with("config.providers")
+            {
             } else if let Some(reason) = keys::ignored_worker_key(k) {
                 ignored.push(IgnoredKey {
                     origin: v.origin.clone(),
@@ -202,6 +212,10 @@ pub fn load(
                 "target.cluster.exactly.once.source.support".into(),
                 s.clone(),
             );
+        }
+        // Connect names a task's transactional id after the worker's group.id.
+        if let Some(s) = worker_map.get("group.id") {
+            map.insert("target.cluster.group.id".into(), s.clone());
         }
         if let (Some(wb), Some(tb)) = (
             worker_producer.get("bootstrap.servers"),

@@ -6,6 +6,7 @@ use super::diagnostics::Diagnostics;
 use super::keys::is_client_key;
 use super::model::{
     ExactlyOnce, FlowClients, FlowConfig, InternalTopics, OnTruncation, Periodic, Sharing, Side,
+    TransactionBoundary, Transactions,
 };
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::NameFilter;
@@ -212,6 +213,7 @@ pub fn build(
         }
         _ => ExactlyOnce::Disabled,
     };
+    let transactions = transactions(&mut r, worker_eos, &id);
     // Exactly-once is not built yet (issue 17; docs/plans/exactly-once.md): a flow that asks for
     // it is told so rather than silently copied at-least-once.
     match exactly_once {
@@ -285,6 +287,26 @@ pub fn build(
         max_decompressed.unwrap_or_else(|| consumer_tuning.default_max_decompressed());
 
     // Contradictions.
+    let mut transactions = transactions;
+    transactions.timeout = producer_tuning.transaction_timeout;
+    if exactly_once != ExactlyOnce::Disabled && transactions.interval > transactions.timeout / 3 {
+        // A slot's transaction stays open for the interval plus a commit: near the timeout,
+        // the coordinator would abort transactions in the steady state.
+        let origin = p
+            .get("transaction.boundary.interval.ms")
+            .or_else(|| producer_map.get("transaction.timeout.ms"))
+            .map(|s| s.origin.clone());
+        diags.error(
+            origin.as_ref(),
+            None,
+            format!(
+                "the exactly-once commit interval ({} ms) must be at most a third of the producer's transaction.timeout.ms ({} ms): lower transaction.boundary.interval.ms or raise {}.producer.transaction.timeout.ms",
+                transactions.interval.as_millis(),
+                transactions.timeout.as_millis(),
+                id.target
+            ),
+        );
+    }
     if exactly_once != ExactlyOnce::Disabled
         && consumer_tuning.isolation_level == IsolationLevel::ReadUncommitted
     {
@@ -336,6 +358,7 @@ pub fn build(
         emit_checkpoints,
         sync_group_offsets,
         exactly_once,
+        transactions,
         admin_timeout,
         on_truncation,
         sync_group_acls,
@@ -357,6 +380,64 @@ pub fn build(
         },
     })
 }
+
+/// Exactly-once's slots, transactional ids and commit cadence (docs/plans/exactly-once.md §1-2).
+/// The timeout is the producer's and is filled in once the producer settings are read.
+fn transactions(r: &mut Reader<'_>, support: &'static str, id: &FlowId) -> Transactions {
+    let tasks_max = r.get("tasks.max").is_some();
+    let slots = r.int("tasks.max", Transactions::DEFAULT_SLOTS as i64, 1, 1000) as u32;
+    // Connect names a source task's transactional id `<worker group.id>-<connector>-<task>`;
+    // MM2's dedicated mode runs its worker with group.id `<source>-mm2` unless the target's
+    // `group.id` is set (`B.group.id`; in connector mode, the worker file's).
+    let group = r
+        .get("target.cluster.group.id")
+        .map(|s| s.value.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("{}-mm2", id.source));
+    let connector = r.string(SOURCE_CONNECTOR_NAME, "MirrorSourceConnector");
+    let boundary = match r.choice(
+        "transaction.boundary",
+        "poll",
+        &["poll", "interval", "connector"],
+    ) {
+        "connector" => {
+            let origin = r.get("transaction.boundary").map(|s| s.origin.clone());
+            r.diags.error(
+                origin.as_ref(),
+                Some("connector"),
+                "transaction.boundary = connector needs a connector that defines its own transaction boundaries, which MirrorSourceConnector does not (Connect refuses it too): use poll or interval",
+            );
+            TransactionBoundary::Poll
+        }
+        "interval" => TransactionBoundary::Interval,
+        _ => TransactionBoundary::Poll,
+    };
+    let interval = match boundary {
+        TransactionBoundary::Poll => Transactions::POLL_INTERVAL,
+        // Connect's default is the worker's offset.flush.interval.ms, 60 s.
+        TransactionBoundary::Interval => r.millis("transaction.boundary.interval.ms", 60_000),
+    };
+    let max_bytes = r.int(
+        "kmirror.exactly.once.transaction.max.bytes",
+        Transactions::DEFAULT_MAX_BYTES as i64,
+        1 << 20,
+        i64::from(i32::MAX),
+    ) as u64;
+    Transactions {
+        support,
+        slots,
+        slots_from_tasks_max: tasks_max,
+        transactional_id_prefix: format!("{group}-{connector}-"),
+        boundary,
+        interval,
+        timeout: Duration::from_secs(60),
+        max_bytes,
+    }
+}
+
+/// The source connector's `name` in connector mode (its files are merged into one map, where
+/// `name` is whichever file's came first).
+pub const SOURCE_CONNECTOR_NAME: &str = "kmirror.internal.source.connector.name";
 
 fn side(s: &str) -> Side {
     if s == "target" {

@@ -87,6 +87,12 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "emit.offset-syncs.enabled",
     "heartbeats.replication.enabled",
     "exactly.once.support",
+    // With exactly-once: the number of transactional slots (docs/plans/exactly-once.md §2;
+    // listed as ignored, since at-least-once does not use it), and Connect's transaction
+    // boundaries.
+    "tasks.max",
+    "transaction.boundary",
+    "transaction.boundary.interval.ms",
     "admin.timeout.ms",
     // kmirror's own: what to do when the source deleted records before they were copied.
     "kmirror.source.truncation",
@@ -98,6 +104,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.batch.merge.enabled",
     // kmirror's own: processes serving a flow share its partitions (docs/sharing.md).
     "kmirror.sharing.enabled",
+    // kmirror's own: an exactly-once transaction is committed early at this size.
+    "kmirror.exactly.once.transaction.max.bytes",
     "kmirror.sharing.group.id",
     "kmirror.sharing.session.timeout.ms",
     "kmirror.sharing.rebalance.timeout.ms",
@@ -126,7 +134,7 @@ pub fn is_transform_key(key: &str) -> bool {
 pub fn ignored_connector_key(key: &str) -> Option<&'static str> {
     Some(match key {
         "tasks.max" | "tasks.max.enforce" => {
-            "kmirror has no Connect tasks: it replicates every source partition in parallel"
+            "kmirror has no Connect tasks: it replicates every source partition in parallel (with exactly-once, tasks.max is the number of transactional slots)"
         }
         "key.converter" | "value.converter" | "header.converter" => {
             "kmirror always copies record bytes unchanged (as MM2 with ByteArrayConverter)"
@@ -212,6 +220,7 @@ pub const PRODUCER_KEYS: &[&str] = &[
     "buffer.memory",
     "client.id",
     "request.timeout.ms",
+    "transaction.timeout.ms",
 ];
 
 /// Admin keys kmirror honours (besides the client keys).
@@ -229,7 +238,7 @@ pub fn ignored_client_key(key: &str) -> Option<&'static str> {
         "key.deserializer" | "value.deserializer" | "key.serializer" | "value.serializer" => {
             "kmirror copies bytes; there is nothing to (de)serialize"
         }
-        "transactional.id" | "transaction.timeout.ms" => "exactly-once is configured with exactly.once.support",
+        "transactional.id" => "kmirror names its transactional ids as Kafka Connect does (<worker group.id>-<connector>-<slot>; exactly.once.support switches them on)",
         "partitioner.class" | "partitioner.ignore.keys" | "partitioner.adaptive.partitioning.enable" | "partitioner.availability.timeout.ms" => {
             "kmirror keeps the source partition (MM2 mode) or uses Kafka's default partitioner (legacy mode)"
         }

@@ -401,6 +401,9 @@ fn classify_top_key(k: &str) -> Classified {
     if let Some(c) = keys::classify_security_key(k) {
         return c;
     }
+    if k == "tasks.max" {
+        return tasks_max();
+    }
     if k == "clusters"
         || k.starts_with("config.providers")
         || keys::is_transform_key(k)
@@ -435,7 +438,12 @@ fn classify_cluster_key(k: &str) -> Classified {
     if let Some(c) = keys::classify_security_key(k) {
         return c;
     }
-    if k == "client.id" || k == "exactly.once.source.support" || POSITION_KEYS.contains(&k) {
+    // group.id names the exactly-once transactional ids, as the worker's group.id does in MM2.
+    if k == "client.id"
+        || k == "exactly.once.source.support"
+        || k == "group.id"
+        || POSITION_KEYS.contains(&k)
+    {
         return None;
     }
     for (prefix, honoured) in [
@@ -502,7 +510,16 @@ fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
 }
 
 /// Keys inside a flow (`A->B.<key>`) or a connector file.
+/// `tasks.max` reaches the flow (exactly-once's slot count) but is listed as ignored with
+/// why: most MM2 files set it, and at-least-once does not use it.
+fn tasks_max() -> Classified {
+    keys::ignored_connector_key("tasks.max").map(|r| (r.to_string(), None))
+}
+
 pub fn classify_connector_key(k: &str) -> Classified {
+    if k == "tasks.max" {
+        return tasks_max();
+    }
     // transforms.<alias>.* / predicates.<alias>.*: checked key by key by transform::parse.
     if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") || keys::is_transform_key(k)
     {

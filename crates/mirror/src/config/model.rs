@@ -51,6 +51,58 @@ pub enum ExactlyOnce {
     Required,
 }
 
+/// Exactly-once's units of work and commit cadence: a fixed number of slots, each with a
+/// stable transactional id named as Kafka Connect names a source task's (`<worker
+/// group.id>-<connector>-<task>`), so MM2's ACLs fit and a takeover fences MM2's tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transactions {
+    /// The target worker's `exactly.once.source.support`: disabled, preparing or enabled.
+    pub support: &'static str,
+    /// `tasks.max` if set, else [`Transactions::DEFAULT_SLOTS`].
+    pub slots: u32,
+    pub slots_from_tasks_max: bool,
+    /// Slot `i`'s transactional id is this prefix followed by `i`.
+    pub transactional_id_prefix: String,
+    /// `transaction.boundary`: poll (kmirror commits every [`Transactions::POLL_INTERVAL`]) or
+    /// interval (`transaction.boundary.interval.ms`).
+    pub boundary: TransactionBoundary,
+    #[serde(serialize_with = "millis")]
+    pub interval: Duration,
+    /// The producer's `transaction.timeout.ms` (Java's default 60 s).
+    #[serde(serialize_with = "millis")]
+    pub timeout: Duration,
+    /// `kmirror.exactly.once.transaction.max.bytes`: a transaction is committed early at this
+    /// size (bounds what an abort copies again and what readers wait behind).
+    pub max_bytes: u64,
+}
+
+impl Transactions {
+    /// Splits evenly over 1, 2, 3, 4 and 6 processes.
+    pub const DEFAULT_SLOTS: u32 = 12;
+    /// The commit interval with `transaction.boundary = poll`: Connect commits every poll,
+    /// which in kmirror is a fetch of a few milliseconds; half a second bounds the commit
+    /// overhead and what a read_committed reader waits.
+    pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+    pub const DEFAULT_MAX_BYTES: u64 = 32 * 1024 * 1024;
+
+    /// The transactional ids of all slots, as `plan` shows them.
+    pub fn id_range(&self) -> String {
+        match self.slots {
+            1 => format!("{}0", self.transactional_id_prefix),
+            n => format!("{p}0 .. {p}{}", n - 1, p = self.transactional_id_prefix),
+        }
+    }
+}
+
+/// Connect's `transaction.boundary` values kmirror accepts (`connector` needs a connector that
+/// defines its own boundaries, which MirrorSourceConnector does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransactionBoundary {
+    Poll,
+    Interval,
+}
+
 /// What a partition does when the source deleted records it had not copied yet (retention
 /// outran replication): never skipped silently; the loss is logged and counted either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -116,6 +168,9 @@ pub struct FlowConfig {
     pub emit_checkpoints: Periodic,
     pub sync_group_offsets: Periodic,
     pub exactly_once: ExactlyOnce,
+    /// How exactly-once divides and commits the flow's work (docs/plans/exactly-once.md §1-2):
+    /// worked out whatever the mode, so `plan` shows what enabling it would do.
+    pub transactions: Transactions,
     #[serde(serialize_with = "millis")]
     pub admin_timeout: Duration,
     /// `kmirror.source.truncation`: a stored position below the source's log start.
