@@ -3,7 +3,7 @@
 
 use crate::config::diagnostics::Diagnostic;
 use crate::config::model::{
-    ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source,
+    ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source, StartPosition,
 };
 use crate::policy::PolicyKind;
 use kmirror_kafka::{ClientSettings, TrustMaterial};
@@ -257,10 +257,15 @@ impl Plan {
                 let _ = writeln!(
                     o,
                     "  start          {} when no position is stored",
-                    match f.clients.consumer_tuning.auto_offset_reset {
-                        kmirror_kafka::AutoOffsetReset::Earliest => "earliest offset",
-                        kmirror_kafka::AutoOffsetReset::Latest => "latest offset",
-                        kmirror_kafka::AutoOffsetReset::None => "fail",
+                    match f.start {
+                        StartPosition::Earliest => "earliest offset".to_string(),
+                        StartPosition::Latest =>
+                            "latest offset (only records written from then on)".to_string(),
+                        StartPosition::Timestamp(ms) => format!(
+                            "first record at or after {} ({ms} ms; the log end if none)",
+                            rfc3339(ms)
+                        ),
+                        StartPosition::Fail => "fail (auto.offset.reset = none)".to_string(),
                     }
                 );
                 let _ = writeln!(
@@ -409,6 +414,17 @@ pub fn crc_check(on: bool) -> &'static str {
     } else {
         "CRC-32C NOT checked (check.crcs=false: a corrupt source batch is copied under a fresh checksum)"
     }
+}
+
+/// Epoch milliseconds as an RFC 3339 time in UTC.
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms"))
 }
 
 #[cfg(test)]

@@ -283,6 +283,8 @@ fn validation_errors_name_file_line_key_value() {
         (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.transaction.boundary = connector\n"), "mm2.properties:6: A->B.transaction.boundary = 'connector': transaction.boundary = connector needs a connector that defines its own transaction boundaries"),
         (format!("{AB}A->B.enabled = true\nB.exactly.once.source.support = enabled\nA->B.transaction.boundary = interval\nA->B.transaction.boundary.interval.ms = 30000\n"), "the exactly-once commit interval (30000 ms) must be at most a third of the producer's transaction.timeout.ms (60000 ms)"),
         (format!("{AB}A->B.enabled = true\ntasks.max = 0\n"), "tasks.max = '0': expected a whole number between 1 and 1000"),
+        (format!("{AB}A->B.enabled = true\nA->B.kmirror.start.position = yesterday\n"), "mm2.properties:5: A->B.kmirror.start.position = 'yesterday': expected earliest, latest, a time with its offset"),
+        (format!("{AB}A->B.enabled = true\nA->B.kmirror.start.position = 2026-12-05T10:00:00\n"), "expected earliest, latest, a time with its offset (2026-12-05T10:00:00Z, RFC 3339)"),
         (format!("{AB}A->B.enabled = true\nemit.offset-syncs.enabled = false\n"), "checkpoints need offset syncs"),
         (format!("{AB}A->B.enabled = true\nsync.group.offsets.enabled = true\nemit.checkpoints.enabled = false\n"), "group offset sync translates offsets through checkpoints"),
         (format!("{AB}A->B.enabled = true\nreplication.policy.class = com.acme.CustomReplicationPolicy\n"), "custom replication policies cannot be loaded by kmirror; use DefaultReplicationPolicy"),
@@ -631,5 +633,33 @@ fn exactly_once_slots_ids_and_commits_are_named_as_connect_names_them() {
         tasks.reason.contains("number of transactional slots"),
         "{}",
         tasks.reason
+    );
+}
+
+#[test]
+fn start_positions_from_kmirror_start_position_or_auto_offset_reset() {
+    use kmirror_mirror::config::model::StartPosition;
+    let start = |extra: &str| ok(&format!("{AB}A->B.enabled = true\n{extra}")).flows[0].start;
+    assert_eq!(start(""), StartPosition::Earliest);
+    assert_eq!(
+        start("A.consumer.auto.offset.reset = latest\n"),
+        StartPosition::Latest
+    );
+    assert_eq!(
+        start("A.consumer.auto.offset.reset = none\n"),
+        StartPosition::Fail
+    );
+    assert_eq!(
+        start("A->B.kmirror.start.position = 2026-12-05T10:00:00+01:00\n"),
+        StartPosition::Timestamp(1_796_461_200_000)
+    );
+    assert_eq!(
+        start("kmirror.start.position = 1796461200123\n"),
+        StartPosition::Timestamp(1_796_461_200_123)
+    );
+    // The flow's key wins over the consumer's auto.offset.reset.
+    assert_eq!(
+        start("A.consumer.auto.offset.reset = latest\nA->B.kmirror.start.position = EARLIEST\n"),
+        StartPosition::Earliest
     );
 }

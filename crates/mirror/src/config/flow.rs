@@ -6,7 +6,7 @@ use super::diagnostics::Diagnostics;
 use super::keys::is_client_key;
 use super::model::{
     ExactlyOnce, FlowClients, FlowConfig, InternalTopics, OnTruncation, Periodic, Sharing, Side,
-    TransactionBoundary, Transactions,
+    StartPosition, TransactionBoundary, Transactions,
 };
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::NameFilter;
@@ -285,6 +285,14 @@ pub fn build(
     let producer_tuning = client::producer_tuning(&producer_map, diags);
     let max_decompressed_bytes =
         max_decompressed.unwrap_or_else(|| consumer_tuning.default_max_decompressed());
+    let start = match p.get("kmirror.start.position") {
+        Some(s) => start_position(s, diags),
+        None => match consumer_tuning.auto_offset_reset {
+            kmirror_kafka::AutoOffsetReset::Earliest => StartPosition::Earliest,
+            kmirror_kafka::AutoOffsetReset::Latest => StartPosition::Latest,
+            kmirror_kafka::AutoOffsetReset::None => StartPosition::Fail,
+        },
+    };
 
     // Contradictions.
     let mut transactions = transactions;
@@ -361,6 +369,7 @@ pub fn build(
         transactions,
         admin_timeout,
         on_truncation,
+        start,
         sync_group_acls,
         transforms,
         rate_limit,
@@ -438,6 +447,36 @@ fn transactions(r: &mut Reader<'_>, support: &'static str, id: &FlowId) -> Trans
 /// The source connector's `name` in connector mode (its files are merged into one map, where
 /// `name` is whichever file's came first).
 pub const SOURCE_CONNECTOR_NAME: &str = "kmirror.internal.source.connector.name";
+
+/// `kmirror.start.position`: earliest, latest, epoch milliseconds, or an RFC 3339 (ISO 8601)
+/// time with its offset (`2026-12-05T10:00:00Z`).
+fn start_position(s: &Setting, diags: &mut Diagnostics) -> StartPosition {
+    let v = s.value.trim();
+    if v.eq_ignore_ascii_case("earliest") {
+        return StartPosition::Earliest;
+    }
+    if v.eq_ignore_ascii_case("latest") {
+        return StartPosition::Latest;
+    }
+    if let Ok(ms) = v.parse::<i64>() {
+        if ms >= 0 {
+            return StartPosition::Timestamp(ms);
+        }
+    }
+    match time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339) {
+        Ok(t) if t.unix_timestamp() >= 0 => {
+            StartPosition::Timestamp((t.unix_timestamp_nanos() / 1_000_000) as i64)
+        }
+        _ => {
+            diags.error(
+                Some(&s.origin),
+                Some(&s.value),
+                "expected earliest, latest, a time with its offset (2026-12-05T10:00:00Z, RFC 3339) or epoch milliseconds",
+            );
+            StartPosition::Earliest
+        }
+    }
+}
 
 fn side(s: &str) -> Side {
     if s == "target" {

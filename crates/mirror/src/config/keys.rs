@@ -96,6 +96,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "admin.timeout.ms",
     // kmirror's own: what to do when the source deleted records before they were copied.
     "kmirror.source.truncation",
+    // kmirror's own: where a partition without a stored position starts.
+    "kmirror.start.position",
     "kmirror.rate.limit.bytes.per.second",
     "kmirror.process.rate.limit.bytes.per.second",
     // kmirror's own: false re-encodes every batch (record mode) with the producer's codec.

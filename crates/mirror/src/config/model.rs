@@ -51,6 +51,19 @@ pub enum ExactlyOnce {
     Required,
 }
 
+/// Where a partition with no stored position starts copying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPosition {
+    Earliest,
+    Latest,
+    /// The first record whose timestamp is at or after this time (epoch milliseconds), as
+    /// ListOffsets by timestamp finds it; the log end when there is none.
+    Timestamp(i64),
+    /// `auto.offset.reset = none`: the partition stops with an error instead of guessing.
+    Fail,
+}
+
 /// Exactly-once's units of work and commit cadence: a fixed number of slots, each with a
 /// stable transactional id named as Kafka Connect names a source task's (`<worker
 /// group.id>-<connector>-<task>`), so MM2's ACLs fit and a takeover fences MM2's tasks.
@@ -175,6 +188,9 @@ pub struct FlowConfig {
     pub admin_timeout: Duration,
     /// `kmirror.source.truncation`: a stored position below the source's log start.
     pub on_truncation: OnTruncation,
+    /// Where a partition without a stored position starts: `kmirror.start.position`, else the
+    /// source consumer's `auto.offset.reset`.
+    pub start: StartPosition,
     /// `kmirror.sync.group.acls.enabled`: with ACL sync, also copy consumer-group READ ACLs of
     /// groups matching `groups` (default off).
     pub sync_group_acls: bool,

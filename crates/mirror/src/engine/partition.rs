@@ -9,12 +9,13 @@ use super::offset_syncs::Outbox;
 use super::positions::Board;
 use super::Shutdown;
 use crate::config::model::FlowConfig;
+use crate::config::model::StartPosition;
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::fetcher::{Fetcher, Subscription};
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
-use kmirror_kafka::{AutoOffsetReset, KafkaError};
+use kmirror_kafka::KafkaError;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -121,16 +122,31 @@ impl PartitionTask {
 
     async fn start_offset(&self) -> Result<i64, KafkaError> {
         let tuning = &self.ctx.flow.clients.consumer_tuning;
-        // MM2 resumes at stored + 1; without a position, auto.offset.reset decides.
-        let at = match tuning.auto_offset_reset {
-            AutoOffsetReset::Latest => LATEST,
-            _ => EARLIEST,
+        // MM2 resumes at stored + 1; without a position, kmirror.start.position or
+        // auto.offset.reset decides.
+        let at = match self.ctx.flow.start {
+            StartPosition::Earliest => EARLIEST,
+            StartPosition::Latest => LATEST,
+            StartPosition::Timestamp(ms) => ms,
+            StartPosition::Fail => {
+                return Err(KafkaError::Config(format!(
+                    "{}-{}: no stored position and auto.offset.reset = none (set kmirror.start.position, or auto.offset.reset to earliest or latest)",
+                    self.topic, self.partition
+                )))
+            }
         };
+        let source = &self.ctx.source;
         // Asked together with the flow's other partitions starting now (one request per broker).
-        self.ctx
-            .source
+        let found = source
             .list_offset_batched(&self.topic, self.partition, at, tuning.isolation_level)
-            .await
+            .await?;
+        if found < 0 {
+            // No record at or after the time: everything written from now on is.
+            return source
+                .list_offset_batched(&self.topic, self.partition, LATEST, tuning.isolation_level)
+                .await;
+        }
+        Ok(found)
     }
 
     /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
