@@ -16,6 +16,7 @@ use kmirror_mirror::engine::{self, Shutdown};
 use kmirror_mirror::metrics::Metrics;
 use kmirror_mirror::wire::internal::Checkpoint;
 use kmirror_testkit::{eventually, read_partition, Cluster, Security};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,17 @@ async fn produce(k: &KafkaCluster, topic: &str, first: i64, n: i64, base: i64) {
         .await
         .unwrap();
     }
+}
+
+/// Commits `group`'s offset on partition 0 of `topic`, as a consumer that read up to it would.
+async fn commit(k: &KafkaCluster, group: &str, topic: &str, offset: i64) {
+    let committed = kmirror_kafka::admin::CommittedOffset {
+        offset,
+        leader_epoch: -1,
+        metadata: String::new(),
+    };
+    let offsets = BTreeMap::from([(topic.to_string(), BTreeMap::from([(0, committed)]))]);
+    k.commit_group_offsets(group, &offsets).await.unwrap();
 }
 
 async fn end(k: &KafkaCluster, topic: &str) -> i64 {
@@ -97,22 +109,7 @@ async fn a_flow_starts_at_a_time_or_at_the_end_and_copies_exactly_from_there() {
         .unwrap();
     produce(&a, "timed", 0, 100, base).await;
     // A group that read 20 records, before the start.
-    a.commit_group_offsets(
-        "early",
-        &std::collections::BTreeMap::from([(
-            "timed".to_string(),
-            std::collections::BTreeMap::from([(
-                0,
-                kmirror_kafka::admin::CommittedOffset {
-                    offset: 20,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                },
-            )]),
-        )]),
-    )
-    .await
-    .unwrap();
+    commit(&a, "early", "timed", 20).await;
 
     // At a time: record 60's timestamp, written as RFC 3339 (with an offset, as a user would).
     let at = base + 60_000;
@@ -138,22 +135,7 @@ async fn a_flow_starts_at_a_time_or_at_the_end_and_copies_exactly_from_there() {
     assert_eq!(values(&b, "A.timed").await, want, "exactly records 60..99");
     // The group's offset lies before the start: no checkpoint for it, while a group inside
     // the copied range gets one.
-    a.commit_group_offsets(
-        "inside",
-        &std::collections::BTreeMap::from([(
-            "timed".to_string(),
-            std::collections::BTreeMap::from([(
-                0,
-                kmirror_kafka::admin::CommittedOffset {
-                    offset: 70,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                },
-            )]),
-        )]),
-    )
-    .await
-    .unwrap();
+    commit(&a, "inside", "timed", 70).await;
     let checkpoints = || async {
         let _ = b.refresh_metadata(None).await;
         if end(&b, "A.checkpoints.internal").await <= 0 {

@@ -213,7 +213,6 @@ pub fn build(
         }
         _ => ExactlyOnce::Disabled,
     };
-    let transactions = transactions(&mut r, worker_eos, &id);
     // Exactly-once is not built yet (issue 17; docs/plans/exactly-once.md): a flow that asks for
     // it is told so rather than silently copied at-least-once.
     match exactly_once {
@@ -295,8 +294,12 @@ pub fn build(
     };
 
     // Contradictions.
-    let mut transactions = transactions;
-    transactions.timeout = producer_tuning.transaction_timeout;
+    let transactions = transactions(
+        &mut Reader::new(p, diags),
+        worker_eos,
+        &id,
+        producer_tuning.transaction_timeout,
+    );
     if exactly_once != ExactlyOnce::Disabled && transactions.interval > transactions.timeout / 3 {
         // A slot's transaction stays open for the interval plus a commit: near the timeout,
         // the coordinator would abort transactions in the steady state.
@@ -391,8 +394,13 @@ pub fn build(
 }
 
 /// Exactly-once's slots, transactional ids and commit cadence (docs/plans/exactly-once.md §1-2).
-/// The timeout is the producer's and is filled in once the producer settings are read.
-fn transactions(r: &mut Reader<'_>, support: &'static str, id: &FlowId) -> Transactions {
+/// `timeout` is the data producer's `transaction.timeout.ms`.
+fn transactions(
+    r: &mut Reader<'_>,
+    support: &'static str,
+    id: &FlowId,
+    timeout: Duration,
+) -> Transactions {
     let tasks_max = r.get("tasks.max").is_some();
     let slots = r.int("tasks.max", Transactions::DEFAULT_SLOTS as i64, 1, 1000) as u32;
     // Connect names a source task's transactional id `<worker group.id>-<connector>-<task>`;
@@ -439,7 +447,7 @@ fn transactions(r: &mut Reader<'_>, support: &'static str, id: &FlowId) -> Trans
         transactional_id_prefix: format!("{group}-{connector}-"),
         boundary,
         interval,
-        timeout: Duration::from_secs(60),
+        timeout,
         max_bytes,
     }
 }

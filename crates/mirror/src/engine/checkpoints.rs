@@ -6,7 +6,7 @@
 //! topics copied from B (consumers that failed over to A) are checkpointed back to B's own topic
 //! names with B->A's syncs inverted, so failback works.
 
-use super::log_reader::{read_to_end, visit_to_end};
+use super::log_reader::read_to_end;
 use super::offset_syncs::topic_and_side;
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
@@ -185,6 +185,15 @@ impl CheckpointTask {
                 let Some((remote, reverse)) = route else {
                     continue;
                 };
+                // The source topic's log, which published runs must belong to.
+                let log = self
+                    .source
+                    .metadata()
+                    .topics
+                    .get(&src_topic)
+                    .map(|t| t.id)
+                    .filter(|id| !id.is_nil())
+                    .map(|id| topic_id_text(&id));
                 for (p, committed) in parts {
                     if committed.offset < 0 {
                         continue;
@@ -198,14 +207,6 @@ impl CheckpointTask {
                         })
                         .flatten();
                     let published = || {
-                        let log = self
-                            .source
-                            .metadata()
-                            .topics
-                            .get(&src_topic)
-                            .map(|t| t.id)
-                            .filter(|id| !id.is_nil())
-                            .map(|id| topic_id_text(&id));
                         state
                             .published
                             .translate(&src_topic, p, committed.offset, log.as_deref())
@@ -309,40 +310,33 @@ impl CheckpointTask {
         if !self.target.metadata().topics.contains_key(topic) {
             self.target.refresh_metadata(Some(&[topic])).await?;
         }
+        let cluster = self.flow.id.source.as_str();
+        let published = &mut state.published;
+        super::positions::visit(&self.target, topic, &mut state.positions_next, |rec| {
+            if let StoredRecord::Runs {
+                cluster: c,
+                member,
+                publication,
+            } = rec
+            {
+                if c == cluster {
+                    published.apply(&member, publication.as_ref(), Instant::now());
+                }
+            }
+        })
+        .await?;
         let partitions = self
             .target
             .metadata()
             .topics
             .get(topic)
-            .map_or(0, |t| t.partitions.len() as i32);
-        let cluster = self.flow.id.source.as_str();
-        for p in 0..partitions {
-            let from = state.positions_next.get(&p).copied();
-            let published = &mut state.published;
-            let next = visit_to_end(&self.target, topic, p, from, |r| {
-                if let Some(StoredRecord::Runs {
-                    cluster: c,
-                    member,
-                    publication,
-                }) = r
-                    .key
-                    .as_deref()
-                    .and_then(|key| StoredRecord::decode(key, r.value.as_deref()))
-                {
-                    if c == cluster {
-                        published.apply(&member, publication.as_ref(), Instant::now());
-                    }
-                }
-            })
-            .await?;
-            state.positions_next.insert(p, next);
-        }
+            .map_or(1, |t| t.partitions.len().max(1) as i32);
         // Records of processes killed before they could remove theirs, once later owners
         // replaced all they described: removed, so the topic does not keep one per process
         // that ever ran.
         for member in state.published.stale(STALE_RUNS, Instant::now()) {
             let key = crate::wire::positions::runs_key(cluster, &member);
-            let partition = crate::wire::positions::positions_partition(&key, partitions.max(1));
+            let partition = crate::wire::positions::positions_partition(&key, partitions);
             let tombstone = Record {
                 offset: 0,
                 timestamp: super::now_ms(),

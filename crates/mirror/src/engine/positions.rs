@@ -90,24 +90,39 @@ impl Stored {
 /// grows with the number of keys, not with the length of a log compaction has not reached yet.
 pub async fn load(k: &KafkaCluster, topic: &str, cluster: &str) -> Result<Stored, KafkaError> {
     let mut out = Stored::default();
+    visit(k, topic, &mut HashMap::new(), |rec| out.apply(cluster, rec)).await?;
+    Ok(out)
+}
+
+/// Hands on every record of the positions topic from where `next` says each partition's
+/// reading continues (its start for a partition not in it), in log order per partition, and
+/// records where the next read continues.
+pub(super) async fn visit(
+    k: &KafkaCluster,
+    topic: &str,
+    next: &mut HashMap<i32, i64>,
+    mut f: impl FnMut(StoredRecord),
+) -> Result<(), KafkaError> {
     let partitions = k
         .metadata()
         .topics
         .get(topic)
         .map_or(0, |t| t.partitions.len() as i32);
     for p in 0..partitions {
-        super::log_reader::visit_to_end(k, topic, p, None, |r| {
+        let from = next.get(&p).copied();
+        let resume = super::log_reader::visit_to_end(k, topic, p, from, |r| {
             if let Some(rec) = r
                 .key
                 .as_deref()
                 .and_then(|key| StoredRecord::decode(key, r.value.as_deref()))
             {
-                out.apply(cluster, rec);
+                f(rec);
             }
         })
         .await?;
+        next.insert(p, resume);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The newest acknowledged source offset per partition, and which ones are not stored yet;
