@@ -274,12 +274,8 @@ pub(crate) async fn find_coordinator(
     cluster.broker(node).await
 }
 
-/// The broker id of the coordinator.
-pub(crate) async fn find_coordinator_node(
-    cluster: &KafkaCluster,
-    key: &str,
-    key_type: i8,
-) -> Result<i32> {
+/// The broker id of the coordinator of a group (key type 0) or a transactional id (key type 1).
+pub async fn find_coordinator_node(cluster: &KafkaCluster, key: &str, key_type: i8) -> Result<i32> {
     let conn = cluster.any_broker().await?;
     let version = conn.version::<FindCoordinatorRequest>()?;
     let mut req = FindCoordinatorRequest::default().with_key_type(key_type);

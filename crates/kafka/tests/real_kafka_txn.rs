@@ -165,3 +165,196 @@ async fn committed_visible_aborted_not_and_fencing() {
     newer.send("t", 0, &batch("newer", 1)).await.unwrap();
     newer.commit().await.unwrap();
 }
+
+/// Every value a read_committed (or read_uncommitted) consumer sees in one partition, in order.
+async fn read_all(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    isolation: IsolationLevel,
+) -> Vec<String> {
+    let mut values = Vec::new();
+    let mut offset = 0;
+    for _ in 0..500 {
+        let f = k
+            .fetch(
+                topic,
+                partition,
+                offset,
+                1 << 20,
+                Duration::from_millis(50),
+                isolation,
+            )
+            .await
+            .unwrap();
+        let visible: Vec<&kmirror_kafka::batch::RawBatch> = match isolation {
+            IsolationLevel::ReadCommitted => f.committed_batches(),
+            IsolationLevel::ReadUncommitted => {
+                f.batches.iter().filter(|b| !b.is_control()).collect()
+            }
+        };
+        for b in visible {
+            values.extend(
+                decode_batch(b)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap()),
+            );
+        }
+        if let Some(last) = f.batches.last() {
+            offset = last.last_offset() + 1;
+        }
+        let end = match isolation {
+            IsolationLevel::ReadCommitted => f.last_stable_offset,
+            IsolationLevel::ReadUncommitted => f.high_watermark,
+        };
+        if offset >= end {
+            break;
+        }
+    }
+    values
+}
+
+fn values(prefix: &str, partition: i32, batches: i64, per_batch: i64) -> Vec<String> {
+    (0..batches)
+        .flat_map(|b| (0..per_batch).map(move |r| format!("{prefix}-{partition}-{b}-{r}")))
+        .collect()
+}
+
+/// Sends `batches` batches on every lane at once (pipelined, several partitions per request)
+/// and waits for every acknowledgement.
+async fn send_all(
+    lanes: &mut [kmirror_kafka::producer::PartitionLane],
+    prefix: &str,
+    batches: i64,
+) -> Result<(), KafkaError> {
+    let work = lanes.iter_mut().enumerate().map(|(p, lane)| async move {
+        for b in 0..batches {
+            let records: Vec<Record> = (0..5)
+                .map(|r| Record {
+                    offset: r,
+                    timestamp: 1_700_000_000_000,
+                    key: None,
+                    value: Some(Bytes::from(format!("{prefix}-{p}-{b}-{r}"))),
+                    headers: vec![],
+                })
+                .collect();
+            let batch = encode_batch(&records, &BatchOptions::default()).unwrap();
+            lane.send(b, batch).await?;
+        }
+        lane.flush().await.map(|_| ())
+    });
+    for r in futures_util::future::join_all(work).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// The pipelined lanes of a transactional producer (the engine's exactly-once path): one
+/// transaction over partitions led by three brokers, partitions added in batches, commit
+/// visible and abort invisible to read_committed, sequences continuing across transactions, the
+/// coordinator stopped mid-transaction, and a newer instance fencing lanes with batches on
+/// their way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_write_in_transactions_across_brokers() {
+    use kmirror_kafka::producer::IdempotentProducer;
+    const PARTITIONS: i32 = 6;
+    let c = Cluster::start_nodes("txn-lanes", Security::Plaintext, 3, &[]).unwrap();
+    let k = Arc::new(
+        KafkaCluster::connect(c.client_settings(None))
+            .await
+            .unwrap(),
+    );
+    k.create_topics(
+        &[NewTopic {
+            name: "lanes".into(),
+            partitions: PARTITIONS,
+            replication_factor: 3,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    k.refresh_metadata(Some(&["lanes"])).await.unwrap();
+    let leaders: std::collections::BTreeSet<i32> = (0..PARTITIONS)
+        .map(|p| k.leader_of("lanes", p).unwrap().0)
+        .collect();
+    assert!(
+        leaders.len() > 1,
+        "partitions led by one broker: {leaders:?}"
+    );
+
+    let id = "kmirror-test-lanes";
+    let p = IdempotentProducer::transactional(k.clone(), id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let txn = p.transaction().unwrap().clone();
+    let mut lanes: Vec<_> = (0..PARTITIONS).map(|i| p.lane("lanes", i)).collect();
+    for lane in lanes.iter_mut() {
+        lane.prepare().await.unwrap();
+    }
+
+    // 1. Committed: invisible until the commit, then all of it, in order.
+    send_all(&mut lanes, "c1", 20).await.unwrap();
+    assert_eq!(txn.partitions(), PARTITIONS as usize);
+    let adds = txn.add_requests.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        adds < PARTITIONS as u64,
+        "{adds} AddPartitionsToTxn requests for {PARTITIONS} partitions asking at once"
+    );
+    for part in 0..PARTITIONS {
+        assert!(
+            read_all(&k, "lanes", part, IsolationLevel::ReadCommitted)
+                .await
+                .is_empty(),
+            "partition {part}: data visible before the commit"
+        );
+    }
+    txn.commit().await.unwrap();
+
+    // 2. Aborted, with the same lanes (sequences go on within the epoch).
+    send_all(&mut lanes, "a2", 5).await.unwrap();
+    txn.abort().await.unwrap();
+
+    // 3. Committed, with the transaction coordinator stopped half-way.
+    send_all(&mut lanes, "c3", 5).await.unwrap();
+    let coordinator = kmirror_kafka::txn::find_coordinator_node(&k, id, 1)
+        .await
+        .unwrap();
+    c.stop_node(coordinator as u16).unwrap();
+    send_all(&mut lanes, "c3b", 5).await.unwrap();
+    txn.commit().await.unwrap();
+    c.start_node(coordinator as u16).unwrap();
+
+    // 4. Fenced: a newer instance takes the id while this one has a transaction open.
+    send_all(&mut lanes, "zombie", 2).await.unwrap();
+    let newer = IdempotentProducer::transactional(k.clone(), id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let err = send_all(&mut lanes[..1], "zombie-late", 1)
+        .await
+        .expect_err("a fenced lane wrote");
+    assert!(matches!(err, KafkaError::Fenced { .. }), "{err}");
+    let err = txn.commit().await.expect_err("a fenced producer committed");
+    assert!(matches!(err, KafkaError::Fenced { .. }), "{err}");
+    let mut newer_lanes: Vec<_> = (0..PARTITIONS).map(|i| newer.lane("lanes", i)).collect();
+    send_all(&mut newer_lanes, "n4", 3).await.unwrap();
+    newer.transaction().unwrap().commit().await.unwrap();
+
+    for part in 0..PARTITIONS {
+        let seen = read_all(&k, "lanes", part, IsolationLevel::ReadCommitted).await;
+        let expected: Vec<String> = [("c1", 20), ("c3", 5), ("c3b", 5), ("n4", 3)]
+            .iter()
+            .flat_map(|(prefix, n)| values(prefix, part, *n, 5))
+            .collect();
+        assert_eq!(seen, expected, "partition {part}, read_committed");
+        let raw = read_all(&k, "lanes", part, IsolationLevel::ReadUncommitted).await;
+        assert!(
+            raw.contains(&format!("a2-{part}-0-0")) && raw.contains(&format!("zombie-{part}-0-0")),
+            "partition {part}: the aborted records are in the log"
+        );
+    }
+    assert_eq!(txn.commits.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(txn.aborts.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

@@ -11,6 +11,7 @@
 //! connection ([`sender`]), which puts the batches of many partitions in one Produce request.
 
 pub mod sender;
+pub mod transaction;
 
 use crate::batch::RawBatch;
 use crate::cluster::KafkaCluster;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use transaction::Transaction;
 
 /// Kafka brokers deduplicate only the last five batches per producer and partition.
 pub const MAX_IN_FLIGHT: usize = 5;
@@ -39,6 +41,8 @@ pub struct IdempotentProducer {
     /// made by [`IdempotentProducer::fresh`].
     senders: Arc<Mutex<HashMap<(i32, usize), SenderHandle>>>,
     stats: Arc<ProduceStats>,
+    /// Set for a transactional producer: its lanes write inside its transactions.
+    txn: Option<Arc<Transaction>>,
 }
 
 #[derive(Debug)]
@@ -55,20 +59,54 @@ impl IdempotentProducer {
             delivery_timeout: Duration::from_secs(120),
             senders: Arc::default(),
             stats: Arc::new(ProduceStats::default()),
+            txn: None,
         };
         p.init_id().await?;
         Ok(Arc::new(p))
     }
 
+    /// A producer writing in transactions under `transactional_id`, with its own senders (a
+    /// Produce request carries one producer's batches). Its lanes keep the idempotent lanes'
+    /// order, pipelining and log-checked retries; they never take a fresh identity: a lost or
+    /// fenced producer id fails the lane, and the caller aborts and starts over
+    /// ([`Transaction::reinit`]).
+    pub async fn transactional(
+        cluster: Arc<KafkaCluster>,
+        transactional_id: &str,
+        transaction_timeout: Duration,
+    ) -> Result<Arc<IdempotentProducer>> {
+        let txn = Transaction::init(cluster.clone(), transactional_id, transaction_timeout).await?;
+        Ok(Arc::new(IdempotentProducer {
+            cluster,
+            identity: tokio::sync::Mutex::new(txn.identity()),
+            delivery_timeout: Duration::from_secs(120),
+            senders: Arc::default(),
+            stats: Arc::new(ProduceStats::default()),
+            txn: Some(Arc::new(txn)),
+        }))
+    }
+
+    /// The transaction of a transactional producer.
+    pub fn transaction(&self) -> Option<&Arc<Transaction>> {
+        self.txn.as_ref()
+    }
+
     /// A producer with a new producer id that shares this one's senders (and counters), so a
     /// partition that starts its sequences afresh still shares requests with the others.
     pub async fn fresh(&self) -> Result<Arc<IdempotentProducer>> {
+        if let Some(t) = &self.txn {
+            return Err(KafkaError::Config(format!(
+                "transactional producer '{}' cannot take a fresh producer id",
+                t.id()
+            )));
+        }
         let p = IdempotentProducer {
             cluster: self.cluster.clone(),
             identity: tokio::sync::Mutex::new((-1, -1)),
             delivery_timeout: self.delivery_timeout,
             senders: self.senders.clone(),
             stats: self.stats.clone(),
+            txn: None,
         };
         p.init_id().await?;
         Ok(Arc::new(p))
@@ -109,7 +147,10 @@ impl IdempotentProducer {
     }
 
     pub async fn identity(&self) -> (i64, i16) {
-        *self.identity.lock().await
+        match &self.txn {
+            Some(t) => t.identity(),
+            None => *self.identity.lock().await,
+        }
     }
 
     /// Requests and batches written so far, over every connection.
@@ -121,8 +162,13 @@ impl IdempotentProducer {
     fn enqueue(&self, broker: i32, channel: usize, entry: Entry) -> Result<()> {
         let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
         let handle = senders.entry((broker, channel)).or_insert_with(|| {
-            let (tx, task) =
-                sender::spawn(self.cluster.clone(), broker, channel, self.stats.clone());
+            let (tx, task) = sender::spawn(
+                self.cluster.clone(),
+                broker,
+                channel,
+                self.stats.clone(),
+                self.txn.as_ref().map(|t| Arc::from(t.id())),
+            );
             SenderHandle { tx, task }
         });
         match handle.tx.send(entry) {
@@ -286,6 +332,11 @@ impl PartitionLane {
             acked.push(self.complete_oldest().await?);
         }
         acked.extend(self.resolved.drain(..));
+        if let Some(t) = &self.producer.txn {
+            // Never a write outside the open transaction (a hanging transaction on brokers
+            // without KIP-890's verification).
+            t.add(&self.topic, self.partition).await?;
+        }
         let sequence = self.next_sequence;
         self.next_sequence = next_seq(sequence, batch.record_count());
         let mut entry = InFlight {
@@ -416,9 +467,12 @@ impl PartitionLane {
                 id
             }
         };
-        let batch = entry
-            .batch
-            .rewrite_for_produce(pid, epoch, entry.sequence, false);
+        let batch = entry.batch.rewrite_for_produce(
+            pid,
+            epoch,
+            entry.sequence,
+            self.producer.txn.is_some(),
+        );
         let (leader, _) = self
             .producer
             .cluster
@@ -532,6 +586,25 @@ impl PartitionLane {
                         tag: e.tag,
                         base_offset,
                         records: e.batch.record_count(),
+                    });
+                }
+                Outcome::NewIdentity(e) if self.producer.txn.is_some() => {
+                    // A transactional lane cannot start over on its own: what it wrote belongs
+                    // to the open transaction, which must be aborted as a whole.
+                    return Err(match e {
+                        KafkaError::Broker {
+                            error:
+                                ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch,
+                            ..
+                        } => KafkaError::Fenced {
+                            transactional_id: self
+                                .producer
+                                .txn
+                                .as_ref()
+                                .map(|t| t.id().to_string())
+                                .unwrap_or_default(),
+                        },
+                        e => e,
                     });
                 }
                 Outcome::NewIdentity(e) => {

@@ -14,7 +14,7 @@ use crate::error::{KafkaError, Result};
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
-use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -125,6 +125,7 @@ fn build(
     version: i16,
     timeout_ms: i32,
     topic_ids: &HashMap<String, uuid::Uuid>,
+    transactional_id: Option<&str>,
 ) -> ProduceRequest {
     let mut topics: Vec<TopicProduceData> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -147,6 +148,9 @@ fn build(
         );
     }
     ProduceRequest::default()
+        .with_transactional_id(
+            transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_string()))),
+        )
         .with_acks(-1)
         .with_timeout_ms(timeout_ms)
         .with_topic_data(topics)
@@ -287,15 +291,17 @@ fn copy_error(e: &KafkaError) -> KafkaError {
 }
 
 /// Starts the sender of one connection (`channel` of `broker`); it ends once every handle is
-/// dropped and its requests are answered.
+/// dropped and its requests are answered. A transactional producer's sender names its id in
+/// every request (a request carries the batches of one producer only).
 pub(crate) fn spawn(
     cluster: Arc<KafkaCluster>,
     broker: i32,
     channel: usize,
     stats: Arc<ProduceStats>,
+    transactional_id: Option<Arc<str>>,
 ) -> (mpsc::UnboundedSender<Entry>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(cluster, broker, channel, rx, stats));
+    let task = tokio::spawn(run(cluster, broker, channel, rx, stats, transactional_id));
     (tx, task)
 }
 
@@ -305,6 +311,7 @@ async fn run(
     channel: usize,
     mut rx: mpsc::UnboundedReceiver<Entry>,
     stats: Arc<ProduceStats>,
+    transactional_id: Option<Arc<str>>,
 ) {
     let mut queue: VecDeque<Entry> = VecDeque::new();
     let mut in_flight: VecDeque<Sent> = VecDeque::new();
@@ -316,7 +323,15 @@ async fn run(
             if entries.is_empty() {
                 break;
             }
-            match write(&cluster, broker, channel, &entries).await {
+            match write(
+                &cluster,
+                broker,
+                channel,
+                &entries,
+                transactional_id.as_deref(),
+            )
+            .await
+            {
                 Ok((response, names)) => {
                     stats.requests.fetch_add(1, Ordering::Relaxed);
                     stats
@@ -388,9 +403,15 @@ async fn write(
     broker: i32,
     channel: usize,
     entries: &[Entry],
+    transactional_id: Option<&str>,
 ) -> Result<(ResponseFuture<ProduceRequest>, HashMap<uuid::Uuid, String>)> {
     let conn = cluster.broker_channel(broker, channel).await?;
-    let version = conn.version::<ProduceRequest>()?;
+    let mut version = conn.version::<ProduceRequest>()?;
+    if transactional_id.is_some() {
+        // v12+ implies KIP-890's protocol (partitions added by the produce itself), which
+        // transaction.rs does not speak.
+        version = version.min(11);
+    }
     let ids: HashMap<String, uuid::Uuid> = if version >= 13 {
         let md = cluster.metadata();
         entries
@@ -409,6 +430,7 @@ async fn write(
         version,
         cluster.settings().request_timeout.as_millis() as i32,
         &ids,
+        transactional_id,
     );
     let names = ids.into_iter().map(|(name, id)| (id, name)).collect();
     Ok((conn.submit(&req, version).await?, names))
@@ -522,7 +544,7 @@ mod tests {
         let entries = vec![a0, b0, a1];
         let id = uuid::Uuid::from_u128(7);
         let ids = HashMap::from([("a".to_string(), id)]);
-        let v12 = build(&entries, 12, 30_000, &ids);
+        let v12 = build(&entries, 12, 30_000, &ids, None);
         assert_eq!(v12.topic_data.len(), 2);
         assert_eq!(v12.topic_data[0].name.0.as_str(), "a");
         let parts: Vec<i32> = v12.topic_data[0]
@@ -531,7 +553,7 @@ mod tests {
             .map(|p| p.index)
             .collect();
         assert_eq!(parts, vec![0, 1]);
-        let v13 = build(&entries, 13, 30_000, &ids);
+        let v13 = build(&entries, 13, 30_000, &ids, None);
         assert_eq!(v13.topic_data[0].topic_id, id);
         assert_eq!(v13.acks, -1);
     }
