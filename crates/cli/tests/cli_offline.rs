@@ -47,7 +47,7 @@ fn plan_of_the_sasl_fixture_masks_secrets() {
 }
 
 #[test]
-fn exactly_once_asked_for_is_shown_as_not_provided_and_required_is_refused() {
+fn exactly_once_is_shown_with_its_slots_ids_and_acls() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("eos.properties");
     let base = "clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\nB.exactly.once.source.support = enabled\n";
@@ -56,15 +56,14 @@ fn exactly_once_asked_for_is_shown_as_not_provided_and_required_is_refused() {
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
-        out.contains("exactly-once   requested, not provided yet: at-least-once"),
+        out.contains("exactly-once   on: data and positions committed together in transactions"),
         "{out}"
     );
     assert!(
-        format!("{out}{err}")
-            .contains("kmirror does not provide exactly-once yet: A->B copies at-least-once"),
+        !format!("{out}{err}").contains("not provide"),
         "{out}{err}"
     );
-    // What it will use, so ids and ACLs can be prepared.
+    // What it uses, so ids and ACLs can be prepared.
     for line in [
         "slots        12 (default; set tasks.max to change), transactional ids A-mm2-MirrorSourceConnector-0 .. A-mm2-MirrorSourceConnector-11",
         "commits      every 500 ms (transaction.boundary = poll) or at 33554432 bytes; transaction.timeout.ms 60000",
@@ -84,12 +83,18 @@ fn exactly_once_asked_for_is_shown_as_not_provided_and_required_is_refused() {
         out.contains("off: exactly.once.source.support = preparing"),
         "{out}"
     );
+    // `required` is met now; turning sharing on is refused until slots are shared.
     std::fs::write(&f, format!("{base}A->B.exactly.once.support = required\n")).unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("exactly-once   on:"), "{out}");
+    std::fs::write(&f, format!("{base}kmirror.sharing.enabled = true\n")).unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
-        err.contains("exactly-once is required, and kmirror does not provide it yet"),
+        err.contains("exactly-once flows are served by one process"),
         "{err}"
     );
 }

@@ -101,6 +101,14 @@ pub struct ViaLabels {
     pub via: &'static str,
 }
 
+/// Why an exactly-once transaction was aborted (docs/metrics.md).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub source: Label,
+    pub target: Label,
+    pub reason: &'static str,
+}
+
 /// Every metric the engine keeps.
 #[derive(Debug)]
 pub struct Metrics {
@@ -134,6 +142,11 @@ pub struct Metrics {
     pub positions_stored: Family<FlowLabels, Counter>,
     pub checkpoints: Family<FlowLabels, Counter>,
     pub checkpoint_translations: Family<ViaLabels, Counter>,
+    /// Exactly-once: transactions committed, aborted (by reason), and the time from closing a
+    /// slot's gate to the commit's answer (a commit's pause).
+    pub transactions_committed: Family<FlowLabels, Counter>,
+    pub transactions_aborted: Family<ReasonLabels, Counter>,
+    pub transaction_commit_ms: Family<FlowLabels, Counter>,
     pub group_offsets_synced: Family<FlowLabels, Counter>,
     pub configs_synced: Family<FlowLabels, Counter>,
     pub acls_created: Family<FlowLabels, Counter>,
@@ -209,6 +222,9 @@ impl Metrics {
             positions_stored: Family::default(),
             checkpoints: Family::default(),
             checkpoint_translations: Family::default(),
+            transactions_committed: Family::default(),
+            transactions_aborted: Family::default(),
+            transaction_commit_ms: Family::default(),
             group_offsets_synced: Family::default(),
             configs_synced: Family::default(),
             acls_created: Family::default(),
@@ -302,6 +318,21 @@ impl Metrics {
             "checkpoint_translations",
             "Group offsets translated for checkpoints, by how: runs copied here or published by another process of the flow (exact), or offset syncs (MM2's rule)",
             m.checkpoint_translations.clone(),
+        );
+        registry.register(
+            "transactions_committed",
+            "Exactly-once transactions committed (data and positions together)",
+            m.transactions_committed.clone(),
+        );
+        registry.register(
+            "transactions_aborted",
+            "Exactly-once transactions aborted, by reason; their partitions copy again from the last commit",
+            m.transactions_aborted.clone(),
+        );
+        registry.register(
+            "transaction_commit_ms",
+            "Milliseconds exactly-once slots spent committing (gate closed to commit answered)",
+            m.transaction_commit_ms.clone(),
         );
         registry.register(
             "group_offsets_synced",
@@ -557,6 +588,13 @@ impl FlowLabels {
             source: self.source.clone(),
             target: self.target.clone(),
             via,
+        }
+    }
+    pub fn reason(&self, reason: &'static str) -> ReasonLabels {
+        ReasonLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            reason,
         }
     }
     pub fn error(&self, kind: &str) -> ErrorLabels {

@@ -318,7 +318,7 @@ impl Plan {
                     }
                     (ExactlyOnce::Disabled, _) => "off (at-least-once, no loss)",
                     (ExactlyOnce::Requested | ExactlyOnce::Required, _) => {
-                        "requested, not provided yet: at-least-once (no loss)"
+                        "on: data and positions committed together in transactions (read_committed readers see each record once; one process serves the flow)"
                     }
                 };
                 if !f.transforms.is_empty() {
@@ -373,6 +373,8 @@ impl Plan {
                             f.id.target,
                             f.sharing.session_timeout.as_secs()
                         )
+                    } else if f.exactly_once != ExactlyOnce::Disabled {
+                        "off: exactly-once flows are served by one process in this version (a second one fences the first, which stops)".into()
                     } else {
                         "off: this process serves every partition (start only one per flow)".into()
                     }

@@ -79,7 +79,8 @@ impl IdempotentProducer {
         Ok(Arc::new(IdempotentProducer {
             cluster,
             identity: tokio::sync::Mutex::new(txn.identity()),
-            delivery_timeout: Duration::from_secs(120),
+            // Retrying past the transaction's timeout is useless: the coordinator aborts it.
+            delivery_timeout: transaction_timeout.min(Duration::from_secs(120)),
             senders: Arc::default(),
             stats: Arc::new(ProduceStats::default()),
             txn: Some(Arc::new(txn)),

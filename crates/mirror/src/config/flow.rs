@@ -213,28 +213,23 @@ pub fn build(
         }
         _ => ExactlyOnce::Disabled,
     };
-    // Exactly-once is not built yet (issue 17; docs/plans/exactly-once.md): a flow that asks for
-    // it is told so rather than silently copied at-least-once.
-    match exactly_once {
-        ExactlyOnce::Required => {
-            let origin = r.get("exactly.once.support").map(|s| s.origin.clone());
-            r.diags.error(
-                origin.as_ref(),
-                Some("required"),
-                "exactly-once is required, and kmirror does not provide it yet: it would copy at-least-once (nothing lost; what was copied after the last stored position is copied again after a crash). Set exactly.once.support = requested to accept that, or keep MirrorMaker 2 for this flow",
-            );
+    // Exactly-once flows are served by one process until slots are shared through the flow's
+    // group (docs/plans/exactly-once.md, step 6): sharing defaults to off for them, and turning
+    // it on explicitly is refused rather than mixing partition ownership with slot fencing.
+    let mut sharing = sharing;
+    if exactly_once != ExactlyOnce::Disabled {
+        match r.get("kmirror.sharing.enabled") {
+            Some(v) if v.value.trim().eq_ignore_ascii_case("true") => {
+                let origin = v.origin.clone();
+                r.diags.error(
+                    Some(&origin),
+                    Some("true"),
+                    format!("flow {id} is exactly-once, and exactly-once flows are served by one process in this version (sharing them between processes is not built yet): remove kmirror.sharing.enabled or set it to false"),
+                );
+            }
+            _ => {}
         }
-        ExactlyOnce::Requested => {
-            let origin = r
-                .get("target.cluster.exactly.once.source.support")
-                .map(|s| s.origin.clone());
-            r.diags.warning(
-                origin.as_ref(),
-                Some("enabled"),
-                format!("kmirror does not provide exactly-once yet: {} copies at-least-once (nothing lost; what was copied after the last stored position is copied again after a crash)", id),
-            );
-        }
-        ExactlyOnce::Disabled => {}
+        sharing.enabled = false;
     }
 
     // Clients.

@@ -11,9 +11,10 @@ use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
 use super::sharing::{self, Event, Membership, Shared};
+use super::slots::{Committer, Slot};
 use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
-use crate::config::model::{FlowConfig, Side};
+use crate::config::model::{ExactlyOnce, FlowConfig, Side};
 use crate::discovery;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
@@ -288,7 +289,69 @@ async fn replicate(
         }
         _ => None,
     };
+    // Exactly-once: the slots' transactional producers (their InitProducerId fences whoever
+    // held the ids before, a killed kmirror or MM2, and aborts what it left open), and one
+    // committer per slot. A committer that ends with an error stops the flow.
+    let slots_stop = Shutdown::default();
+    let slots_failed = Shutdown::default();
+    let slots_failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let mut committers = Vec::new();
+    let slots = if flow.exactly_once != ExactlyOnce::Disabled {
+        let t = &flow.transactions;
+        let mut slots = Vec::new();
+        for i in 0..t.slots {
+            let id = format!("{}{i}", t.transactional_id_prefix);
+            let mut attempt = 0;
+            let producer = loop {
+                match IdempotentProducer::transactional(target.clone(), &id, t.timeout).await {
+                    Ok(p) => break p,
+                    Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                        tracing::warn!(flow = %name, transactional_id = %id, error = %e, "initialising the transactional id failed; retrying");
+                        if shutdown.retry_after(&mut attempt).await {
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => return Err(k(e)),
+                }
+            };
+            slots.push(Arc::new(Slot::new(i, producer)));
+        }
+        tracing::info!(flow = %name, slots = t.slots, ids = %t.id_range(), interval_ms = t.interval.as_millis() as u64, "exactly-once: data and positions are committed together");
+        let committer = Committer {
+            flow: name.clone(),
+            interval: t.interval,
+            max_bytes: t.max_bytes,
+            timeout: t.timeout,
+            slots: t.slots,
+            target: target.clone(),
+            positions_topic: positions_topic.clone(),
+            source_alias: flow.id.source.to_string(),
+            metrics: metrics.clone(),
+            labels: labels.clone(),
+        };
+        for slot in &slots {
+            let (slot, c, stop) = (slot.clone(), committer.clone(), slots_stop.clone());
+            let (failed, failure) = (slots_failed.clone(), slots_failure.clone());
+            committers.push(helpers.spawn("transactions", &name, async move {
+                if let Err(e) = slot.run(c, stop).await {
+                    let reason = match e {
+                        KafkaError::Fenced { transactional_id } => format!("another kmirror or MirrorMaker 2 process took over the transactional id '{transactional_id}' of this exactly-once flow; only one process may serve it in this version"),
+                        e => format!("exactly-once transactions failed: {e}"),
+                    };
+                    failure
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(reason);
+                    failed.trigger();
+                }
+            }));
+        }
+        Some(Arc::new(slots))
+    } else {
+        None
+    };
     let ctx = Arc::new(Context {
+        slots,
         lease: shared.clone(),
         flow: flow.clone(),
         source: source.clone(),
@@ -424,6 +487,9 @@ async fn replicate(
                 tokio::select! {
                     _ = shutdown.wait() => {}
                     _ = helpers.failed() => {}
+                    _ = slots_failed.wait() => {
+                        refused = slots_failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    }
                 }
                 break;
             }
@@ -440,6 +506,10 @@ async fn replicate(
         let stopped = tokio::select! {
             s = shutdown.sleep(pause) => s,
             _ = helpers.failed() => true,
+            _ = slots_failed.wait() => {
+                refused = slots_failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                true
+            }
             Some(event) = events.recv() => {
                 match event {
                     Event::Assigned { partitions, done } => {
@@ -470,6 +540,11 @@ async fn replicate(
         let _ = t.await;
     }
     control.stop_all().await;
+    // After the partitions: their last commit (what they handed in while stopping) comes first.
+    slots_stop.trigger();
+    for c in committers {
+        let _ = c.await;
+    }
     // Leaves the group once every partition is drained and its position stored: the others
     // take over at once, from those positions.
     if membership.is_some() && !control.ctx.board.flushed(sharing::HANDOVER_FLUSH).await {

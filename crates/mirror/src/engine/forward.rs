@@ -7,6 +7,7 @@
 
 use super::offset_syncs::Outbox;
 use super::positions::Board;
+use super::slots::{Admit, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
@@ -243,6 +244,8 @@ pub(super) struct Forwarder<'a> {
     pub(super) stop: &'a Shutdown,
     /// With sharing: hold writes while membership is in doubt (see `Shared::may_write`).
     pub(super) lease: Option<&'a super::sharing::Shared>,
+    /// Exactly-once: the slot whose transactions this partition writes in.
+    pub(super) slot: Option<&'a Arc<Slot>>,
     pub(super) g: &'a Gauges,
 }
 
@@ -275,34 +278,65 @@ impl Forwarder<'_> {
         // `verify` would wait forever.
         let mut skipped: Option<i64> = None;
         let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
+        // Exactly-once: this run's place in its slot, and what was acknowledged since the last
+        // commit (position, offset syncs, runs), held until the transaction commits. A Mutex,
+        // not a RefCell: the forwarder's future must be Send.
+        let mut member = self.slot.map(|s| s.member(self.topic, self.partition));
+        let held: Mutex<Option<Held>> = Mutex::new(member.is_some().then(Held::default));
         let mut report = |acked: Vec<Acked>,
                           through: &mut Option<i64>,
                           in_flight: &mut VecDeque<InFlight>,
                           skipped: &mut Option<i64>| {
+            let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(last) = acked.last() {
-                *through = Some(last.tag);
-                self.board
-                    .acknowledged(self.topic, self.partition, last.tag);
+                match held.as_mut() {
+                    Some(h) => h.through = Some(last.tag),
+                    None => {
+                        *through = Some(last.tag);
+                        self.board
+                            .acknowledged(self.topic, self.partition, last.tag);
+                    }
+                }
             }
             for a in &acked {
                 g.records.inc_by(a.records.max(0) as u64);
                 if let Some((ups, _released)) = in_flight.pop_front() {
-                    if let Some(outbox) = self.offset_syncs {
-                        outbox.push(rules.on_batch(&ups, a.base_offset));
+                    let syncs = self
+                        .offset_syncs
+                        .map(|_| rules.on_batch(&ups, a.base_offset));
+                    match held.as_mut() {
+                        Some(h) => {
+                            h.syncs.extend(syncs.unwrap_or_default());
+                            h.runs.push((ups, a.base_offset));
+                        }
+                        None => {
+                            if let (Some(outbox), Some(syncs)) = (self.offset_syncs, syncs) {
+                                outbox.push(syncs);
+                            }
+                            self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
+                                self.topic,
+                                self.partition,
+                                &ups,
+                                a.base_offset,
+                            );
+                        }
                     }
-                    self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
-                        self.topic,
-                        self.partition,
-                        &ups,
-                        a.base_offset,
-                    );
                 }
             }
             if in_flight.is_empty() {
                 if let Some(tail) = skipped.take() {
-                    if through.is_none_or(|t| t < tail) {
-                        *through = Some(tail);
-                        self.board.acknowledged(self.topic, self.partition, tail);
+                    match held.as_mut() {
+                        Some(h) => {
+                            if h.through.or(*through).is_none_or(|t| t < tail) {
+                                h.through = Some(tail);
+                            }
+                        }
+                        None => {
+                            if through.is_none_or(|t| t < tail) {
+                                *through = Some(tail);
+                                self.board.acknowledged(self.topic, self.partition, tail);
+                            }
+                        }
                     }
                 }
                 if in_flight.capacity() > 0 {
@@ -311,6 +345,48 @@ impl Forwarder<'_> {
                 }
             }
         };
+        // Exactly-once: flushes the lane, hands the position reached to the slot and waits for
+        // the transaction's outcome; committed, what was held counts as copied, aborted, the
+        // partition goes back to its last committed position. `hurry` asks for the commit now.
+        macro_rules! commit_point {
+            ($hurry:expr) => {
+                if member.is_some() {
+                    report(
+                        lane.flush()
+                            .await
+                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                        acked_through,
+                        &mut in_flight,
+                        &mut skipped,
+                    );
+                    let h = held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .replace(Held::default())
+                        .unwrap_or_default();
+                    let moved = h
+                        .through
+                        .is_some_and(|t| acked_through.is_none_or(|a| t > a));
+                    if let Some(m) = member.as_mut() {
+                        if moved && !m.joined() {
+                            // Only the position moved (everything filtered): it is stored with
+                            // the next commit too.
+                            match m.admit(0).await {
+                                Admit::Go => {}
+                                Admit::Stopped(e) => {
+                                    return Err(Failure::Stop(self.fatal(next, e)))
+                                }
+                                _ => return Err(Failure::Rewind),
+                            }
+                        }
+                        match m.flush(h.through, $hurry).await {
+                            Outcome::Committed => self.release(h, acked_through),
+                            Outcome::Aborted => return Err(Failure::Rewind),
+                        }
+                    }
+                }
+            };
+        }
         // Waits for every batch in flight and reports what was acknowledged.
         macro_rules! flush_and_report {
             () => {
@@ -321,7 +397,8 @@ impl Forwarder<'_> {
                     acked_through,
                     &mut in_flight,
                     &mut skipped,
-                )
+                );
+                commit_point!(true);
             };
         }
         // The position passes `offset` (batches with nothing to copy) once everything sent
@@ -354,6 +431,21 @@ impl Forwarder<'_> {
                         }
                     }
                     g.buffered.set(feed.buffered() as i64);
+                    continue;
+                }
+                a = async {
+                    match member.as_mut() {
+                        Some(m) => m.ending().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    match a {
+                        Admit::Flush => {
+                            commit_point!(false);
+                        }
+                        Admit::Rewind | Admit::Go => return Err(Failure::Rewind),
+                        Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
+                    }
                     continue;
                 }
                 event = feed.recv() => event,
@@ -477,8 +569,20 @@ impl Forwarder<'_> {
                     pass_once_acknowledged!(b.last_offset());
                 }
                 for (batch, ups, tag) in sent {
-                    in_flight.push_back((ups, Vec::new()));
                     let size = batch.bytes().len() as u64;
+                    // Exactly-once: into the open transaction, after the gate.
+                    while let Some(m) = member.as_mut() {
+                        match m.admit(size).await {
+                            Admit::Go => break,
+                            Admit::Flush => {}
+                            Admit::Rewind => return Err(Failure::Rewind),
+                            Admit::Stopped(e) => {
+                                return Err(Failure::Stop(self.fatal(b.base_offset(), e)))
+                            }
+                        }
+                        commit_point!(false);
+                    }
+                    in_flight.push_back((ups, Vec::new()));
                     let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
                         KafkaError::BatchTooLarge { .. } => {
@@ -509,6 +613,26 @@ impl Forwarder<'_> {
                 let copied_to = batches.last().map_or(-1, |b| b.last_offset());
                 if tail > copied_to && tail >= start {
                     pass_once_acknowledged!(tail);
+                }
+            }
+            if let Some(m) = member.as_mut() {
+                // Only the position moved (everything filtered, markers): it joins the open
+                // transaction so the commit stores it.
+                let moved = held
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .and_then(|h| h.through)
+                    .is_some_and(|t| acked_through.is_none_or(|a| t > a));
+                if moved && !m.joined() {
+                    match m.admit(0).await {
+                        Admit::Go => {}
+                        Admit::Flush => {
+                            commit_point!(false);
+                        }
+                        Admit::Rewind => return Err(Failure::Rewind),
+                        Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
+                    }
                 }
             }
             g.lag.set((end - next).max(0));
@@ -659,9 +783,33 @@ impl Forwarder<'_> {
         }
     }
 
+    /// Exactly-once: what a committed transaction held becomes copied (position, offset syncs,
+    /// runs), as acknowledgements do in at-least-once mode.
+    fn release(&self, h: Held, through: &mut Option<i64>) {
+        if let Some(t) = h.through {
+            *through = Some(t);
+            self.board.committed(self.topic, self.partition, t);
+        }
+        if let Some(outbox) = self.offset_syncs {
+            outbox.push(h.syncs);
+        }
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        for (ups, base) in &h.runs {
+            runs.record(self.topic, self.partition, ups, *base);
+        }
+    }
+
     /// A produce failure. The lane acknowledges in order, so the batch that failed is the
     /// oldest unacknowledged one: it starts after the last acknowledged offset.
     fn lane_failure(&self, acked_through: &Option<i64>, start: i64, e: KafkaError) -> Failure {
+        if self.slot.is_some() && ends_transaction(&e) {
+            // The transaction cannot go on (the coordinator aborted it at its timeout, or the
+            // broker lost the producer's state): it is aborted as a whole and the slot's
+            // partitions copy again from the last commit (dropping the member dooms it).
+            self.count_error("transaction");
+            tracing::warn!(flow = %self.flow.id, topic = self.topic, partition = self.partition, error = %e, "the slot's transaction failed; going back to the last commit");
+            return Failure::Rewind;
+        }
         if e.is_retriable() || e.is_stale_metadata() {
             self.count_error("produce");
             Failure::Retry(e)
@@ -703,9 +851,40 @@ type Outgoing = (RawBatch, SourceOffsets, i64);
 /// budget (fetched responses) its acknowledgement releases.
 type InFlight = (SourceOffsets, Vec<BufferShare>);
 
+/// Lane errors after which a transaction can only be aborted.
+fn ends_transaction(e: &KafkaError) -> bool {
+    use kafka_protocol::error::ResponseError as R;
+    matches!(e, KafkaError::Fenced { .. })
+        || matches!(
+            e,
+            KafkaError::Broker {
+                error: R::UnknownProducerId
+                    | R::InvalidProducerEpoch
+                    | R::ProducerFenced
+                    | R::OutOfOrderSequenceNumber
+                    | R::InvalidTxnState
+                    | R::TransactionCoordinatorFenced
+                    | R::ConcurrentTransactions,
+                ..
+            }
+        )
+}
+
+/// Exactly-once: what was acknowledged since the last commit, counted as copied only once the
+/// transaction commits.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    through: Option<i64>,
+    syncs: Vec<crate::wire::internal::OffsetSync>,
+    runs: Vec<(SourceOffsets, i64)>,
+}
+
 pub(super) enum Failure {
     /// Transient: resume from the last acknowledged offset.
     Retry(KafkaError),
+    /// Exactly-once: the slot's transaction was aborted (or its producer epoch changed): resume
+    /// after the last committed position, with a new lane.
+    Rewind,
     /// Source truncated and `kmirror.source.truncation=continue`.
     Continue {
         log_start: i64,
@@ -890,6 +1069,7 @@ mod tests {
                 limiters: &[],
                 stop: &self.stop,
                 lease: None,
+                slot: None,
                 g: &self.g,
             }
         }

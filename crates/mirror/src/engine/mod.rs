@@ -31,6 +31,7 @@ mod partition;
 mod positions;
 pub mod remote_topics;
 pub mod sharing;
+mod slots;
 pub(crate) mod throttle;
 mod topic_sync;
 

@@ -7,6 +7,7 @@
 use super::forward::{Failure, Forwarder, Gauges};
 use super::offset_syncs::Outbox;
 use super::positions::Board;
+use super::slots::{slot_of, Slot};
 use super::Shutdown;
 use crate::config::model::FlowConfig;
 use crate::config::model::StartPosition;
@@ -43,6 +44,8 @@ pub(super) struct Context {
     /// With sharing: writes wait while this process cannot tell it still owns its partitions
     /// (docs/sharing.md).
     pub(super) lease: Option<Arc<super::sharing::Shared>>,
+    /// Exactly-once: the flow's slots (a partition writes through the one it maps to).
+    pub(super) slots: Option<Arc<Vec<Arc<Slot>>>>,
 }
 
 pub(super) struct PartitionTask {
@@ -94,15 +97,23 @@ impl PartitionTask {
 
     async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {
         let g = Gauges::new(&self.ctx.metrics, &self.ctx.labels, labels);
+        let slot = self.ctx.slots.as_ref().map(|slots| {
+            slots[slot_of(&self.topic, self.partition, slots.len() as u32) as usize].clone()
+        });
         let mut io = Io {
             task: self,
             g: &g,
-            producer: self.ctx.producer.clone(),
+            producer: slot
+                .as_ref()
+                .map_or_else(|| self.ctx.producer.clone(), |s| s.producer.clone()),
+            slot,
         };
-        drive(&mut io, self.stored, self.own_producer).await
+        // A transactional lane never starts over under an id of its own.
+        let own_producer = self.own_producer && io.slot.is_none();
+        drive(&mut io, self.stored, own_producer).await
     }
 
-    fn forwarder<'a>(&'a self, g: &'a Gauges) -> Forwarder<'a> {
+    fn forwarder<'a>(&'a self, g: &'a Gauges, slot: Option<&'a Arc<Slot>>) -> Forwarder<'a> {
         Forwarder {
             flow: &self.ctx.flow,
             topic: &self.topic,
@@ -116,6 +127,7 @@ impl PartitionTask {
             limiters: &self.ctx.limiters,
             stop: &self.stop,
             lease: self.ctx.lease.as_deref(),
+            slot,
             g,
         }
     }
@@ -283,6 +295,9 @@ pub(super) async fn drive<I: PartitionIo>(
                 }
             }
             Err(Failure::Continue { log_start }) => acked_through = Some(log_start - 1),
+            // Exactly-once: the slot's transaction was aborted (or its producer epoch changed):
+            // again after the last committed position, with a new lane of the new epoch.
+            Err(Failure::Rewind) => {}
             Err(Failure::Stop(s)) => return Err(s),
         }
     }
@@ -293,6 +308,7 @@ struct Io<'a> {
     task: &'a PartitionTask,
     g: &'a Gauges,
     producer: Arc<IdempotentProducer>,
+    slot: Option<Arc<Slot>>,
 }
 
 impl PartitionIo for Io<'_> {
@@ -300,6 +316,10 @@ impl PartitionIo for Io<'_> {
     type Lane = PartitionLane;
 
     async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
+        if self.slot.is_some() {
+            // Exactly-once: the slot's epoch is the identity; an abort renews it.
+            return Ok(());
+        }
         // Boxed, as the lookups below: their futures are kilobytes, and inline they would size
         // every partition task for its whole life (docs/benchmarks.md, peak RSS at 10,000
         // partitions).
@@ -339,11 +359,15 @@ impl PartitionIo for Io<'_> {
     ) -> Result<(), Failure> {
         let t = self.task;
         tracing::debug!(topic = %t.topic, partition = t.partition, next, "copying");
-        t.forwarder(self.g).run(feed, lane, next, acked).await
+        t.forwarder(self.g, self.slot.as_ref())
+            .run(feed, lane, next, acked)
+            .await
     }
 
     fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
-        self.task.forwarder(self.g).fatal(next, e)
+        self.task
+            .forwarder(self.g, self.slot.as_ref())
+            .fatal(next, e)
     }
 
     async fn retry_wait(&mut self, e: &KafkaError, attempt: &mut u32) -> bool {

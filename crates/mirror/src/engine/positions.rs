@@ -185,6 +185,19 @@ impl Board {
         }
     }
 
+    /// Records a position an exactly-once slot committed with its data: already stored, so the
+    /// writer leaves it alone (a later non-transactional copy could land after a newer commit).
+    pub(super) fn committed(&self, topic: &str, partition: i32, offset: i64) {
+        let mut m = self.lock();
+        let e = m
+            .positions
+            .entry((topic.to_string(), partition))
+            .or_insert((offset, false));
+        if offset >= e.0 {
+            *e = (offset, false);
+        }
+    }
+
     /// Waits until everything acknowledged before the call is stored (a store that began after
     /// it succeeded); false after `within`.
     pub(super) async fn flushed(&self, within: Duration) -> bool {
@@ -531,19 +544,7 @@ impl Writer {
             .topics
             .get(&self.topic)
             .map_or(1, |t| t.partitions.len() as i32);
-        let mut by_partition: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
-        for (key, value) in records {
-            let batch = by_partition
-                .entry(positions_partition(&key, partitions))
-                .or_default();
-            batch.push(Record {
-                offset: batch.len() as i64,
-                timestamp: now,
-                key: Some(Bytes::from(key)),
-                value: value.map(Bytes::from),
-                headers: vec![],
-            });
-        }
+        let by_partition = records_by_partition(records, partitions, now);
         for (p, records) in &by_partition {
             let batch = encode_batch(records, &BatchOptions::default())
                 .map_err(|e| KafkaError::Config(e.to_string()))?;
@@ -558,6 +559,60 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// Records (key, value; `None` is a tombstone) grouped by the positions partition their keys
+/// go to, as Connect's offset store partitions them.
+fn records_by_partition(
+    records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    partitions: i32,
+    now: i64,
+) -> BTreeMap<i32, Vec<Record>> {
+    let mut by_partition: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    for (key, value) in records {
+        let batch = by_partition
+            .entry(positions_partition(&key, partitions))
+            .or_default();
+        batch.push(Record {
+            offset: batch.len() as i64,
+            timestamp: now,
+            key: Some(Bytes::from(key)),
+            value: value.map(Bytes::from),
+            headers: vec![],
+        });
+    }
+    by_partition
+}
+
+/// One batch per positions partition holding the positions `(topic, partition, offset)` of
+/// source cluster `cluster`, in MM2's format: what an exactly-once slot writes in its
+/// transaction.
+pub(super) fn position_batches(
+    cluster: &str,
+    positions: &[(String, i32, i64)],
+    partitions: i32,
+    now: i64,
+) -> Result<BTreeMap<i32, kmirror_kafka::batch::RawBatch>, KafkaError> {
+    let records = positions
+        .iter()
+        .map(|(topic, partition, offset)| {
+            let pos = SourcePosition {
+                cluster: cluster.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+            };
+            (pos.key(), Some(pos.value()))
+        })
+        .collect();
+    records_by_partition(records, partitions, now)
+        .into_iter()
+        .map(|(p, records)| {
+            encode_batch(&records, &BatchOptions::default())
+                .map(|b| (p, b))
+                .map_err(|e| KafkaError::Config(e.to_string()))
+        })
+        .collect()
 }
 
 /// Runs published per partition: the stretch a group's committed offset falls in is almost

@@ -1,0 +1,263 @@
+//! Exactly-once in one process (docs/plans/exactly-once.md, step 5): with MM2's switch on, the
+//! data and the positions go into the target in the same transactions, and a read_committed
+//! reader of the target sees every source record once, in order, also after transactions were
+//! aborted (the target frozen past the commit deadline) and after a restart.
+
+use bytes::Bytes;
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
+use kmirror_kafka::IsolationLevel;
+use kmirror_mirror::config::mm2;
+use kmirror_mirror::config::model::MirrorConfig;
+use kmirror_mirror::config::properties::Properties;
+use kmirror_mirror::config::providers::SystemEnvironment;
+use kmirror_mirror::engine::{self, Shutdown};
+use kmirror_mirror::metrics::Metrics;
+use kmirror_testkit::{eventually, Cluster, Security};
+use std::sync::Arc;
+use std::time::Duration;
+
+const PARTITIONS: i32 = 6;
+
+fn load(text: &str) -> MirrorConfig {
+    mm2::load(
+        &Properties::parse(text, "mm2.properties").unwrap(),
+        &[],
+        &SystemEnvironment,
+    )
+    .unwrap()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Writes records `first..first+n` of every partition of `topic`, `per_batch` to a batch.
+async fn produce(k: &KafkaCluster, topic: &str, first: i64, n: i64, per_batch: i64) {
+    for p in 0..PARTITIONS {
+        let mut i = first;
+        while i < first + n {
+            let records: Vec<Record> = (i..(i + per_batch).min(first + n))
+                .map(|j| Record {
+                    offset: j - i,
+                    timestamp: now_ms(),
+                    key: Some(Bytes::from(format!("k{p}"))),
+                    value: Some(Bytes::from(format!("{topic}-{p}-{j}"))),
+                    headers: vec![],
+                })
+                .collect();
+            i += records.len() as i64;
+            k.produce(
+                topic,
+                p,
+                &encode_batch(&records, &BatchOptions::default()).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// What a read_committed consumer sees in one partition, in order; and whether every data
+/// batch it saw was written in a transaction.
+async fn committed(k: &KafkaCluster, topic: &str, partition: i32) -> (Vec<String>, bool) {
+    let mut values = Vec::new();
+    let mut all_transactional = true;
+    let mut offset = 0;
+    for _ in 0..10_000 {
+        let Ok(f) = k
+            .fetch(
+                topic,
+                partition,
+                offset,
+                1 << 20,
+                Duration::from_millis(20),
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+        else {
+            return (Vec::new(), false);
+        };
+        for b in f.committed_batches() {
+            all_transactional &= b.is_transactional();
+            values.extend(
+                decode_batch(b)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap()),
+            );
+        }
+        match f.batches.last() {
+            Some(last) if last.last_offset() + 1 < f.last_stable_offset => {
+                offset = last.last_offset() + 1
+            }
+            _ => break,
+        }
+    }
+    (values, all_transactional)
+}
+
+fn expected(topic: &str, partition: i32, n: i64) -> Vec<String> {
+    (0..n).map(|j| format!("{topic}-{partition}-{j}")).collect()
+}
+
+async fn all_copied(b: &KafkaCluster, n: i64) -> bool {
+    let _ = b.refresh_metadata(None).await;
+    for p in 0..PARTITIONS {
+        if (committed(b, "A.orders", p).await.0.len() as i64) < n {
+            return false;
+        }
+    }
+    true
+}
+
+async fn assert_exact(b: &KafkaCluster, n: i64) {
+    for p in 0..PARTITIONS {
+        let (seen, transactional) = committed(b, "A.orders", p).await;
+        assert!(
+            seen == expected("orders", p, n),
+            "partition {p}: read_committed holds {} records, {} distinct; want exactly 0..{n} in order",
+            seen.len(),
+            seen.iter().collect::<std::collections::BTreeSet<_>>().len()
+        );
+        assert!(
+            transactional,
+            "partition {p}: data written outside transactions"
+        );
+    }
+}
+
+fn start(
+    config: &MirrorConfig,
+) -> (
+    Shutdown,
+    Arc<Metrics>,
+    tokio::task::JoinHandle<Result<(), engine::EngineError>>,
+) {
+    let shutdown = Shutdown::default();
+    let metrics = Arc::new(Metrics::new());
+    let task = {
+        let (config, shutdown, metrics) = (config.clone(), shutdown.clone(), metrics.clone());
+        tokio::spawn(async move { engine::run(&config, shutdown, metrics).await })
+    };
+    (shutdown, metrics, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_copies_every_record_once_through_aborts_and_restarts() {
+    kmirror_testkit::init_logging();
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("eos-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("eos-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("orders", PARTITIONS as u32).unwrap();
+    // A short transaction timeout, so that a frozen target outlasts the commit deadline (half
+    // of it) and the transactions in flight are aborted.
+    let config = load(&format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\n\
+         A->B.topics = orders\nreplication.factor = 1\noffset.storage.replication.factor = 1\n\
+         heartbeats.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\n\
+         B.exactly.once.source.support = enabled\ntasks.max = 4\n\
+         B.producer.transaction.timeout.ms = 6000\n",
+        ca.bootstrap(),
+        cb.bootstrap()
+    ));
+    assert_eq!(config.flows[0].transactions.slots, 4);
+    assert!(
+        !config.flows[0].sharing.enabled,
+        "exactly-once flows are served by one process"
+    );
+    let a = KafkaCluster::connect(config.flows[0].clients.source_admin.clone())
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(config.flows[0].clients.target_admin.clone())
+        .await
+        .unwrap();
+    produce(&a, "orders", 0, 200, 10).await;
+
+    let (shutdown, metrics, task) = start(&config);
+    eventually(90, "the first 200 records of each partition copied", || {
+        all_copied(&b, 200)
+    })
+    .await;
+    assert_exact(&b, 200).await;
+    assert!(
+        metrics.sum("kmirror_transactions_committed_total", &[]) > 0.0,
+        "no transaction committed"
+    );
+
+    // More data while the target is frozen past the commit deadline: the open transactions
+    // are aborted and their partitions copy again from the last commit.
+    let writer = {
+        let a = KafkaCluster::connect(config.flows[0].clients.source_admin.clone())
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            for round in 0..20 {
+                produce(&a, "orders", 200 + round * 10, 10, 1).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cb.freeze_node(1).unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    cb.thaw_node(1);
+    writer.await.unwrap();
+    eventually(180, "400 records of each partition copied", || {
+        all_copied(&b, 400)
+    })
+    .await;
+    assert_exact(&b, 400).await;
+    let aborted = metrics.sum("kmirror_transactions_aborted_total", &[]);
+    assert!(aborted > 0.0, "the frozen target aborted no transaction");
+    // The aborted transactions' records are in the log, copied again after them: a
+    // read_uncommitted reader sees some twice, a read_committed one (above) none.
+    let mut raw = 0;
+    for p in 0..PARTITIONS {
+        raw += kmirror_testkit::read_partition(&b, "A.orders", p)
+            .await
+            .len();
+    }
+    assert!(
+        raw > 400 * PARTITIONS as usize,
+        "no aborted record in the target's log ({raw} records): nothing was copied again"
+    );
+    shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the engine stops")
+        .unwrap()
+        .unwrap();
+
+    // The positions went in with the data: a restart resumes exactly there.
+    let stored = engine::load_positions(&b, "mm2-offsets.A.internal", "A")
+        .await
+        .unwrap();
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            stored.positions.get(&("orders".to_string(), p)),
+            Some(&399),
+            "partition {p}: the stored position"
+        );
+    }
+    produce(&a, "orders", 400, 50, 5).await;
+    let (shutdown, _metrics, task) = start(&config);
+    eventually(90, "450 records of each partition copied", || {
+        all_copied(&b, 450)
+    })
+    .await;
+    assert_exact(&b, 450).await;
+    shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the engine stops")
+        .unwrap()
+        .unwrap();
+    eprintln!("exactly-once: {aborted} transactions aborted while the target was frozen, {} records in them; every record once for read_committed", raw - 400 * PARTITIONS as usize);
+}
