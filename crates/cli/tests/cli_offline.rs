@@ -59,10 +59,7 @@ fn exactly_once_is_shown_with_its_slots_ids_and_acls() {
         out.contains("exactly-once   on: data and positions committed together in transactions"),
         "{out}"
     );
-    assert!(
-        !format!("{out}{err}").contains("not provide"),
-        "{out}{err}"
-    );
+    assert!(!format!("{out}{err}").contains("not provide"), "{out}{err}");
     // What it uses, so ids and ACLs can be prepared.
     for line in [
         "slots        12 (default; set tasks.max to change), transactional ids A-mm2-MirrorSourceConnector-0 .. A-mm2-MirrorSourceConnector-11",

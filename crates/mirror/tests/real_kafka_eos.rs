@@ -253,6 +253,33 @@ async fn exactly_once_copies_every_record_once_through_aborts_and_restarts() {
     })
     .await;
     assert_exact(&b, 450).await;
+    // `verify` reads the target as a read_committed consumer: complete, counted record by
+    // record past markers and aborted batches, and the last records compared.
+    let options = kmirror_mirror::verify::collect::Options {
+        topics: None,
+        deep: 20,
+        count: kmirror_mirror::verify::Count::Auto,
+    };
+    let (rows, _, _) = kmirror_mirror::verify::collect::flow(&config.flows[0], &a, &b, &options)
+        .await
+        .unwrap();
+    let records: Vec<_> = rows.iter().filter(|r| r.check == "records").collect();
+    assert_eq!(records.len(), PARTITIONS as usize);
+    for r in &records {
+        assert_eq!(r.status, kmirror_mirror::verify::Status::Ok, "{r:?}");
+        assert!(
+            r.detail
+                .contains("source 450, target 450 (counted record by record)"),
+            "{r:?}"
+        );
+    }
+    let deep: Vec<_> = rows.iter().filter(|r| r.check == "deep").collect();
+    assert_eq!(deep.len(), PARTITIONS as usize);
+    assert!(
+        deep.iter()
+            .all(|r| r.status == kmirror_mirror::verify::Status::Ok),
+        "{deep:?}"
+    );
     shutdown.trigger();
     tokio::time::timeout(Duration::from_secs(60), task)
         .await

@@ -5,7 +5,7 @@
 use super::{
     judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Row, Status,
 };
-use crate::config::model::FlowConfig;
+use crate::config::model::{ExactlyOnce, FlowConfig};
 use crate::discovery;
 use crate::engine::read_to_end;
 use crate::filter::PatternList;
@@ -185,13 +185,22 @@ pub async fn flow(
         .list_offsets(&src_parts, LATEST, iso)
         .await
         .map_err(err("source offsets"))?;
-    let uncommitted = IsolationLevel::ReadUncommitted;
+    // An exactly-once flow's target holds transaction markers and aborted batches: its offsets
+    // are not records (a missing record could hide behind an aborted one), so it is read as a
+    // read_committed consumer reads it, and every caught-up partition is counted record by
+    // record.
+    let eos = flow.exactly_once != ExactlyOnce::Disabled;
+    let t_iso = if eos {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
     let t_start = target
-        .list_offsets(&dst_parts, EARLIEST, uncommitted)
+        .list_offsets(&dst_parts, EARLIEST, t_iso)
         .await
         .map_err(err("target offsets"))?;
     let t_end = target
-        .list_offsets(&dst_parts, LATEST, uncommitted)
+        .list_offsets(&dst_parts, LATEST, t_iso)
         .await
         .map_err(err("target offsets"))?;
     for (src, remote, n) in &pairs {
@@ -221,13 +230,14 @@ pub async fn flow(
             };
             let mut verdict = judge_records(&c, compacted.contains(src.as_str()));
             let count = match options.count {
+                Count::Auto if eos => verdict.0 != Status::Pending,
                 Count::Auto => verdict.0 == Status::Failed,
                 Count::Records => verdict.0 != Status::Pending,
                 Count::Offsets => false,
             };
             if count {
                 let s = count_records(source, src, p, ss, se, iso).await;
-                let t = count_records(target, remote, p, ts, te, uncommitted).await;
+                let t = count_records(target, remote, p, ts, te, t_iso).await;
                 verdict = match (s, t) {
                     (Ok(s), Ok(t)) => judge_counted(s, t, (se - ss, te - ts)),
                     (Err(e), _) | (_, Err(e)) => {
@@ -239,7 +249,7 @@ pub async fn flow(
             cx.row("records", src, Some(p), verdict);
             if se > ss {
                 let newest_s = newest_timestamp(source, src, p, se, iso).await;
-                let newest_t = newest_timestamp(target, remote, p, te, uncommitted).await;
+                let newest_t = newest_timestamp(target, remote, p, te, t_iso).await;
                 cx.row(
                     "freshness",
                     src,
@@ -249,7 +259,7 @@ pub async fn flow(
             }
             if options.deep > 0 && caught_up {
                 let s = last_records(source, src, p, ss, se, options.deep, iso).await;
-                let t = last_records(target, remote, p, ts, te, options.deep, uncommitted).await;
+                let t = last_records(target, remote, p, ts, te, options.deep, t_iso).await;
                 let verdict = match (s, t) {
                     (Ok(s), Ok(t)) => judge_deep(&s, &t),
                     (Err(e), _) | (_, Err(e)) => (Status::Failed, format!("cannot read: {e}")),
