@@ -9,6 +9,12 @@
 // prints "done first_ms=<when the first record was there> epoch_ms=<when the sum first reached N>"
 // on stdout (Unix milliseconds). Topics that do not exist yet
 // count as 0. Exit 0 done, 1 timeout (with the count reached), 2 bad arguments.
+//
+// With --positions-topic T --source-topics S1,S2 it counts instead what the source positions
+// stored in T (MM2's Connect offsets topic, read read_committed) say is copied: the sum over the
+// source topics' partitions of position + 1. An exactly-once replicator commits positions with
+// their data, so this is when a read_committed reader can see every record; end offsets would
+// count transaction markers and aborted batches as records.
 import java.util.*;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.*;
@@ -26,6 +32,11 @@ public class WaitEnds {
         List<String> topics = Arrays.asList(a.get("topics").split(","));
         long want = Long.parseLong(a.get("records"));
         long deadline = System.currentTimeMillis() + 1000L * Long.parseLong(a.getOrDefault("timeout-seconds", "900"));
+        if (a.containsKey("positions-topic")) {
+            waitPositions(a.get("bootstrap"), a.get("positions-topic"),
+                new HashSet<>(Arrays.asList(a.getOrDefault("source-topics", "").split(","))), want, deadline);
+            return;
+        }
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
@@ -56,6 +67,59 @@ public class WaitEnds {
             }
         }
         fail(1, "timed out with " + have + " of " + want + " records in " + topics);
+    }
+
+    private static final java.util.regex.Pattern KEY =
+        java.util.regex.Pattern.compile("\\[\"MirrorSourceConnector\",\\{.*\"partition\":(\\d+).*\"topic\":\"([^\"]*)\"");
+    private static final java.util.regex.Pattern VALUE = java.util.regex.Pattern.compile("\"offset\":(\\d+)");
+
+    private static void waitPositions(String bootstrap, String topic, Set<String> sources, long want, long deadline)
+            throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("isolation.level", "read_committed");
+        p.put("enable.auto.commit", "false");
+        // The replicator creates the topic (compacted): a metadata request must not create it first.
+        p.put("allow.auto.create.topics", "false");
+        p.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        p.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        Map<String, Long> positions = new HashMap<>();
+        long have = 0, first = 0;
+        try (var consumer = new org.apache.kafka.clients.consumer.KafkaConsumer<String, String>(p)) {
+            boolean assigned = false;
+            while (System.currentTimeMillis() < deadline) {
+                if (!assigned) {
+                    List<org.apache.kafka.common.PartitionInfo> infos = null;
+                    try {
+                        infos = consumer.partitionsFor(topic, java.time.Duration.ofSeconds(5));
+                    } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                        // not there yet
+                    }
+                    if (infos == null || infos.isEmpty()) { Thread.sleep(100); continue; }
+                    List<TopicPartition> parts = new ArrayList<>();
+                    infos.forEach(i -> parts.add(new TopicPartition(topic, i.partition())));
+                    consumer.assign(parts);
+                    consumer.seekToBeginning(parts);
+                    assigned = true;
+                }
+                for (var r : consumer.poll(java.time.Duration.ofMillis(100))) {
+                    if (r.key() == null || r.value() == null) continue;
+                    var k = KEY.matcher(r.key());
+                    var v = VALUE.matcher(r.value());
+                    if (k.find() && v.find() && sources.contains(k.group(2))) {
+                        positions.put(k.group(2) + "-" + k.group(1), Long.parseLong(v.group(1)));
+                    }
+                }
+                have = positions.values().stream().mapToLong(o -> o + 1).sum();
+                long now = System.currentTimeMillis();
+                if (have > 0 && first == 0) first = now;
+                if (have >= want) {
+                    System.out.println("done first_ms=" + first + " epoch_ms=" + now);
+                    return;
+                }
+            }
+        }
+        fail(1, "timed out with positions covering " + have + " of " + want + " records in " + sources);
     }
 
     private static List<TopicPartition> partitions(Admin admin, List<String> topics) {

@@ -41,6 +41,9 @@
 #                                  serving its flows without the flow's group) next to the default
 #        TOOLS="kmirror kmirror-nomerge" bench/mirror-bench.sh   kmirror with small batches forwarded
 #                                  one by one (kmirror.batch.merge.enabled = false) next to merging
+#        TOOLS="kmirror kmirror-eos" bench/mirror-bench.sh   exactly-once (MM2's switch on:
+#                                  transactions) next to at-least-once; its end is when the
+#                                  committed positions cover every record (WaitEnds --positions-topic)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
 #        PRECREATE=0 bench/mirror-bench.sh   the tools create the remote topics (by default they
 #                                  exist, every partition led, before a tool starts)
@@ -179,7 +182,7 @@ EOF
 KMIRROR_METRICS="${KMIRROR_METRICS:-127.0.0.1:0}"
 start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
   case $1 in
-    kmirror | kmirror-record | kmirror-nomerge | kmirror-alone)
+    kmirror | kmirror-record | kmirror-nomerge | kmirror-alone | kmirror-eos)
       $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
     kmirror-before)  # another build of kmirror, for before/after figures in one run
@@ -212,6 +215,9 @@ backlog() {
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
   [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
   [[ $tool == kmirror-alone ]] && extra="kmirror.sharing.enabled = false"
+  # Exactly-once (MM2's switch): transactions; the end is when the committed positions cover
+  # every record (end offsets would count transaction markers and aborted batches).
+  [[ $tool == kmirror-eos ]] && extra="B.exactly.once.source.support = enabled"
   # KMIRROR_EXTRA: more configuration lines for every kmirror tool (e.g. checkpoints on, so
   # each process publishes its runs: "emit.checkpoints.enabled = true").
   [[ $tool == kmirror* && -n ${KMIRROR_EXTRA:-} ]] && extra="$extra
@@ -229,8 +235,10 @@ $KMIRROR_EXTRA"
   cfg="$KAFKA_HARNESS_RUN/$name.properties"
   config "$port" "$topics" tuned "$extra" >"$cfg"
   out="$KAFKA_HARNESS_RUN/$name.wait"
+  local wait_mode=()
+  [[ $tool == *-eos ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
-    --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" >"$out" 2>"$out.err" &
+    --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" "${wait_mode[@]}" >"$out" 2>"$out.err" &
   local wpid=$!
   sleep 1
   t0=$(now_ms)

@@ -93,6 +93,10 @@ pub enum KafkaError {
     /// Another producer with the same transactional id took over; this one must stop.
     #[error("transactional producer '{transactional_id}' was fenced by a newer instance with the same transactional.id")]
     Fenced { transactional_id: String },
+    /// A transactional lane of an earlier epoch of this process's own producer (its
+    /// transaction was aborted and the id re-initialised): the lane must be made again.
+    #[error("a lane of an earlier epoch of transactional producer '{transactional_id}' (its transaction was aborted)")]
+    StaleProducer { transactional_id: String },
     /// Reading a log as read_committed, more records wait behind a transaction still open than
     /// the reader holds in memory (see `committed::CommittedView`).
     #[error("{topic}-{partition}: a transaction of producer id {producer_id}, open since offset {offset}, holds back more than {limit} records; it ends at its producer's transaction.timeout.ms, or abort it with kafka-transactions.sh")]

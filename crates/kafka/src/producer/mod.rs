@@ -196,7 +196,9 @@ impl IdempotentProducer {
             partition,
             channel: crate::cluster::data_channel(topic, partition),
             next_sequence: 0,
-            identity: None,
+            // A transactional lane belongs to the epoch it was made in: sends of a lane made
+            // before an abort must not land in the next transaction.
+            identity: self.txn.as_ref().map(|t| t.identity()),
             in_flight: VecDeque::new(),
             max_request_size: 1_048_576,
             max_in_flight_bytes: 16 << 20,
@@ -333,10 +335,10 @@ impl PartitionLane {
             acked.push(self.complete_oldest().await?);
         }
         acked.extend(self.resolved.drain(..));
-        if let Some(t) = &self.producer.txn {
+        if let (Some(t), Some(identity)) = (&self.producer.txn, self.identity) {
             // Never a write outside the open transaction (a hanging transaction on brokers
             // without KIP-890's verification).
-            t.add(&self.topic, self.partition).await?;
+            t.add(&self.topic, self.partition, identity).await?;
         }
         let sequence = self.next_sequence;
         self.next_sequence = next_seq(sequence, batch.record_count());
@@ -591,7 +593,15 @@ impl PartitionLane {
                 }
                 Outcome::NewIdentity(e) if self.producer.txn.is_some() => {
                     // A transactional lane cannot start over on its own: what it wrote belongs
-                    // to the open transaction, which must be aborted as a whole.
+                    // to the open transaction, which must be aborted as a whole. A lane of an
+                    // earlier epoch of this producer is only stale, not fenced by another.
+                    if let Some(t) = &self.producer.txn {
+                        if self.identity != Some(t.identity()) {
+                            return Err(KafkaError::StaleProducer {
+                                transactional_id: t.id().to_string(),
+                            });
+                        }
+                    }
                     return Err(match e {
                         KafkaError::Broker {
                             error:

@@ -137,6 +137,9 @@ impl Transaction {
     /// A new epoch for the id: the open transaction (this instance's or a previous one's) is
     /// aborted, and lanes made before must be dropped (their epoch is fenced; sequences restart).
     pub async fn reinit(&self) -> Result<(i64, i16)> {
+        // No add in flight under the old epoch may land after this (it would mark a partition
+        // added to the new transaction).
+        let _turn = self.adding.lock().await;
         // Before KIP-360 brokers a known producer id with a bumped epoch would be refused; the
         // fresh call (-1, -1) works on every version and fences just the same.
         let req = InitProducerIdRequest::default()
@@ -179,10 +182,16 @@ impl Transaction {
         self.added.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Makes sure the partition is in the open transaction before anything is written to it.
-    pub async fn add(&self, topic: &Arc<str>, partition: i32) -> Result<()> {
+    /// Makes sure the partition is in the open transaction before anything is written to it
+    /// by a lane of producer identity `identity` (an earlier epoch's lane is refused).
+    pub async fn add(&self, topic: &Arc<str>, partition: i32, identity: (i64, i16)) -> Result<()> {
         let key: Key = (topic.clone(), partition);
         loop {
+            if self.identity() != identity {
+                return Err(KafkaError::StaleProducer {
+                    transactional_id: self.id.to_string(),
+                });
+            }
             if self
                 .added
                 .lock()
@@ -201,7 +210,7 @@ impl Transaction {
                 let mut wanted = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
                 wanted.drain().filter(|k| !added.contains(k)).collect()
             };
-            if batch.is_empty() {
+            if batch.is_empty() || self.identity() != identity {
                 continue;
             }
             self.add_now(&batch).await?;

@@ -7,7 +7,7 @@
 
 use super::offset_syncs::Outbox;
 use super::positions::Board;
-use super::slots::{Admit, Outcome, Slot};
+use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
@@ -257,8 +257,35 @@ impl Forwarder<'_> {
         &self,
         feed: &mut F,
         lane: &mut S,
+        next: i64,
+        acked_through: &mut Option<i64>,
+    ) -> Result<(), Failure> {
+        // Exactly-once: this run's place in its slot.
+        let mut member = self.slot.map(|s| s.gate.member(self.topic, self.partition));
+        let result = self
+            .copy(feed, lane, next, acked_through, &mut member)
+            .await;
+        if let (Err(Failure::Rewind(cause)), Some(m)) = (&result, member.as_mut()) {
+            match cause {
+                // Nothing of this run reached the open transaction.
+                Rewound::Stale => m.forget(),
+                // Fenced from outside: the open transaction is dead, and the committer counts
+                // the fence (a second one soon after stops the flow).
+                Rewound::Fenced => m.fenced(),
+                // A member dropped with data in the open transaction dooms it.
+                Rewound::Aborted | Rewound::Failed => {}
+            }
+        }
+        result
+    }
+
+    async fn copy<F: Feed, S: Sink>(
+        &self,
+        feed: &mut F,
+        lane: &mut S,
         mut next: i64,
         acked_through: &mut Option<i64>,
+        member: &mut Option<Member>,
     ) -> Result<(), Failure> {
         let start = next;
         let g = self.g;
@@ -278,10 +305,9 @@ impl Forwarder<'_> {
         // `verify` would wait forever.
         let mut skipped: Option<i64> = None;
         let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
-        // Exactly-once: this run's place in its slot, and what was acknowledged since the last
-        // commit (position, offset syncs, runs), held until the transaction commits. A Mutex,
-        // not a RefCell: the forwarder's future must be Send.
-        let mut member = self.slot.map(|s| s.member(self.topic, self.partition));
+        // Exactly-once: what was acknowledged since the last commit (position, offset syncs,
+        // runs), held until the transaction commits. A Mutex, not a RefCell: the forwarder's
+        // future must be Send.
         let held: Mutex<Option<Held>> = Mutex::new(member.is_some().then(Held::default));
         let mut report = |acked: Vec<Acked>,
                           through: &mut Option<i64>,
@@ -371,17 +397,20 @@ impl Forwarder<'_> {
                         if moved && !m.joined() {
                             // Only the position moved (everything filtered): it is stored with
                             // the next commit too.
-                            match m.admit(0).await {
+                            match m.admit(0, self.stop).await {
                                 Admit::Go => {}
+                                Admit::Leave => return Ok(()),
                                 Admit::Stopped(e) => {
                                     return Err(Failure::Stop(self.fatal(next, e)))
                                 }
-                                _ => return Err(Failure::Rewind),
+                                Admit::Flush | Admit::Rewind => {
+                                    return Err(Failure::Rewind(Rewound::Aborted))
+                                }
                             }
                         }
-                        match m.flush(h.through, $hurry).await {
+                        match m.flush(h.through, $hurry, self.stop).await {
                             Outcome::Committed => self.release(h, acked_through),
-                            Outcome::Aborted => return Err(Failure::Rewind),
+                            Outcome::Aborted => return Err(Failure::Rewind(Rewound::Aborted)),
                         }
                     }
                 }
@@ -443,7 +472,9 @@ impl Forwarder<'_> {
                         Admit::Flush => {
                             commit_point!(false);
                         }
-                        Admit::Rewind | Admit::Go => return Err(Failure::Rewind),
+                        Admit::Rewind | Admit::Go | Admit::Leave => {
+                            return Err(Failure::Rewind(Rewound::Aborted))
+                        }
                         Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
                     }
                     continue;
@@ -572,10 +603,11 @@ impl Forwarder<'_> {
                     let size = batch.bytes().len() as u64;
                     // Exactly-once: into the open transaction, after the gate.
                     while let Some(m) = member.as_mut() {
-                        match m.admit(size).await {
+                        match m.admit(size, self.stop).await {
                             Admit::Go => break,
                             Admit::Flush => {}
-                            Admit::Rewind => return Err(Failure::Rewind),
+                            Admit::Leave => return Ok(()),
+                            Admit::Rewind => return Err(Failure::Rewind(Rewound::Aborted)),
                             Admit::Stopped(e) => {
                                 return Err(Failure::Stop(self.fatal(b.base_offset(), e)))
                             }
@@ -625,12 +657,13 @@ impl Forwarder<'_> {
                     .and_then(|h| h.through)
                     .is_some_and(|t| acked_through.is_none_or(|a| t > a));
                 if moved && !m.joined() {
-                    match m.admit(0).await {
+                    match m.admit(0, self.stop).await {
                         Admit::Go => {}
                         Admit::Flush => {
                             commit_point!(false);
                         }
-                        Admit::Rewind => return Err(Failure::Rewind),
+                        Admit::Leave => return Ok(()),
+                        Admit::Rewind => return Err(Failure::Rewind(Rewound::Aborted)),
                         Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
                     }
                 }
@@ -803,12 +836,17 @@ impl Forwarder<'_> {
     /// oldest unacknowledged one: it starts after the last acknowledged offset.
     fn lane_failure(&self, acked_through: &Option<i64>, start: i64, e: KafkaError) -> Failure {
         if self.slot.is_some() && ends_transaction(&e) {
-            // The transaction cannot go on (the coordinator aborted it at its timeout, or the
-            // broker lost the producer's state): it is aborted as a whole and the slot's
-            // partitions copy again from the last commit (dropping the member dooms it).
+            // The transaction cannot go on (the coordinator aborted it at its timeout, another
+            // process took the id, the broker lost the producer's state): it is aborted as a
+            // whole and the slot's partitions copy again from the last commit.
+            let cause = match e {
+                KafkaError::StaleProducer { .. } => return Failure::Rewind(Rewound::Stale),
+                KafkaError::Fenced { .. } => Rewound::Fenced,
+                _ => Rewound::Failed,
+            };
             self.count_error("transaction");
             tracing::warn!(flow = %self.flow.id, topic = self.topic, partition = self.partition, error = %e, "the slot's transaction failed; going back to the last commit");
-            return Failure::Rewind;
+            return Failure::Rewind(cause);
         }
         if e.is_retriable() || e.is_stale_metadata() {
             self.count_error("produce");
@@ -854,20 +892,22 @@ type InFlight = (SourceOffsets, Vec<BufferShare>);
 /// Lane errors after which a transaction can only be aborted.
 fn ends_transaction(e: &KafkaError) -> bool {
     use kafka_protocol::error::ResponseError as R;
-    matches!(e, KafkaError::Fenced { .. })
-        || matches!(
-            e,
-            KafkaError::Broker {
-                error: R::UnknownProducerId
-                    | R::InvalidProducerEpoch
-                    | R::ProducerFenced
-                    | R::OutOfOrderSequenceNumber
-                    | R::InvalidTxnState
-                    | R::TransactionCoordinatorFenced
-                    | R::ConcurrentTransactions,
-                ..
-            }
-        )
+    matches!(
+        e,
+        KafkaError::Fenced { .. } | KafkaError::StaleProducer { .. }
+    ) || matches!(
+        e,
+        KafkaError::Broker {
+            error: R::UnknownProducerId
+                | R::InvalidProducerEpoch
+                | R::ProducerFenced
+                | R::OutOfOrderSequenceNumber
+                | R::InvalidTxnState
+                | R::TransactionCoordinatorFenced
+                | R::ConcurrentTransactions,
+            ..
+        }
+    )
 }
 
 /// Exactly-once: what was acknowledged since the last commit, counted as copied only once the
@@ -879,12 +919,25 @@ pub(super) struct Held {
     runs: Vec<(SourceOffsets, i64)>,
 }
 
+/// Why an exactly-once partition goes back to its last commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rewound {
+    /// The slot's transaction was aborted, or its epoch changed.
+    Aborted,
+    /// This run's lane belonged to an earlier epoch: nothing of it is in the open transaction.
+    Stale,
+    /// This run's lane was fenced from outside.
+    Fenced,
+    /// This run's lane failed inside the transaction.
+    Failed,
+}
+
 pub(super) enum Failure {
     /// Transient: resume from the last acknowledged offset.
     Retry(KafkaError),
     /// Exactly-once: the slot's transaction was aborted (or its producer epoch changed): resume
     /// after the last committed position, with a new lane.
-    Rewind,
+    Rewind(Rewound),
     /// Source truncated and `kmirror.source.truncation=continue`.
     Continue {
         log_start: i64,

@@ -297,7 +297,7 @@ pub(super) async fn drive<I: PartitionIo>(
             Err(Failure::Continue { log_start }) => acked_through = Some(log_start - 1),
             // Exactly-once: the slot's transaction was aborted (or its producer epoch changed):
             // again after the last committed position, with a new lane of the new epoch.
-            Err(Failure::Rewind) => {}
+            Err(Failure::Rewind(_)) => {}
             Err(Failure::Stop(s)) => return Err(s),
         }
     }

@@ -86,7 +86,7 @@ impl AbortReason {
     }
 }
 
-/// The open transaction's members and size: pure state, changed under the slot's lock.
+/// The open transaction's members and size: pure state, changed under the gate's lock.
 #[derive(Debug, Default)]
 struct Open {
     /// Partitions that wrote (or moved their position) in the open transaction: `None` until
@@ -120,40 +120,35 @@ impl Open {
     }
 }
 
-/// One slot: its transactional producer, the open transaction and the gate.
-pub(super) struct Slot {
-    pub(super) index: u32,
-    pub(super) producer: Arc<IdempotentProducer>,
+/// A source position handed in: topic, partition, offset.
+type Position = (String, i32, i64);
+
+/// How many ended transactions' outcomes are kept for members that have not read theirs yet.
+const OUTCOMES_KEPT: usize = 1024;
+
+/// The coordination between a slot's partitions and its committer, without I/O: the open
+/// transaction, the gate, and the outcomes. (Unit-tested below by playing the committer.)
+pub(super) struct Gate {
+    index: u32,
     open: Mutex<Open>,
     phase: watch::Sender<Phase>,
-    /// Wakes the committer: a member flushed, hurried or failed; the transaction grew.
+    /// Wakes the committer: a member joined, flushed, hurried or failed; the transaction grew.
     wake: Notify,
-    /// Why the committer ended, when it did with an error.
+    /// Outcomes of the last transactions that ended, by number: a member reads its own, even
+    /// when later transactions ended before it looked.
+    outcomes: Mutex<BTreeMap<u64, Outcome>>,
+    /// Why the committer ended, when it did.
     stopped: Mutex<Option<String>>,
 }
 
-/// What a partition may do before sending.
-#[derive(Debug)]
-pub(super) enum Admit {
-    /// Send: the partition is a member of the open transaction.
-    Go,
-    /// The transaction is ending: flush, hand in the position, wait for the outcome.
-    Flush,
-    /// The slot's producer epoch changed (a transaction was aborted): go back to the last
-    /// committed position with a new lane.
-    Rewind,
-    /// The slot stopped committing: the partition stops with this error.
-    Stopped(KafkaError),
-}
-
-impl Slot {
-    pub(super) fn new(index: u32, producer: Arc<IdempotentProducer>) -> Slot {
-        Slot {
+impl Gate {
+    pub(super) fn new(index: u32) -> Gate {
+        Gate {
             index,
-            producer,
             open: Mutex::new(Open::default()),
             phase: watch::Sender::new(Phase::default()),
             wake: Notify::new(),
+            outcomes: Mutex::default(),
             stopped: Mutex::new(None),
         }
     }
@@ -171,7 +166,7 @@ impl Slot {
         let rx = self.phase.subscribe();
         let epoch = rx.borrow().epoch;
         Member {
-            slot: self.clone(),
+            gate: self.clone(),
             key: (topic.to_string(), partition),
             rx,
             epoch,
@@ -180,31 +175,97 @@ impl Slot {
         }
     }
 
-    fn doom(&self, reason: AbortReason) {
+    /// Marks transaction `txn` for abort (if it is still the open one) and closes the gate:
+    /// nobody sends into a transaction that will be aborted.
+    fn doom(&self, txn: u64, reason: AbortReason) {
         let mut o = self.lock();
+        if self.phase().txn != txn {
+            return;
+        }
         o.doomed.get_or_insert(reason);
-        // Nobody sends into a transaction that will be aborted.
         self.phase.send_modify(|p| p.closed = true);
         drop(o);
         self.wake.notify_one();
     }
 
-    /// Commits the slot's transactions until `stop` (then once more, for what the stopping
-    /// partitions handed in). A fence or an error that retrying cannot fix ends it with the
-    /// error: the flow stops.
-    pub(super) async fn run(
-        self: Arc<Self>,
-        c: Committer,
-        stop: Shutdown,
-    ) -> Result<(), KafkaError> {
-        let result = self.clone().commit_loop(c, stop).await;
-        // Partitions waiting at the gate or for an outcome must not wait forever.
-        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(match &result {
-            Ok(()) => "the flow is stopping".to_string(),
-            Err(e) => e.to_string(),
+    /// Whether the open transaction is due for its end.
+    fn due(&self, interval: Duration, max_bytes: u64) -> Result<(), Duration> {
+        let now = Instant::now();
+        let o = self.lock();
+        if o.due(now, interval, max_bytes) {
+            return Ok(());
+        }
+        Err(o
+            .opened
+            .map(|t| (t + interval).saturating_duration_since(now))
+            .unwrap_or(Duration::from_secs(1)))
+    }
+
+    fn is_open(&self) -> bool {
+        self.lock().opened.is_some()
+    }
+
+    /// Closes the gate; returns the transaction that is ending.
+    fn close(&self) -> u64 {
+        let _o = self.lock();
+        self.phase.send_modify(|p| p.closed = true);
+        self.phase().txn
+    }
+
+    /// `Ok(Some(positions))` once every member flushed, `Err(reason)` if the transaction is
+    /// doomed (or `deadline` passed: then it is doomed now), `Ok(None)` to wait more.
+    fn flushed(
+        &self,
+        deadline_passed: bool,
+    ) -> Result<Option<Vec<Position>>, AbortReason> {
+        let mut o = self.lock();
+        if let Some(r) = o.doomed {
+            return Err(r);
+        }
+        if o.all_flushed() {
+            return Ok(Some(o.positions()));
+        }
+        if deadline_passed {
+            o.doomed = Some(AbortReason::Timeout);
+            return Err(AbortReason::Timeout);
+        }
+        Ok(None)
+    }
+
+    /// Ends transaction `txn`: the next one opens, empty, with the gate open.
+    fn end(&self, txn: u64, outcome: Outcome, new_epoch: bool) {
+        {
+            let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+            outcomes.insert(txn, outcome);
+            while outcomes.len() > OUTCOMES_KEPT {
+                outcomes.pop_first();
+            }
+        }
+        let mut o = self.lock();
+        *o = Open::default();
+        self.phase.send_modify(|p| {
+            p.txn = txn + 1;
+            p.closed = false;
+            p.ended = Some((txn, outcome));
+            if new_epoch {
+                p.epoch += 1;
+            }
         });
+        drop(o);
+    }
+
+    fn outcome(&self, txn: u64) -> Option<Outcome> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&txn)
+            .copied()
+    }
+
+    /// The committer ended: partitions waiting at the gate or for an outcome stop waiting.
+    fn stop(&self, why: String) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         self.phase.send_modify(|p| p.stopped = true);
-        result
     }
 
     fn stopped_error(&self) -> KafkaError {
@@ -219,8 +280,75 @@ impl Slot {
             self.index
         ))
     }
+}
+
+/// One slot: its transactional producer and its gate.
+pub(super) struct Slot {
+    pub(super) index: u32,
+    pub(super) producer: Arc<IdempotentProducer>,
+    pub(super) gate: Arc<Gate>,
+}
+
+/// What a partition may do before sending.
+#[derive(Debug)]
+pub(super) enum Admit {
+    /// Send: the partition is a member of the open transaction.
+    Go,
+    /// The transaction is ending: flush, hand in the position, wait for the outcome.
+    Flush,
+    /// The slot's producer epoch changed (a transaction was aborted): go back to the last
+    /// committed position with a new lane.
+    Rewind,
+    /// The partition is stopping and has nothing in the open transaction.
+    Leave,
+    /// The slot stopped committing: the partition stops with this error.
+    Stopped(KafkaError),
+}
+
+/// Errors of EndTxn after which the commit's outcome is unknown (it may have reached the
+/// coordinator): asked again until the coordinator says.
+fn outcome_unknown(e: &KafkaError) -> bool {
+    use kafka_protocol::error::ResponseError as R;
+    e.is_retriable()
+        || e.is_stale_metadata()
+        || matches!(
+            e,
+            KafkaError::Broker {
+                error: R::NotCoordinator
+                    | R::CoordinatorNotAvailable
+                    | R::CoordinatorLoadInProgress,
+                ..
+            }
+        )
+}
+
+impl Slot {
+    pub(super) fn new(index: u32, producer: Arc<IdempotentProducer>) -> Slot {
+        Slot {
+            index,
+            producer,
+            gate: Arc::new(Gate::new(index)),
+        }
+    }
+
+    /// Commits the slot's transactions until `stop` (then once more, for what the stopping
+    /// partitions handed in). A fence or an error that retrying cannot fix ends it with the
+    /// error: the flow stops.
+    pub(super) async fn run(
+        self: Arc<Self>,
+        c: Committer,
+        stop: Shutdown,
+    ) -> Result<(), KafkaError> {
+        let result = self.clone().commit_loop(c, stop).await;
+        self.gate.stop(match &result {
+            Ok(()) => "the flow is stopping".to_string(),
+            Err(e) => e.to_string(),
+        });
+        result
+    }
 
     async fn commit_loop(self: Arc<Self>, c: Committer, stop: Shutdown) -> Result<(), KafkaError> {
+        let gate = &self.gate;
         let mut positions_lanes: BTreeMap<i32, PartitionLane> = BTreeMap::new();
         // A fence is survived once (the coordinator's own abort at the transaction timeout
         // looks the same); a second one soon after means another process holds the id.
@@ -233,75 +361,52 @@ impl Slot {
         loop {
             // Wait until the open transaction is due.
             loop {
-                let now = Instant::now();
-                let wait = {
-                    let o = self.lock();
-                    if o.due(now, c.interval, c.max_bytes) {
-                        break;
-                    }
-                    o.opened
-                        .map(|t| (t + c.interval).saturating_duration_since(now))
-                        .unwrap_or(Duration::from_secs(1))
+                let wait = match gate.due(c.interval, c.max_bytes) {
+                    Ok(()) => break,
+                    Err(wait) => wait,
                 };
-                if stop.is_triggered() && self.lock().opened.is_none() {
+                if stop.is_triggered() && !gate.is_open() {
                     return Ok(());
                 }
                 tokio::select! {
-                    _ = self.wake.notified() => {}
+                    _ = gate.wake.notified() => {}
                     _ = tokio::time::sleep(wait) => {}
                     _ = stop.wait(), if !stop.is_triggered() => {}
                 }
             }
             let closed_at = Instant::now();
-            let txn = {
-                let _o = self.lock();
-                self.phase.send_modify(|p| p.closed = true);
-                self.phase().txn
-            };
+            let txn = gate.close();
             // Wait for every member's flush.
-            let reason = loop {
-                let flushed = {
-                    let mut o = self.lock();
-                    if let Some(r) = o.doomed {
-                        break Some(r);
-                    }
-                    if closed_at.elapsed() > c.timeout / 2 {
-                        o.doomed = Some(AbortReason::Timeout);
-                        break Some(AbortReason::Timeout);
-                    }
-                    o.all_flushed()
-                };
-                if flushed {
-                    break None;
+            let flushed = loop {
+                match gate.flushed(closed_at.elapsed() > c.timeout / 2) {
+                    Ok(Some(positions)) => break Ok(positions),
+                    Ok(None) => {}
+                    Err(r) => break Err(r),
                 }
                 tokio::select! {
-                    _ = self.wake.notified() => {}
+                    _ = gate.wake.notified() => {}
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             };
-            let outcome = match reason {
-                Some(r) => Err(r),
-                None => {
-                    let positions = self.lock().positions();
-                    match self.commit(&c, &positions, &mut positions_lanes).await {
-                        Ok(()) => Ok(()),
-                        Err(e @ KafkaError::Fenced { .. }) => {
-                            if last_fence.is_some_and(|t| t.elapsed() < FENCED_AGAIN) {
-                                // Another process took this slot's transactional id: what this
-                                // one wrote in the transaction is aborted; it stops writing.
-                                self.end(txn, Outcome::Aborted, false);
-                                return Err(e);
-                            }
-                            last_fence = Some(Instant::now());
-                            tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "transaction fenced; aborting it and taking a new epoch");
-                            Err(AbortReason::Fenced)
-                        }
-                        Err(e) => {
-                            tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "transaction commit failed; aborting it");
-                            Err(AbortReason::Commit)
-                        }
+            let outcome = match flushed {
+                Err(r) => Err(r),
+                Ok(positions) => match self
+                    .commit(&c, &positions, &mut positions_lanes, &stop)
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(KafkaError::Fenced { .. }) => Err(AbortReason::Fenced),
+                    Err(e) if outcome_unknown(&e) => {
+                        // Stopping with a commit whose outcome is unknown: the next process
+                        // reads what was committed.
+                        gate.end(txn, Outcome::Aborted, false);
+                        return Err(e);
                     }
-                }
+                    Err(e) => {
+                        tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "transaction commit failed; aborting it");
+                        Err(AbortReason::Commit)
+                    }
+                },
             };
             match outcome {
                 Ok(()) => {
@@ -313,13 +418,28 @@ impl Slot {
                         .transaction_commit_ms
                         .get_or_create(&c.labels)
                         .inc_by(closed_at.elapsed().as_millis() as u64);
-                    self.end(txn, Outcome::Committed, false);
+                    gate.end(txn, Outcome::Committed, false);
                 }
                 Err(reason) => {
                     c.metrics
                         .transactions_aborted
                         .get_or_create(&c.labels.reason(reason.label()))
                         .inc();
+                    if reason == AbortReason::Fenced {
+                        if last_fence.is_some_and(|t| t.elapsed() < FENCED_AGAIN) {
+                            // Another process took this slot's transactional id: what this
+                            // one wrote in the transaction is aborted; it stops writing.
+                            gate.end(txn, Outcome::Aborted, true);
+                            return Err(KafkaError::Fenced {
+                                transactional_id: self
+                                    .producer
+                                    .transaction()
+                                    .map(|t| t.id().to_string())
+                                    .unwrap_or_default(),
+                            });
+                        }
+                        last_fence = Some(Instant::now());
+                    }
                     tracing::warn!(flow = %c.flow, slot = self.index, reason = reason.label(), "transaction aborted; the slot's partitions go back to their last committed positions");
                     // A new epoch aborts the open transaction (whatever its lanes still send
                     // is refused), and sequences start over with new lanes.
@@ -328,14 +448,10 @@ impl Slot {
                         loop {
                             match t.reinit().await {
                                 Ok(_) => break,
-                                Err(e @ KafkaError::Fenced { .. }) => {
-                                    self.end(txn, Outcome::Aborted, true);
-                                    return Err(e);
-                                }
                                 Err(e) => {
                                     tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "re-initialising the transactional id failed; retrying");
                                     if stop.retry_after(&mut attempt).await {
-                                        self.end(txn, Outcome::Aborted, true);
+                                        gate.end(txn, Outcome::Aborted, true);
                                         return Err(e);
                                     }
                                 }
@@ -343,33 +459,21 @@ impl Slot {
                         }
                     }
                     positions_lanes.clear();
-                    self.end(txn, Outcome::Aborted, true);
+                    gate.end(txn, Outcome::Aborted, true);
                 }
             }
         }
     }
 
-    /// Ends transaction `txn`: the next one opens, empty, with the gate open.
-    fn end(&self, txn: u64, outcome: Outcome, new_epoch: bool) {
-        let mut o = self.lock();
-        *o = Open::default();
-        self.phase.send_modify(|p| {
-            p.txn = txn + 1;
-            p.closed = false;
-            p.ended = Some((txn, outcome));
-            if new_epoch {
-                p.epoch += 1;
-            }
-        });
-        drop(o);
-    }
-
-    /// Writes the members' positions in the open transaction and commits it.
+    /// Writes the members' positions in the open transaction and commits it. EndTxn is asked
+    /// again while its outcome is unknown (its answer lost, the coordinator moving): treating
+    /// it as aborted could rewind partitions behind a commit that happened (duplicates).
     async fn commit(
         &self,
         c: &Committer,
         positions: &[(String, i32, i64)],
         lanes: &mut BTreeMap<i32, PartitionLane>,
+        stop: &Shutdown,
     ) -> Result<(), KafkaError> {
         let Some(txn) = self.producer.transaction() else {
             return Ok(());
@@ -391,13 +495,30 @@ impl Slot {
                 let lane = lanes
                     .entry(p)
                     .or_insert_with(|| self.producer.lane(&c.positions_topic, p));
-                lane.send(0, batch).await?;
+                lane.send(0, batch).await.map_err(not_committed)?;
             }
             for lane in lanes.values_mut() {
-                lane.flush().await?;
+                lane.flush().await.map_err(not_committed)?;
             }
         }
-        txn.commit().await
+        let mut attempt = 0;
+        loop {
+            match txn.commit().await {
+                Err(e) if outcome_unknown(&e) && !stop.is_triggered() => {
+                    tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "the commit's outcome is unknown; asking again");
+                    let _ = stop.retry_after(&mut attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// An error before EndTxn was sent: the transaction is certainly not committed.
+fn not_committed(e: KafkaError) -> KafkaError {
+    match e {
+        e @ KafkaError::Fenced { .. } => e,
+        e => KafkaError::Config(format!("writing positions in the transaction failed: {e}")),
     }
 }
 
@@ -416,9 +537,13 @@ pub(super) struct Committer {
     pub(super) labels: FlowLabels,
 }
 
+/// How long a stopping partition waits for the outcome of the transaction it handed its
+/// position to, before it leaves (the next process reads what was committed).
+const LEAVE_AFTER: Duration = Duration::from_secs(10);
+
 /// A partition's place in its slot, for one run of its forwarder.
 pub(super) struct Member {
-    slot: Arc<Slot>,
+    gate: Arc<Gate>,
     key: (String, i32),
     rx: watch::Receiver<Phase>,
     /// The producer epoch this run's lane belongs to.
@@ -433,13 +558,17 @@ impl Member {
         self.joined.is_some()
     }
 
-    /// Waits at the gate before sending `bytes` (0: only the position moves).
-    pub(super) async fn admit(&mut self, bytes: u64) -> Admit {
+    /// Waits at the gate before sending `bytes` (0: only the position moves). `stop`: the
+    /// partition is stopping (waiting then ends with `Leave`, or `Flush` for a member).
+    pub(super) async fn admit(&mut self, bytes: u64, stop: &Shutdown) -> Admit {
         loop {
             {
+                let mut o = self.gate.lock();
+                // Read under the lock the committer closes and ends transactions under, so
+                // the transaction joined is the one open now.
                 let p = *self.rx.borrow_and_update();
                 if p.stopped {
-                    return Admit::Stopped(self.slot.stopped_error());
+                    return Admit::Stopped(self.gate.stopped_error());
                 }
                 if p.epoch != self.epoch {
                     return Admit::Rewind;
@@ -453,20 +582,29 @@ impl Member {
                     // epoch): nothing it sent counts.
                     return Admit::Rewind;
                 } else if !self.flushed {
-                    let mut o = self.slot.lock();
-                    // Checked again under the lock the committer closes the gate under.
-                    if !self.slot.phase.borrow().closed {
-                        o.members.entry(self.key.clone()).or_insert(None);
-                        o.bytes += bytes;
-                        o.opened.get_or_insert_with(Instant::now);
-                        self.joined = Some(p.txn);
-                        return Admit::Go;
+                    o.members.entry(self.key.clone()).or_insert(None);
+                    let first = o.opened.is_none();
+                    o.bytes = o.bytes.saturating_add(bytes);
+                    o.opened.get_or_insert_with(Instant::now);
+                    self.joined = Some(p.txn);
+                    drop(o);
+                    if first {
+                        // The committer sleeps while nothing is open: its interval starts now.
+                        self.gate.wake.notify_one();
                     }
-                    continue;
+                    return Admit::Go;
                 }
             }
-            if self.rx.changed().await.is_err() {
-                return Admit::Rewind;
+            if stop.is_triggered() && self.joined.is_none() {
+                return Admit::Leave;
+            }
+            tokio::select! {
+                changed = self.rx.changed() => {
+                    if changed.is_err() {
+                        return Admit::Rewind;
+                    }
+                }
+                _ = stop.wait(), if !stop.is_triggered() => {}
             }
         }
     }
@@ -478,7 +616,7 @@ impl Member {
             {
                 let p = *self.rx.borrow_and_update();
                 if p.stopped {
-                    return Admit::Stopped(self.slot.stopped_error());
+                    return Admit::Stopped(self.gate.stopped_error());
                 }
                 if p.epoch != self.epoch {
                     return Admit::Rewind;
@@ -495,39 +633,80 @@ impl Member {
 
     /// Hands in the partition's position (everything it sent is acknowledged) and waits for
     /// the transaction's outcome. `hurry`: ask for the commit now rather than at the interval.
-    pub(super) async fn flush(&mut self, position: Option<i64>, hurry: bool) -> Outcome {
+    /// A stopping partition waits at most [`LEAVE_AFTER`] for it.
+    pub(super) async fn flush(
+        &mut self,
+        position: Option<i64>,
+        hurry: bool,
+        stop: &Shutdown,
+    ) -> Outcome {
         let Some(txn) = self.joined else {
             return Outcome::Committed;
         };
         {
-            let mut o = self.slot.lock();
-            if let Some(m) = o.members.get_mut(&self.key) {
-                *m = Some(position);
+            let mut o = self.gate.lock();
+            if self.gate.phase().txn == txn {
+                if let Some(m) = o.members.get_mut(&self.key) {
+                    *m = Some(position);
+                }
+                o.hurry |= hurry;
             }
-            o.hurry |= hurry;
         }
         self.flushed = true;
-        self.slot.wake.notify_one();
+        self.gate.wake.notify_one();
+        let mut leave_at: Option<Instant> = None;
         loop {
+            if let Some(outcome) = self.gate.outcome(txn) {
+                self.joined = None;
+                self.flushed = false;
+                return outcome;
+            }
             let p = *self.rx.borrow_and_update();
-            if p.stopped && p.ended.is_none_or(|(t, _)| t < txn) {
+            if p.stopped || p.txn > txn {
+                // Ended, its outcome no longer kept (or the committer is gone): not known
+                // to be committed.
+                if self.gate.outcome(txn).is_none() {
+                    self.joined = None;
+                    return Outcome::Aborted;
+                }
+                continue;
+            }
+            if stop.is_triggered() && leave_at.is_none() {
+                leave_at = Some(Instant::now() + LEAVE_AFTER);
+            }
+            let wait = leave_at.map_or(Duration::from_secs(3600), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            if leave_at.is_some() && wait.is_zero() {
                 self.joined = None;
                 return Outcome::Aborted;
             }
-            match p.ended {
-                Some((t, outcome)) if t >= txn => {
-                    self.joined = None;
-                    self.flushed = false;
-                    if p.epoch != self.epoch {
+            tokio::select! {
+                changed = self.rx.changed() => {
+                    if changed.is_err() {
+                        self.joined = None;
                         return Outcome::Aborted;
                     }
-                    return outcome;
                 }
-                _ => {}
+                _ = stop.wait(), if !stop.is_triggered() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            if self.rx.changed().await.is_err() {
-                return Outcome::Aborted;
-            }
+        }
+    }
+
+    /// Leaves the open transaction without dooming it: nothing this partition did reached it
+    /// (its lane belonged to an earlier epoch).
+    pub(super) fn forget(&mut self) {
+        self.joined = None;
+    }
+
+    /// This partition's lane was fenced by a newer epoch of the slot's id, not the slot's own:
+    /// the open transaction is dead (the committer counts the fence).
+    pub(super) fn fenced(&mut self) {
+        if let Some(txn) = self.joined.take() {
+            self.gate.doom(txn, AbortReason::Fenced);
+        } else {
+            self.gate.doom(self.gate.phase().txn, AbortReason::Fenced);
         }
     }
 }
@@ -537,8 +716,8 @@ impl Drop for Member {
         // A partition that leaves with data in the open transaction and without handing in its
         // position: what it sent may be half there, so the transaction cannot be committed.
         if let Some(txn) = self.joined {
-            if !self.flushed && self.slot.phase().txn == txn {
-                self.slot.doom(AbortReason::Failed);
+            if !self.flushed {
+                self.gate.doom(txn, AbortReason::Failed);
             }
         }
     }
@@ -597,5 +776,196 @@ mod tests {
         o.members.insert(("u".into(), 0), Some(Some(7)));
         assert!(o.all_flushed());
         assert_eq!(o.positions().len(), 2);
+    }
+
+    fn key(topic: &str, partition: i32) -> (String, i32) {
+        (topic.to_string(), partition)
+    }
+
+    /// Plays the committer: closes the gate, waits until every member flushed, ends the
+    /// transaction with `outcome`; returns the positions handed in.
+    async fn commit(gate: &Gate, outcome: Outcome) -> Vec<(String, i32, i64)> {
+        let txn = gate.close();
+        loop {
+            match gate.flushed(false) {
+                Ok(Some(p)) => {
+                    gate.end(txn, outcome, outcome == Outcome::Aborted);
+                    return p;
+                }
+                Ok(None) => tokio::task::yield_now().await,
+                Err(r) => panic!("doomed: {r:?}"),
+            }
+        }
+    }
+
+    async fn pending<F: std::future::Future>(f: F) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), f)
+            .await
+            .is_err()
+    }
+
+    #[tokio::test]
+    async fn a_member_hands_in_its_position_and_learns_the_commit() {
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        let mut m = gate.member("t", 0);
+        assert!(matches!(m.admit(100, &stop).await, Admit::Go));
+        assert!(
+            gate.due(Duration::from_secs(60), 100).is_ok(),
+            "size reached"
+        );
+        assert!(
+            pending(m.ending()).await,
+            "nothing ends while the gate is open"
+        );
+        let committer = {
+            let gate = gate.clone();
+            tokio::spawn(async move { commit(&gate, Outcome::Committed).await })
+        };
+        assert!(matches!(m.ending().await, Admit::Flush));
+        assert_eq!(m.flush(Some(41), false, &stop).await, Outcome::Committed);
+        assert_eq!(committer.await.unwrap(), vec![("t".to_string(), 0, 41)]);
+        assert!(!m.joined());
+        // The next send joins the next transaction.
+        assert!(matches!(m.admit(1, &stop).await, Admit::Go));
+        assert_eq!(m.joined, Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_closed_gate_holds_newcomers_until_the_transaction_ends() {
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        let mut a = gate.member("t", 0);
+        let mut b = gate.member("t", 1);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        let txn = gate.close();
+        assert!(
+            pending(b.admit(1, &stop)).await,
+            "b sent into a closing transaction"
+        );
+        assert_eq!(gate.flushed(false), Ok(None), "a has not flushed");
+        let flushing = tokio::spawn(async move {
+            let stop = Shutdown::default();
+            a.flush(None, false, &stop).await
+        });
+        while gate.flushed(false) == Ok(None) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.flushed(false), Ok(Some(vec![])), "a moved nothing");
+        gate.end(txn, Outcome::Committed, false);
+        assert_eq!(flushing.await.unwrap(), Outcome::Committed);
+        assert!(matches!(b.admit(1, &stop).await, Admit::Go));
+        assert_eq!(b.joined, Some(txn + 1), "b is in the next transaction");
+        assert!(gate.lock().members.contains_key(&key("t", 1)));
+    }
+
+    #[tokio::test]
+    async fn a_member_dropped_with_data_dooms_the_transaction_and_the_abort_rewinds_the_slot() {
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        let mut a = gate.member("t", 0);
+        let mut b = gate.member("t", 1);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        assert!(matches!(b.admit(1, &stop).await, Admit::Go));
+        drop(a);
+        assert_eq!(gate.flushed(false), Err(AbortReason::Failed));
+        assert!(
+            gate.phase().closed,
+            "nobody sends into a doomed transaction"
+        );
+        // b, waiting for the outcome of its flush, learns the abort.
+        let txn = gate.phase().txn;
+        let waiting = tokio::spawn(async move {
+            let stop = Shutdown::default();
+            let outcome = b.flush(Some(7), false, &stop).await;
+            (outcome, b)
+        });
+        tokio::task::yield_now().await;
+        gate.end(txn, Outcome::Aborted, true);
+        let (outcome, mut b) = waiting.await.unwrap();
+        assert_eq!(outcome, Outcome::Aborted);
+        assert!(
+            matches!(b.admit(1, &stop).await, Admit::Rewind),
+            "a new epoch: new lanes"
+        );
+        let mut c = gate.member("t", 2);
+        assert!(
+            matches!(c.admit(1, &stop).await, Admit::Go),
+            "a member of the new epoch sends"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_is_known_as_such_even_after_a_later_abort() {
+        // The member reads its own transaction's outcome, not the latest one's.
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        let mut a = gate.member("t", 0);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        let txn = gate.close();
+        {
+            let mut o = gate.lock();
+            *o.members.get_mut(&key("t", 0)).unwrap() = Some(Some(3));
+        }
+        a.flushed = true;
+        gate.end(txn, Outcome::Committed, false);
+        let mut other = gate.member("t", 1);
+        assert!(matches!(other.admit(1, &stop).await, Admit::Go));
+        drop(other);
+        gate.end(txn + 1, Outcome::Aborted, true);
+        assert_eq!(a.flush(Some(3), false, &stop).await, Outcome::Committed);
+    }
+
+    #[tokio::test]
+    async fn leaving_late_or_after_flushing_dooms_nothing() {
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        // A member of an ended transaction that drops does not doom the next one.
+        let mut a = gate.member("t", 0);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        let txn = gate.close();
+        gate.end(txn, Outcome::Aborted, false);
+        drop(a);
+        assert_eq!(gate.lock().doomed, None);
+        // A stale member leaves the transaction it never wrote in.
+        let mut b = gate.member("t", 1);
+        assert!(matches!(b.admit(1, &stop).await, Admit::Go));
+        b.forget();
+        drop(b);
+        assert_eq!(gate.lock().doomed, None);
+        // A stopping partition that is not in the closing transaction leaves the gate.
+        let mut c = gate.member("t", 2);
+        assert!(matches!(c.admit(1, &stop).await, Admit::Go));
+        gate.close();
+        let mut d = gate.member("t", 3);
+        stop.trigger();
+        assert!(matches!(d.admit(1, &stop).await, Admit::Leave));
+        // A lane fenced from outside dooms the open transaction as fenced.
+        c.fenced();
+        assert_eq!(gate.flushed(false), Err(AbortReason::Fenced));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_committer_releases_every_waiting_member() {
+        let gate = Arc::new(Gate::new(3));
+        let stop = Shutdown::default();
+        let mut a = gate.member("t", 0);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        gate.close();
+        let mut b = gate.member("t", 1);
+        let waiting = tokio::spawn(async move {
+            let stop = Shutdown::default();
+            b.admit(1, &stop).await
+        });
+        tokio::task::yield_now().await;
+        gate.stop("fenced".into());
+        match waiting.await.unwrap() {
+            Admit::Stopped(e) => assert!(
+                e.to_string().contains("slot 3 stopped committing: fenced"),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.flush(None, false, &stop).await, Outcome::Aborted);
     }
 }
