@@ -903,6 +903,15 @@ impl Mm2 {
             .unwrap_or_default()
     }
 
+    /// Kills MM2 with SIGKILL: a crash, its open transactions and unflushed offsets left
+    /// behind.
+    pub fn kill_9(&self) {
+        if let Ok(pid) = std::fs::read_to_string(run_root().join(&self.name).join("mm2.pid")) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Stops MM2 with SIGTERM (Connect commits source offsets as its tasks stop), waiting for
     /// it to exit.
     pub fn stop(&self) {
