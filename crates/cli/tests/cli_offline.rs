@@ -80,7 +80,7 @@ fn exactly_once_is_shown_with_its_slots_ids_and_acls() {
         out.contains("off: exactly.once.source.support = preparing"),
         "{out}"
     );
-    // `required` is met now; turning sharing on is refused until slots are shared.
+    // `required` is met now; sharing divides the slots.
     std::fs::write(&f, format!("{base}A->B.exactly.once.support = required\n")).unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
     let (out, err) = text(&o);
@@ -88,11 +88,19 @@ fn exactly_once_is_shown_with_its_slots_ids_and_acls() {
     assert!(out.contains("exactly-once   on:"), "{out}");
     std::fs::write(&f, format!("{base}kmirror.sharing.enabled = true\n")).unwrap();
     let o = kmirror(&["plan", f.to_str().unwrap()]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(3), "{err}");
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("exactly-once flows are served by one process"),
-        "{err}"
+        out.contains("serves a share of the 12 exactly-once slots"),
+        "{out}"
+    );
+    std::fs::write(&f, format!("{base}kmirror.sharing.enabled = false\n")).unwrap();
+    let o = kmirror(&["plan", f.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        out.contains("off: this process holds every exactly-once slot"),
+        "{out}"
     );
 }
 

@@ -8,8 +8,7 @@
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
-use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
-use kmirror_kafka::IsolationLevel;
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_testkit::{read_partition, Cluster, KillOnDrop, Security};
 use std::collections::HashSet;
 use std::path::Path;
@@ -68,33 +67,11 @@ async fn produce(a: Arc<KafkaCluster>, stop: Arc<AtomicBool>, written: Arc<Atomi
 
 /// The values a read_committed consumer sees in one partition, in order.
 async fn read_committed(k: &KafkaCluster, topic: &str, partition: i32) -> Vec<Bytes> {
-    let mut values = Vec::new();
-    let mut offset = 0;
-    for _ in 0..100_000 {
-        let Ok(f) = k
-            .fetch(
-                topic,
-                partition,
-                offset,
-                1 << 20,
-                Duration::from_millis(20),
-                IsolationLevel::ReadCommitted,
-            )
-            .await
-        else {
-            return Vec::new();
-        };
-        for b in f.committed_batches() {
-            values.extend(decode_batch(b).unwrap().into_iter().filter_map(|r| r.value));
-        }
-        match f.batches.last() {
-            Some(last) if last.last_offset() + 1 < f.last_stable_offset => {
-                offset = last.last_offset() + 1
-            }
-            _ => break,
-        }
-    }
-    values
+    kmirror_testkit::read_committed(k, topic, partition)
+        .await
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect()
 }
 
 /// Source records, records a read_committed reader sees on the target, missing ones,
@@ -159,8 +136,10 @@ async fn exactly_once_survives_kill_9_sigstop_and_a_target_restart() {
     let _ = a.refresh_metadata(None).await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mm2.properties");
-    // A short transaction timeout and session: a killed process's open transactions are
-    // aborted by the next one's fence at once, and the SIGSTOP outlasts the timeout.
+    // A short transaction timeout: a killed process's open transactions are aborted by the next
+    // one's fence at once, and the SIGSTOP outlasts the timeout. One process holds every slot
+    // (no group), so each restart fences at once instead of waiting for the killed member's
+    // session to expire; real_kafka_eos_sharing kills a member of a shared flow.
     std::fs::write(
         &config,
         format!(
@@ -169,7 +148,7 @@ async fn exactly_once_survives_kill_9_sigstop_and_a_target_restart() {
              heartbeats.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
              offset-syncs.topic.replication.factor = 1\n\
              B.exactly.once.source.support = enabled\ntasks.max = 3\n\
-             B.producer.transaction.timeout.ms = 6000\n",
+             B.producer.transaction.timeout.ms = 6000\nkmirror.sharing.enabled = false\n",
             ca.bootstrap(),
             cb.bootstrap()
         ),

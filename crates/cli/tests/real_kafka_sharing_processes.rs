@@ -12,9 +12,9 @@ use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_testkit::{
-    eventually, logged_metrics_address, read_partition, Cluster, KillOnDrop, Security,
+    eventually, logged_metrics_address, read_partition, scrape_metrics, Cluster, KillOnDrop,
+    Security,
 };
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,18 +24,9 @@ use std::time::{Duration, Instant};
 const PARTITIONS: i32 = 24;
 const SESSION: Duration = Duration::from_secs(6);
 
-fn metrics(address: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(address).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(text.split_once("\r\n\r\n")?.1.to_string())
-}
-
 /// A process's share, or None while it does not answer (paused, or gone).
 fn share(address: &str) -> Option<i64> {
-    metrics(address).map(|m| {
+    scrape_metrics(address).map(|m| {
         kmirror_mirror::metrics::sum_samples(&m, "kmirror_assigned_partitions", &[]) as i64
     })
 }

@@ -19,8 +19,8 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ApiKey, CreateAclsRequest, CreatePartitionsRequest, DeleteAclsRequest, DescribeAclsRequest,
     DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, GroupId,
-    IncrementalAlterConfigsRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest,
-    TopicName,
+    IncrementalAlterConfigsRequest, ListGroupsRequest, ListTransactionsRequest,
+    OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
@@ -403,6 +403,36 @@ impl KafkaCluster {
                     .iter()
                     .map(|g| (g.group_id.0.to_string(), g.protocol_type.to_string())),
             );
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// The transactions of the given states (`Ongoing`, `PrepareCommit`, ...) every broker
+    /// coordinates, as (transactional id, producer id, state); all states if empty. Needs
+    /// Kafka 3.0+ (KIP-664) and DESCRIBE on the transactional ids listed.
+    pub async fn list_transactions(&self, states: &[&str]) -> Result<Vec<(String, i64, String)>> {
+        let mut out = Vec::new();
+        for id in self.metadata().brokers.keys().copied().collect::<Vec<_>>() {
+            let conn = self.broker(id).await?;
+            let req = ListTransactionsRequest::default()
+                .with_state_filters(
+                    states
+                        .iter()
+                        .map(|s| StrBytes::from_string(s.to_string()))
+                        .collect(),
+                )
+                .with_duration_filter(-1);
+            let resp = conn.send(&req).await?;
+            check(&conn, ApiKey::ListTransactions, resp.error_code, None)?;
+            out.extend(resp.transaction_states.iter().map(|t| {
+                (
+                    t.transactional_id.0.to_string(),
+                    t.producer_id.0,
+                    t.transaction_state.to_string(),
+                )
+            }));
         }
         out.sort();
         out.dedup();

@@ -147,6 +147,10 @@ pub struct Metrics {
     pub transactions_committed: Family<FlowLabels, Counter>,
     pub transactions_aborted: Family<ReasonLabels, Counter>,
     pub transaction_commit_ms: Family<FlowLabels, Counter>,
+    /// Exactly-once: the slots (transactional ids) this process holds.
+    pub exactly_once_slots: Family<FlowLabels, Gauge>,
+    /// Exactly-once: transactional ids above the slot count whose open transaction was aborted.
+    pub orphans_fenced: Family<FlowLabels, Counter>,
     pub group_offsets_synced: Family<FlowLabels, Counter>,
     pub configs_synced: Family<FlowLabels, Counter>,
     pub acls_created: Family<FlowLabels, Counter>,
@@ -223,6 +227,8 @@ impl Metrics {
             checkpoints: Family::default(),
             checkpoint_translations: Family::default(),
             transactions_committed: Family::default(),
+            exactly_once_slots: Family::default(),
+            orphans_fenced: Family::default(),
             transactions_aborted: Family::default(),
             transaction_commit_ms: Family::default(),
             group_offsets_synced: Family::default(),
@@ -323,6 +329,16 @@ impl Metrics {
             "transactions_committed",
             "Exactly-once transactions committed (data and positions together)",
             m.transactions_committed.clone(),
+        );
+        registry.register(
+            "exactly_once_slots",
+            "Exactly-once slots (transactional ids, each with its partitions) this process holds",
+            m.exactly_once_slots.clone(),
+        );
+        registry.register(
+            "exactly_once_orphans_fenced",
+            "Open transactions of transactional ids no exactly-once slot has (above the slot count) that the flow's leader aborted",
+            m.orphans_fenced.clone(),
         );
         registry.register(
             "transactions_aborted",
@@ -436,7 +452,7 @@ impl Metrics {
         );
         registry.register(
             "assigned_partitions",
-            "Source partitions the flow's group assigned to this process (sharing)",
+            "Source partitions the flow's group assigned to this process (sharing; exactly-once flows: slots)",
             m.assigned_partitions.clone(),
         );
         registry.register(

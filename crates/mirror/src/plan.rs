@@ -367,14 +367,22 @@ impl Plan {
                     o,
                     "  sharing        {}",
                     if f.sharing.enabled {
+                        let share = if f.exactly_once != ExactlyOnce::Disabled {
+                            format!(
+                                "a share of the {} exactly-once slots (each with its partitions)",
+                                f.transactions.slots
+                            )
+                        } else {
+                            "a share of the partitions".to_string()
+                        };
                         format!(
-                            "group {} on {} (session timeout {} s): every process started with this configuration serves a share of the partitions; the group's leader also does the periodic work",
+                            "group {} on {} (session timeout {} s): every process started with this configuration serves {share}; the group's leader also does the periodic work",
                             f.sharing.group_id,
                             f.id.target,
                             f.sharing.session_timeout.as_secs()
                         )
                     } else if f.exactly_once != ExactlyOnce::Disabled {
-                        "off: exactly-once flows are served by one process in this version (a second one fences the first, which stops)".into()
+                        "off: this process holds every exactly-once slot (a second process started with this configuration fences the first, which stops)".into()
                     } else {
                         "off: this process serves every partition (start only one per flow)".into()
                     }

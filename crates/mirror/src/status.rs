@@ -65,6 +65,18 @@ pub struct FlowStatus {
     /// them (every member is sent the whole list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
+    /// Exactly-once (docs/engine.md#exactly-once): the slots this process holds (with sharing,
+    /// the group's shares above count slots too), and its transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exactly_once_slots: Option<i64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transactions_committed: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transactions_aborted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One process sharing a flow: its share as the leader's assignment describes it.
@@ -133,6 +145,9 @@ pub fn flows(text: &str) -> Vec<FlowStatus> {
             "kmirror_assigned_partitions" => f.assigned_partitions = Some(v as i64),
             "kmirror_group_leader" => f.group_leader = Some(v >= 1.0),
             "kmirror_group_members" if v >= 1.0 => f.group_members = Some(v as i64),
+            "kmirror_exactly_once_slots" => f.exactly_once_slots = Some(v as i64),
+            "kmirror_transactions_committed_total" => f.transactions_committed += v as u64,
+            "kmirror_transactions_aborted_total" => f.transactions_aborted += v as u64,
             _ => {}
         }
     }
@@ -307,6 +322,13 @@ pub fn render(s: &Status) -> String {
                 .collect();
             let _ = writeln!(o, "  processes: {}", members.join(", "));
         }
+        if let Some(slots) = f.exactly_once_slots {
+            let _ = writeln!(
+                o,
+                "  exactly-once: this process holds {slots} slot(s) (shares above count slots); transactions committed {}, aborted {}",
+                f.transactions_committed, f.transactions_aborted
+            );
+        }
     }
     o
 }
@@ -379,6 +401,38 @@ mod tests {
         assert!(text.contains("lag 500 records"), "{text}");
         assert!(text.contains("eta 5 s"), "{text}");
         assert!(!text.contains("this process"), "not shared: {text}");
+    }
+
+    #[test]
+    fn an_exactly_once_flow_shows_its_slots_and_transactions() {
+        let text = "kmirror_flow_connected{source=\"A\",target=\"B\"} 1\n\
+            kmirror_exactly_once_slots{source=\"A\",target=\"B\"} 4\n\
+            kmirror_transactions_committed_total{source=\"A\",target=\"B\"} 120\n\
+            kmirror_transactions_aborted_total{source=\"A\",target=\"B\",reason=\"failed\"} 2\n\
+            kmirror_transactions_aborted_total{source=\"A\",target=\"B\",reason=\"fenced\"} 1\n";
+        let f = &flows(text)[0];
+        assert_eq!(
+            (
+                f.exactly_once_slots,
+                f.transactions_committed,
+                f.transactions_aborted
+            ),
+            (Some(4), 120, 3)
+        );
+        let out = render(&Status {
+            ready: true,
+            flows: flows(text),
+            ..Status::default()
+        });
+        assert!(
+            out.contains("exactly-once: this process holds 4 slot(s) (shares above count slots); transactions committed 120, aborted 3"),
+            "{out}"
+        );
+        assert!(!render(&Status {
+            flows: flows(TEXT),
+            ..Status::default()
+        })
+        .contains("exactly-once"));
     }
 
     #[test]

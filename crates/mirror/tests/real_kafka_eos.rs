@@ -35,6 +35,19 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// Where a read_committed reader of `orphaned-0` stops (0 while the orphan's transaction is
+/// open).
+async fn stable_end(b: &KafkaCluster) -> i64 {
+    b.list_offset(
+        "orphaned",
+        0,
+        kmirror_kafka::cluster::LATEST,
+        IsolationLevel::ReadCommitted,
+    )
+    .await
+    .unwrap()
+}
+
 /// Writes records `first..first+n` of every partition of `topic`, `per_batch` to a batch.
 async fn produce(k: &KafkaCluster, topic: &str, first: i64, n: i64, per_batch: i64) {
     for p in 0..PARTITIONS {
@@ -163,14 +176,14 @@ async fn exactly_once_copies_every_record_once_through_aborts_and_restarts() {
          heartbeats.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
          offset-syncs.topic.replication.factor = 1\n\
          B.exactly.once.source.support = enabled\ntasks.max = 4\n\
-         B.producer.transaction.timeout.ms = 6000\n",
+         B.producer.transaction.timeout.ms = 6000\nkmirror.sharing.enabled = false\n",
         ca.bootstrap(),
         cb.bootstrap()
     ));
     assert_eq!(config.flows[0].transactions.slots, 4);
     assert!(
         !config.flows[0].sharing.enabled,
-        "exactly-once flows are served by one process"
+        "one process holds every slot"
     );
     let a = KafkaCluster::connect(config.flows[0].clients.source_admin.clone())
         .await
@@ -179,8 +192,64 @@ async fn exactly_once_copies_every_record_once_through_aborts_and_restarts() {
         .await
         .unwrap();
     produce(&a, "orders", 0, 200, 10).await;
+    // An orphan: an id of the flow above its 4 slots (as a MirrorMaker 2 with tasks.max = 8
+    // killed mid-transaction leaves), its transaction open with a minute to live.
+    b.create_topics(
+        &[kmirror_kafka::cluster::NewTopic {
+            name: "orphaned".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let _ = b.refresh_metadata(None).await;
+    let orphan = kmirror_kafka::producer::IdempotentProducer::transactional(
+        Arc::new(
+            KafkaCluster::connect(config.flows[0].clients.target_admin.clone())
+                .await
+                .unwrap(),
+        ),
+        "A-mm2-MirrorSourceConnector-7",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let mut lane = orphan.lane("orphaned", 0);
+    let record = Record {
+        offset: 0,
+        timestamp: now_ms(),
+        key: None,
+        value: Some(Bytes::from_static(b"left open")),
+        headers: vec![],
+    };
+    lane.send(
+        0,
+        encode_batch(&[record], &BatchOptions::default()).unwrap(),
+    )
+    .await
+    .unwrap();
+    lane.flush().await.unwrap();
+    assert_eq!(stable_end(&b).await, 0, "the orphan's transaction is open");
+    let t0 = std::time::Instant::now();
 
     let (shutdown, metrics, task) = start(&config);
+    eventually(
+        20,
+        "the orphan's transaction aborted by the flow's leader",
+        || async { stable_end(&b).await > 0 },
+    )
+    .await;
+    eprintln!(
+        "an orphan id's open transaction aborted {:.1} s after the flow started",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        metrics.sum("kmirror_exactly_once_orphans_fenced_total", &[]),
+        1.0
+    );
     eventually(90, "the first 200 records of each partition copied", || {
         all_copied(&b, 200)
     })

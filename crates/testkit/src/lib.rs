@@ -947,6 +947,43 @@ pub fn shared_pair() -> &'static (Cluster, Cluster) {
     })
 }
 
+/// The records a read_committed consumer sees in one partition, in order, from its start to
+/// its last stable offset (aborted transactions and control records left out). Empty if the
+/// partition cannot be read (yet).
+pub async fn read_committed(
+    k: &kmirror_kafka::cluster::KafkaCluster,
+    topic: &str,
+    partition: i32,
+) -> Vec<kmirror_kafka::records::Record> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for _ in 0..100_000 {
+        let Ok(f) = k
+            .fetch(
+                topic,
+                partition,
+                offset,
+                1 << 20,
+                Duration::from_millis(20),
+                kmirror_kafka::IsolationLevel::ReadCommitted,
+            )
+            .await
+        else {
+            return Vec::new();
+        };
+        for b in f.committed_batches() {
+            out.extend(kmirror_kafka::records::decode_batch(b).expect("decodable"));
+        }
+        match f.batches.last() {
+            Some(last) if last.last_offset() + 1 < f.last_stable_offset => {
+                offset = last.last_offset() + 1
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
 /// Every record of a partition (control batches left out), with the codec of its batch.
 pub async fn read_partition(
     k: &kmirror_kafka::cluster::KafkaCluster,
@@ -1070,6 +1107,18 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The Prometheus text a `kmirror` serves at `address`, or None while it does not answer
+/// (paused, gone, starting).
+pub fn scrape_metrics(address: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_string())
 }
 
 /// The metrics address a `kmirror` started with `--log-format json --metrics-address ...:0`

@@ -213,24 +213,6 @@ pub fn build(
         }
         _ => ExactlyOnce::Disabled,
     };
-    // Exactly-once flows are served by one process until slots are shared through the flow's
-    // group (docs/plans/exactly-once.md, step 6): sharing defaults to off for them, and turning
-    // it on explicitly is refused rather than mixing partition ownership with slot fencing.
-    let mut sharing = sharing;
-    if exactly_once != ExactlyOnce::Disabled {
-        match r.get("kmirror.sharing.enabled") {
-            Some(v) if v.value.trim().eq_ignore_ascii_case("true") => {
-                let origin = v.origin.clone();
-                r.diags.error(
-                    Some(&origin),
-                    Some("true"),
-                    format!("flow {id} is exactly-once, and exactly-once flows are served by one process in this version (sharing them between processes is not built yet): remove kmirror.sharing.enabled or set it to false"),
-                );
-            }
-            _ => {}
-        }
-        sharing.enabled = false;
-    }
 
     // Clients.
     let src_hint = format!("{}.bootstrap.servers", id.source);

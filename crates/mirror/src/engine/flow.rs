@@ -7,11 +7,13 @@
 use super::checkpoints::CheckpointTask;
 use super::heartbeats;
 use super::offset_syncs::{self, Outbox};
+use super::orphans::Orphans;
 use super::partition::{Context, PartitionTask, Stopped};
 use super::positions::{self, Board, Writer};
 use super::remote_topics::{self, Ensured};
-use super::sharing::{self, Event, Membership, Shared};
-use super::slots::{Committer, Slot};
+use super::sharing::{self, assign, Event, Membership, Shared};
+use super::slot_keeper::SlotKeeper;
+use super::slots::Committer;
 use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{ExactlyOnce, FlowConfig, Side};
@@ -221,11 +223,16 @@ async fn replicate(
     let shared = flow.sharing.enabled.then(|| {
         let settings =
             sharing::assign::settings_digest(&serde_json::to_value(flow).unwrap_or_default());
-        Arc::new(Shared::new(
+        let shared = Shared::new(
             settings,
             flow.sharing.session_timeout,
             flow.sharing.rebalance_timeout,
-        ))
+        );
+        // Exactly-once: the group assigns slots (transactional ids), each with its partitions.
+        Arc::new(match flow.exactly_once {
+            ExactlyOnce::Disabled => shared,
+            _ => shared.with_slots(),
+        })
     });
     let board = Arc::new(Board::default());
     let runs = Arc::new(Mutex::new(Runs::default()));
@@ -289,35 +296,15 @@ async fn replicate(
         }
         _ => None,
     };
-    // Exactly-once: the slots' transactional producers (their InitProducerId fences whoever
-    // held the ids before, a killed kmirror or MM2, and aborts what it left open), and one
-    // committer per slot. A committer that ends with an error stops the flow.
-    let slots_stop = Shutdown::default();
-    let slots_failed = Shutdown::default();
-    let slots_failure: Arc<Mutex<Option<String>>> = Arc::default();
-    let mut committers = Vec::new();
-    let slots = if flow.exactly_once != ExactlyOnce::Disabled {
+    // Exactly-once: the slots this process holds, each a transactional producer (its
+    // InitProducerId fences whoever held the id before, a killed kmirror or MM2, and aborts what
+    // it left open) with a committer. With sharing the group assigns them; alone, this process
+    // takes them all before it starts any partition. A slot that fails stops the flow.
+    let slots = (flow.exactly_once != ExactlyOnce::Disabled).then(|| {
         let t = &flow.transactions;
-        let mut slots = Vec::new();
-        for i in 0..t.slots {
-            let id = format!("{}{i}", t.transactional_id_prefix);
-            let mut attempt = 0;
-            let producer = loop {
-                match IdempotentProducer::transactional(target.clone(), &id, t.timeout).await {
-                    Ok(p) => break p,
-                    Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                        tracing::warn!(flow = %name, transactional_id = %id, error = %e, "initialising the transactional id failed; retrying");
-                        if shutdown.retry_after(&mut attempt).await {
-                            return Ok(());
-                        }
-                    }
-                    Err(e) => return Err(k(e)),
-                }
-            };
-            slots.push(Arc::new(Slot::new(i, producer)));
-        }
-        tracing::info!(flow = %name, slots = t.slots, ids = %t.id_range(), interval_ms = t.interval.as_millis() as u64, "exactly-once: data and positions are committed together");
+        tracing::info!(flow = %name, slots = t.slots, ids = %t.id_range(), interval_ms = t.interval.as_millis() as u64, shared = shared.is_some(), "exactly-once: data and positions are committed together");
         let committer = Committer {
+            lease: shared.clone(),
             flow: name.clone(),
             interval: t.interval,
             max_bytes: t.max_bytes,
@@ -329,29 +316,14 @@ async fn replicate(
             metrics: metrics.clone(),
             labels: labels.clone(),
         };
-        for slot in &slots {
-            let (slot, c, stop) = (slot.clone(), committer.clone(), slots_stop.clone());
-            let (failed, failure) = (slots_failed.clone(), slots_failure.clone());
-            committers.push(helpers.spawn("transactions", &name, async move {
-                if let Err(e) = slot.run(c, stop).await {
-                    let reason = match e {
-                        KafkaError::Fenced { transactional_id } => format!("another kmirror or MirrorMaker 2 process took over the transactional id '{transactional_id}' of this exactly-once flow; only one process may serve it in this version"),
-                        e => format!("exactly-once transactions failed: {e}"),
-                    };
-                    failure
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(reason);
-                    failed.trigger();
-                }
-            }));
-        }
-        Some(Arc::new(slots))
-    } else {
-        None
+        SlotKeeper::new(t, committer, helpers.clone())
+    });
+    let (slots_failed, slots_failure) = match &slots {
+        Some(k) => (k.failed.clone(), k.failure.clone()),
+        None => (Shutdown::default(), Arc::default()),
     };
     let ctx = Arc::new(Context {
-        slots,
+        slots: slots.as_ref().map(|k| k.table.clone()),
         lease: shared.clone(),
         flow: flow.clone(),
         source: source.clone(),
@@ -412,6 +384,26 @@ async fn replicate(
             }),
         )
     });
+    // Exactly-once: the leader aborts what ids above the slot count left open.
+    let orphans = (flow.exactly_once != ExactlyOnce::Disabled).then(|| {
+        let t = &flow.transactions;
+        let task = Orphans {
+            flow: name.clone(),
+            target: target.clone(),
+            prefix: t.transactional_id_prefix.clone(),
+            slots: t.slots,
+            timeout: t.timeout,
+            metrics: metrics.clone(),
+            labels: labels.clone(),
+        };
+        helpers.spawn(
+            "orphan transactions",
+            &name,
+            sharing::while_leader(leader.clone(), sync_stop.clone(), move |s| {
+                task.clone().run(s)
+            }),
+        )
+    });
     let mut control = Control {
         ctx,
         replicated,
@@ -430,7 +422,25 @@ async fn replicate(
             shared,
             partitions: BTreeSet::new(),
         }),
+        slots,
+        shutdown: shutdown.clone(),
     };
+    if control.sharing.is_none() {
+        if let Some(k) = &mut control.slots {
+            let mut all = true;
+            for i in 0..k.table.count() {
+                if !k.acquire(i, shutdown).await {
+                    all = false;
+                    break;
+                }
+            }
+            // Read again now that every id is fenced: a commit the last holder had sent just
+            // before it died completes during the fence, after the positions read at setup.
+            if all {
+                control.load_positions(|_| true).await;
+            }
+        }
+    }
     // With sharing, the first topic refresh only finds the flow's partitions (nothing is
     // assigned yet); then this process joins the flow's group.
     let (events_tx, mut events) = mpsc::channel::<Event>(1);
@@ -539,11 +549,13 @@ async fn replicate(
     if let Some(t) = topic_sync {
         let _ = t.await;
     }
+    if let Some(t) = orphans {
+        let _ = t.await;
+    }
     control.stop_all().await;
     // After the partitions: their last commit (what they handed in while stopping) comes first.
-    slots_stop.trigger();
-    for c in committers {
-        let _ = c.await;
+    if let Some(k) = &mut control.slots {
+        k.release_all().await;
     }
     // Leaves the group once every partition is drained and its position stored: the others
     // take over at once, from those positions.
@@ -643,8 +655,12 @@ struct Control {
     /// topic may have no partition in this process).
     announced: HashMap<String, i32>,
     /// With sharing: what the membership shares, and the partitions assigned to this process
-    /// (only those are started).
+    /// (only those are started); the slots assigned, for exactly-once flows.
     sharing: Option<Assigned>,
+    /// Exactly-once: the slots held (only their partitions are started).
+    slots: Option<SlotKeeper>,
+    /// The flow's shutdown (taking a slot retries until it).
+    shutdown: Shutdown,
 }
 
 /// With sharing: what the membership and the control loop share, and the partitions assigned
@@ -828,19 +844,30 @@ impl Control {
                 if self.running.contains_key(&key) {
                     continue;
                 }
-                if let Some(a) = &self.sharing {
-                    if !a.partitions.contains(&key) {
-                        continue;
-                    }
+                let here = match (&self.slots, &self.sharing) {
+                    (Some(k), _) => k.table.owns(&key.0, key.1),
+                    (None, Some(a)) => a.partitions.contains(&key),
+                    (None, None) => true,
+                };
+                if !here {
+                    continue;
                 }
                 self.start(key, remote.clone());
             }
         }
-        if let Some(a) = &self.sharing {
-            // A topic missing from one metadata answer is not gone yet (see above): its
-            // partitions stay where they are rather than being revoked and given back.
-            eligible.extend(a.shared.eligible_of(&self.missing));
-            a.shared.set_eligible(eligible);
+        match (&self.sharing, &self.slots) {
+            // Exactly-once: the group shares the slots, always all of them; a new partition
+            // starts wherever its slot is held, without a rebalance.
+            (Some(a), Some(k)) => a
+                .shared
+                .set_eligible((0..k.table.count()).map(assign::slot_key).collect()),
+            (Some(a), None) => {
+                // A topic missing from one metadata answer is not gone yet (see above): its
+                // partitions stay where they are rather than being revoked and given back.
+                eligible.extend(a.shared.eligible_of(&self.missing));
+                a.shared.set_eligible(eligible);
+            }
+            (None, _) => {}
         }
         self.ctx
             .metrics
@@ -950,6 +977,9 @@ impl Control {
     /// then rejoins and their next owner starts where this process stopped); the new ones are
     /// started from the positions stored now (their previous owner stored them last).
     async fn apply(&mut self, partitions: BTreeSet<(String, i32)>) {
+        if self.slots.is_some() {
+            return self.apply_slots(partitions).await;
+        }
         let Some(a) = &mut self.sharing else {
             return;
         };
@@ -968,7 +998,7 @@ impl Control {
             self.stored.retain(|k, _| !revoked.contains(k));
         }
         if !added.is_empty() {
-            self.load_positions(&added).await;
+            self.load_positions(|k| added.contains(k)).await;
             // The leader may know topics or partitions this process's last refresh did not.
             let (source, target) = (&self.ctx.source, &self.ctx.target);
             let md = source.metadata();
@@ -985,16 +1015,82 @@ impl Control {
         self.reconcile().await;
     }
 
+    /// Exactly-once: serves exactly the slots `keys` name from now on. A slot given up: its
+    /// partitions stop (handing in their positions), then its committer commits them and ends,
+    /// before the membership answers. A slot taken: its id is fenced first, then its
+    /// partitions' positions are read (final now: the last holder can no longer commit) and its
+    /// partitions start (docs/sharing.md, "Exactly-once").
+    async fn apply_slots(&mut self, keys: BTreeSet<(String, i32)>) {
+        let (Some(a), Some(k)) = (&mut self.sharing, &self.slots) else {
+            return;
+        };
+        let table = k.table.clone();
+        let shared = a.shared.clone();
+        let before = std::mem::replace(&mut a.partitions, keys.clone());
+        let revoked: BTreeSet<u32> = before
+            .difference(&keys)
+            .filter_map(assign::slot_index)
+            .collect();
+        let added: BTreeSet<u32> = keys
+            .difference(&before)
+            .filter_map(assign::slot_index)
+            .collect();
+        shared.set_owned(keys);
+        let of = |revoked: &BTreeSet<u32>, (t, p): &(String, i32)| {
+            revoked.contains(&table.index_of(t, *p))
+        };
+        if !revoked.is_empty() {
+            let moving: BTreeSet<(String, i32)> = self
+                .running
+                .keys()
+                .filter(|k| of(&revoked, k))
+                .cloned()
+                .collect();
+            self.stop_keys(&moving).await;
+            if let Some(k) = &mut self.slots {
+                for i in &revoked {
+                    k.release(*i).await;
+                }
+            }
+            self.ctx.board.release(&moving);
+            self.release_runs(&moving);
+            self.stored.retain(|k, _| !of(&revoked, k));
+            tracing::info!(flow = %self.ctx.flow.id, slots = ?revoked, partitions = moving.len(), "exactly-once slots handed over");
+        }
+        if !added.is_empty() {
+            let shutdown = self.shutdown.clone();
+            if let Some(k) = &mut self.slots {
+                for i in &added {
+                    if !k.acquire(*i, &shutdown).await {
+                        return;
+                    }
+                }
+            }
+            self.load_positions(|k| of(&added, k)).await;
+            tracing::info!(flow = %self.ctx.flow.id, slots = ?added, "exactly-once slots taken");
+        }
+        self.reconcile().await;
+    }
+
     /// This process lost its membership: its partitions may be served elsewhere already, so
     /// they stop now, and their positions are not stored any more (the new owner's are newer).
+    /// Exactly-once slots are given up as well: their ids may be fenced by their next holders
+    /// already, and nothing of theirs was committed after that.
     async fn lose(&mut self) {
+        let exactly_once = self.slots.is_some();
         let Some(a) = &mut self.sharing else {
             return;
         };
         let shared = a.shared.clone();
-        let all = std::mem::take(&mut a.partitions);
+        let mut all = std::mem::take(&mut a.partitions);
+        if exactly_once {
+            all = self.running.keys().cloned().collect();
+        }
         shared.set_owned(BTreeSet::new());
         self.stop_keys(&all).await;
+        if let Some(k) = &mut self.slots {
+            k.release_all().await;
+        }
         // Not stored (another owner's may be newer), but remembered: if a partition comes back
         // here, everything up to what this process had acknowledged is on the target, so it
         // resumes from the later of that and the stored position. Starting from the stored one
@@ -1027,9 +1123,9 @@ impl Control {
         }
     }
 
-    /// Reads the stored positions of partitions just assigned, retrying until it can (starting
-    /// without them would copy them again from the start).
-    async fn load_positions(&mut self, keys: &BTreeSet<(String, i32)>) {
+    /// Reads the stored positions of partitions just assigned (those `assigned` accepts),
+    /// retrying until it can (starting without them would copy them again from the start).
+    async fn load_positions(&mut self, assigned: impl Fn(&(String, i32)) -> bool) {
         let flow = &self.ctx.flow;
         let mut attempt = 0;
         let stored = loop {
@@ -1054,7 +1150,15 @@ impl Control {
                 }
             }
         };
-        for k in keys {
+        let keys: BTreeSet<(String, i32)> = stored
+            .positions
+            .keys()
+            .chain(self.stored.keys())
+            .chain(self.remembered.keys())
+            .filter(|k| assigned(k))
+            .cloned()
+            .collect();
+        for k in &keys {
             // A position stored for another log of the topic (it was re-created, and the
             // tombstones of its old positions are not stored yet) means nothing on this one.
             let same_log = match (stored.logs.get(&k.0), self.topic_ids.get(&k.0)) {

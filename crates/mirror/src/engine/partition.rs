@@ -7,7 +7,7 @@
 use super::forward::{Failure, Forwarder, Gauges};
 use super::offset_syncs::Outbox;
 use super::positions::Board;
-use super::slots::{slot_of, Slot};
+use super::slots::{Slot, SlotTable};
 use super::Shutdown;
 use crate::config::model::FlowConfig;
 use crate::config::model::StartPosition;
@@ -45,7 +45,7 @@ pub(super) struct Context {
     /// (docs/sharing.md).
     pub(super) lease: Option<Arc<super::sharing::Shared>>,
     /// Exactly-once: the flow's slots (a partition writes through the one it maps to).
-    pub(super) slots: Option<Arc<Vec<Arc<Slot>>>>,
+    pub(super) slots: Option<Arc<SlotTable>>,
 }
 
 pub(super) struct PartitionTask {
@@ -97,9 +97,17 @@ impl PartitionTask {
 
     async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {
         let g = Gauges::new(&self.ctx.metrics, &self.ctx.labels, labels);
-        let slot = self.ctx.slots.as_ref().map(|slots| {
-            slots[slot_of(&self.topic, self.partition, slots.len() as u32) as usize].clone()
-        });
+        let slot = match &self.ctx.slots {
+            None => None,
+            // Started only while its slot is held, and stopped before the slot is given up.
+            Some(table) => match table.get(&self.topic, self.partition) {
+                Some(s) => Some(s),
+                None => {
+                    tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, "not started: its exactly-once slot is not held by this process");
+                    return Ok(());
+                }
+            },
+        };
         let mut io = Io {
             task: self,
             g: &g,

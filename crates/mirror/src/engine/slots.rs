@@ -36,6 +36,51 @@ pub(super) fn slot_of(topic: &str, partition: i32, slots: u32) -> u32 {
     h.wrapping_add(partition as u32) % slots.max(1)
 }
 
+/// The slots this process owns now, by index: a partition writes through its slot's producer
+/// and gate, and is started only while its slot is here (docs/sharing.md, "Exactly-once").
+pub(super) struct SlotTable {
+    count: u32,
+    owned: Mutex<BTreeMap<u32, Arc<Slot>>>,
+}
+
+impl SlotTable {
+    pub(super) fn new(count: u32) -> SlotTable {
+        SlotTable {
+            count: count.max(1),
+            owned: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<Slot>>> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub(super) fn index_of(&self, topic: &str, partition: i32) -> u32 {
+        slot_of(topic, partition, self.count)
+    }
+
+    /// The slot of a partition, if this process owns it.
+    pub(super) fn get(&self, topic: &str, partition: i32) -> Option<Arc<Slot>> {
+        self.lock().get(&self.index_of(topic, partition)).cloned()
+    }
+
+    pub(super) fn owns(&self, topic: &str, partition: i32) -> bool {
+        self.lock().contains_key(&self.index_of(topic, partition))
+    }
+
+    pub(super) fn insert(&self, slot: Arc<Slot>) {
+        self.lock().insert(slot.index, slot);
+    }
+
+    pub(super) fn remove(&self, index: u32) -> Option<Arc<Slot>> {
+        self.lock().remove(&index)
+    }
+}
+
 /// A second fence within this long stops the flow (docs/plans/exactly-once.md §4).
 const FENCED_AGAIN: Duration = Duration::from_secs(60);
 
@@ -214,10 +259,7 @@ impl Gate {
 
     /// `Ok(Some(positions))` once every member flushed, `Err(reason)` if the transaction is
     /// doomed (or `deadline` passed: then it is doomed now), `Ok(None)` to wait more.
-    fn flushed(
-        &self,
-        deadline_passed: bool,
-    ) -> Result<Option<Vec<Position>>, AbortReason> {
+    fn flushed(&self, deadline_passed: bool) -> Result<Option<Vec<Position>>, AbortReason> {
         let mut o = self.lock();
         if let Some(r) = o.doomed {
             return Err(r);
@@ -397,10 +439,12 @@ impl Slot {
                     Ok(()) => Ok(()),
                     Err(KafkaError::Fenced { .. }) => Err(AbortReason::Fenced),
                     Err(e) if outcome_unknown(&e) => {
-                        // Stopping with a commit whose outcome is unknown: the next process
-                        // reads what was committed.
+                        // Stopping (the flow, or handing the slot over) with a commit whose
+                        // outcome is unknown: the next owner fences the id and reads what was
+                        // committed, so nothing is lost or doubled either way.
+                        tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "stopping with the last commit's outcome unknown; the next owner reads what was committed");
                         gate.end(txn, Outcome::Aborted, false);
-                        return Err(e);
+                        return Ok(());
                     }
                     Err(e) => {
                         tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "transaction commit failed; aborting it");
@@ -425,6 +469,21 @@ impl Slot {
                         .transactions_aborted
                         .get_or_create(&c.labels.reason(reason.label()))
                         .inc();
+                    if stop.is_triggered() {
+                        // Handing the slot over, losing it or stopping: a new epoch would
+                        // fence the slot's next owner (docs/sharing.md, "Exactly-once").
+                        self.give_up(&c, txn).await;
+                        return Ok(());
+                    }
+                    if let Some(lease) = &c.lease {
+                        // A process that slept past its session (a zombie) may have lost the
+                        // slot already: it takes a new epoch only once the group confirms it
+                        // is still a member; if not, the slot is taken from it (stop).
+                        if !lease.hold_writes(&stop).await {
+                            self.give_up(&c, txn).await;
+                            return Ok(());
+                        }
+                    }
                     if reason == AbortReason::Fenced {
                         if last_fence.is_some_and(|t| t.elapsed() < FENCED_AGAIN) {
                             // Another process took this slot's transactional id: what this
@@ -463,6 +522,23 @@ impl Slot {
                 }
             }
         }
+    }
+
+    /// Ends a transaction that cannot be committed without taking a new epoch: an abort with
+    /// the slot's current epoch, which fails harmlessly if another owner fenced it already.
+    async fn give_up(&self, c: &Committer, txn: u64) {
+        if let Some(t) = self.producer.transaction() {
+            match tokio::time::timeout(GIVE_UP_WAIT, t.abort()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(flow = %c.flow, slot = self.index, error = %e, "abort while giving the slot up failed; its next owner's fence aborts the transaction")
+                }
+                Err(_) => {
+                    tracing::debug!(flow = %c.flow, slot = self.index, "abort while giving the slot up took too long; its next owner's fence aborts the transaction")
+                }
+            }
+        }
+        self.gate.end(txn, Outcome::Aborted, true);
     }
 
     /// Writes the members' positions in the open transaction and commits it. EndTxn is asked
@@ -522,9 +598,14 @@ fn not_committed(e: KafkaError) -> KafkaError {
     }
 }
 
+/// How long a slot being given up tries to abort its open transaction itself.
+const GIVE_UP_WAIT: Duration = Duration::from_secs(5);
+
 /// What a slot's committer needs besides the slot.
 #[derive(Clone)]
 pub(super) struct Committer {
+    /// With sharing: the membership's lease (a slot takes a new epoch only while it holds).
+    pub(super) lease: Option<Arc<super::sharing::Shared>>,
     pub(super) flow: String,
     pub(super) interval: Duration,
     pub(super) max_bytes: u64,

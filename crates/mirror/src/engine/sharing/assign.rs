@@ -17,6 +17,27 @@ pub type Key = (String, i32);
 /// last old process is gone.
 pub const PROTOCOL: &str = "kmirror-v1";
 
+/// The group protocol of exactly-once flows, whose members are given slots, not partitions
+/// (docs/sharing.md, "Exactly-once"): the only one they offer, so a version that would copy such
+/// a flow without transactions has no protocol in common with them and the coordinator refuses
+/// it.
+pub const EOS_PROTOCOL: &str = "kmirror-eos-v1";
+
+/// A slot's key in the assignment: the empty topic name, which no Kafka topic can have, and
+/// the slot's index.
+pub fn slot_key(index: u32) -> Key {
+    (String::new(), index as i32)
+}
+
+/// The slot a key names, if it names one.
+pub fn slot_index(key: &Key) -> Option<u32> {
+    if key.0.is_empty() {
+        u32::try_from(key.1).ok()
+    } else {
+        None
+    }
+}
+
 /// What a member sends with JoinGroup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberMetadata {
@@ -457,6 +478,39 @@ mod tests {
         );
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn slots_are_keys_no_topic_can_have_and_divide_like_partitions() {
+        let slots: BTreeSet<Key> = (0..12).map(slot_key).collect();
+        assert!(slots.iter().all(|k| slot_index(k).is_some()));
+        assert_eq!(slot_index(&slot_key(7)), Some(7));
+        assert_eq!(
+            slot_index(&("t".into(), 7)),
+            None,
+            "a partition is not a slot"
+        );
+        assert_eq!(slot_index(&(String::new(), -1)), None);
+        // They travel as the metadata's `owned` under the empty topic name.
+        let text = serde_json::to_string(&by_topic(&slots)).unwrap();
+        assert!(text.starts_with(r#"{"":[0,1,2"#), "{text}");
+        assert_eq!(keys(&serde_json::from_str(&text).unwrap()), slots);
+        // 12 slots over 3 processes, then a fourth joins: 3 each, and only 3 move.
+        let a = settle(&["m1", "m2", "m3"], BTreeMap::new(), &slots);
+        let last = a.last().unwrap();
+        let owned: BTreeMap<String, BTreeSet<Key>> = ["m1", "m2", "m3"]
+            .iter()
+            .map(|m| (m.to_string(), of(last, m)))
+            .collect();
+        assert!(owned.values().all(|s| s.len() == 4), "{owned:?}");
+        let after = settle(&["m1", "m2", "m3", "m4"], owned.clone(), &slots);
+        let last = after.last().unwrap();
+        assert_eq!(of(last, "m4").len(), 3);
+        for (m, had) in &owned {
+            let now = of(last, m);
+            assert_eq!(now.len(), 3);
+            assert!(now.is_subset(had), "{m} was given a slot it did not hold");
+        }
     }
 
     #[test]

@@ -27,6 +27,8 @@ const PROTOCOL_TYPE: &str = "kmirror";
 #[derive(Debug)]
 pub(crate) struct Shared {
     settings: BTreeMap<String, String>,
+    /// The group protocol offered: partitions (`PROTOCOL`) or exactly-once slots.
+    protocol: &'static str,
     host: String,
     session_timeout: Duration,
     rebalance_timeout: Duration,
@@ -65,12 +67,19 @@ impl Shared {
             .unwrap_or_else(|| "localhost".into());
         Shared {
             settings,
+            protocol: PROTOCOL,
             host: format!("{host}:{}", std::process::id()),
             session_timeout,
             rebalance_timeout,
             inner: Mutex::default(),
             rebalance: Notify::new(),
         }
+    }
+
+    /// Members are given exactly-once slots (`assign::slot_key`) rather than partitions.
+    pub(crate) fn with_slots(mut self) -> Shared {
+        self.protocol = assign::EOS_PROTOCOL;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -163,7 +172,7 @@ struct FlowAssignor(Arc<Shared>);
 
 impl Assignor for FlowAssignor {
     fn protocol(&self) -> &str {
-        PROTOCOL
+        self.0.protocol
     }
 
     fn metadata(&self) -> Bytes {
