@@ -1087,6 +1087,9 @@ impl Control {
             all = self.running.keys().cloned().collect();
         }
         shared.set_owned(BTreeSet::new());
+        if let Some(k) = &self.slots {
+            k.stop_committing();
+        }
         self.stop_keys(&all).await;
         if let Some(k) = &mut self.slots {
             k.release_all().await;

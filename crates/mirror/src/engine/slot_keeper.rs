@@ -128,6 +128,15 @@ impl SlotKeeper {
             .set(self.running.len() as i64);
     }
 
+    /// Tells every committer to end (without waiting): used when the membership is lost, so
+    /// that a committer waiting for the group's answer before a new epoch gives up at once
+    /// and the partitions waiting for its outcome stop without delay.
+    pub(super) fn stop_committing(&self) {
+        for (stop, _) in self.running.values() {
+            stop.trigger();
+        }
+    }
+
     pub(super) async fn release_all(&mut self) {
         let held: Vec<u32> = self.running.keys().copied().collect();
         for (_, (stop, _)) in self.running.iter() {
