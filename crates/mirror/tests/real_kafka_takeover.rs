@@ -472,14 +472,44 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
 
     // 2. MM2 continues from kmirror's committed positions and is killed.
     produce(&ca, 1000, 1500);
+    let mid = end_offsets(&a, "ledger").await;
     let mm2 = Mm2::start("mm2-eos", &path).unwrap();
     let copy_secs = within(MM2_BOUND, || async {
         let got = records_as(&b, "A.ledger", true).await;
-        (0..PARTITIONS).all(|p| got[&p].len() >= 750)
+        (0..PARTITIONS).all(|p| got[&p].len() as i64 >= mid[&p])
     })
     .await;
-    produce(&ca, 1500, 1800);
-    mm2.kill_9();
+    // The test means something only if MM2's tasks wrote with kmirror's transactional ids.
+    let log = mm2.log();
+    assert!(
+        log.contains(
+            "transactionalId=A-mm2-MirrorSourceConnector-0] Instantiated a transactional producer"
+        ),
+        "MM2 did not run its tasks exactly-once: no transactional id in its log"
+    );
+    // Killed while records stream in, so that it likely has transactions open.
+    for i in 0..100 {
+        let n = 1500 + 3 * i;
+        let records: Vec<kmirror_kafka::records::Record> = (0..3)
+            .map(|j| kmirror_kafka::records::Record {
+                offset: j,
+                timestamp: 0,
+                key: Some(format!("k{}", n + j).into()),
+                value: Some(format!("ledger-{}", n + j).into()),
+                headers: vec![],
+            })
+            .collect();
+        let batch = kmirror_kafka::records::encode_batch(
+            &records,
+            &kmirror_kafka::records::BatchOptions::default(),
+        )
+        .unwrap();
+        a.produce("ledger", (i % 2) as i32, &batch).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if i == 60 {
+            mm2.kill_9();
+        }
+    }
     drop(mm2);
     let by_mm2 = records_as(&b, "A.ledger", true).await;
     let next = stored_next(flow, &b).await;
@@ -500,7 +530,7 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
         .map(|p| raw[&p].len() - by_mm2[&p].len())
         .sum();
     eprintln!(
-        "MM2 exactly-once after kmirror: copied 500 records in {}; its committed copy is exact: \
+        "MM2 exactly-once after kmirror: copied 500 records in {}, then killed with SIGKILL while records streamed in; its committed copy is exact: \
          {mm2_exact}; committed next offsets {next:?}; {open} records in the log beyond what \
          read_committed sees (open or aborted transactions) when it was killed",
         secs(copy_secs)
