@@ -44,6 +44,8 @@
 #        TOOLS="kmirror kmirror-eos" bench/mirror-bench.sh   exactly-once (MM2's switch on:
 #                                  transactions) next to at-least-once; its end is when the
 #                                  committed positions cover every record (WaitEnds --positions-topic)
+#        TOOLS="kmirror-eos mm2-eos" bench/mirror-bench.sh   both exactly-once (tasks.max = cores:
+#                                  MM2's tasks, kmirror's slots)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
 #        PRECREATE=0 bench/mirror-bench.sh   the tools create the remote topics (by default they
 #                                  exist, every partition led, before a tool starts)
@@ -189,13 +191,13 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
       "${KMIRROR_BEFORE_BIN:?set KMIRROR_BEFORE_BIN for the kmirror-before tool}" run "$2" --metrics-address "$KMIRROR_METRICS" \
         --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
-    mm2)
+    mm2 | mm2-eos)
       bash $H mm2 -d "$3" "$2" >/dev/null
       KPID=$(cat "$KAFKA_HARNESS_RUN/$3/mm2.pid") ;;
   esac
 }
 stop_tool() {  # stop_tool TOOL NAME
-  if [[ $1 == mm2 ]]; then bash $H stop "$2" >/dev/null; else kill -TERM "$KPID"; wait "$KPID" || true; fi
+  if [[ $1 == mm2* ]]; then bash $H stop "$2" >/dev/null; else kill -TERM "$KPID"; wait "$KPID" || true; fi
   KPID=""
 }
 
@@ -217,7 +219,12 @@ backlog() {
   [[ $tool == kmirror-alone ]] && extra="kmirror.sharing.enabled = false"
   # Exactly-once (MM2's switch): transactions; the end is when the committed positions cover
   # every record (end offsets would count transaction markers and aborted batches).
+  # Both with tasks.max = cores (config below): MM2's tasks, kmirror's slots. MM2's exactly-once
+  # needs its internal REST server in dedicated mode (KIP-710), on a port of its own.
   [[ $tool == kmirror-eos ]] && extra="B.exactly.once.source.support = enabled"
+  [[ $tool == mm2-eos ]] && extra="B.exactly.once.source.support = enabled
+dedicated.mode.enable.internal.rest = true
+listeners = http://127.0.0.1:$(pick 18100 18190)"
   # KMIRROR_EXTRA: more configuration lines for every kmirror tool (e.g. checkpoints on, so
   # each process publishes its runs: "emit.checkpoints.enabled = true").
   [[ $tool == kmirror* && -n ${KMIRROR_EXTRA:-} ]] && extra="$extra
