@@ -343,11 +343,20 @@ async fn lanes_write_in_transactions_across_brokers() {
     newer.transaction().unwrap().commit().await.unwrap();
 
     for part in 0..PARTITIONS {
-        let seen = read_all(&k, "lanes", part, IsolationLevel::ReadCommitted).await;
         let expected: Vec<String> = [("c1", 20), ("c3", 5), ("c3b", 5), ("n4", 3)]
             .iter()
             .flat_map(|(prefix, n)| values(prefix, part, *n, 5))
             .collect();
+        // EndTxn answers once the commit is decided; the coordinator writes the markers after
+        // it, so the last transaction becomes visible to read_committed a moment later.
+        let t0 = std::time::Instant::now();
+        let seen = loop {
+            let seen = read_all(&k, "lanes", part, IsolationLevel::ReadCommitted).await;
+            if seen == expected || t0.elapsed() > Duration::from_secs(15) {
+                break seen;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert_eq!(seen, expected, "partition {part}, read_committed");
         let raw = read_all(&k, "lanes", part, IsolationLevel::ReadUncommitted).await;
         assert!(

@@ -407,6 +407,8 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
     produce(&ca, 0, 1000);
     // MM2's exactly-once needs its internal REST server in dedicated mode (KIP-710), on a port
     // of its own; kmirror ignores both keys. tasks.max = 2: MM2's task ids are kmirror's slots.
+    // Topic refreshes off: kmirror (sharing the flow, as by default) must still be assigned its
+    // slots (a shared flow with refreshes off used to wait without serving its group).
     let rest = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -420,7 +422,8 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
          status.storage.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
          heartbeats.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n\
          offset.flush.interval.ms = 1000\nB.exactly.once.source.support = enabled\ntasks.max = 2\n\
-         dedicated.mode.enable.internal.rest = true\nlisteners = http://127.0.0.1:{rest}\n",
+         dedicated.mode.enable.internal.rest = true\nlisteners = http://127.0.0.1:{rest}\n\
+         refresh.topics.enabled = false\n",
         ca.bootstrap(),
         cb.bootstrap()
     );
@@ -461,6 +464,27 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
             shutdown.trigger();
             task.await.unwrap().unwrap();
             assert!(secs.is_some(), "{what}: kmirror did not commit positions at the source's end {source_end:?} within 120 s");
+            // The commit is decided before its markers are written: read once every
+            // transaction of the remote topic is resolved (last stable offset = end).
+            let resolved = within(Duration::from_secs(15), || async {
+                let _ = b.refresh_metadata(None).await;
+                let mut all = true;
+                for p in 0..PARTITIONS {
+                    let stable = b
+                        .list_offset("A.ledger", p, LATEST, IsolationLevel::ReadCommitted)
+                        .await;
+                    let end = b
+                        .list_offset("A.ledger", p, LATEST, IsolationLevel::ReadUncommitted)
+                        .await;
+                    all &= matches!((stable, end), (Ok(s), Ok(e)) if s == e);
+                }
+                all
+            })
+            .await;
+            assert!(
+                resolved.is_some(),
+                "{what}: transactions of A.ledger still open after kmirror stopped"
+            );
         }
     };
 
@@ -511,6 +535,9 @@ async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
         }
     }
     drop(mm2);
+    // Its last commits' markers are written by the coordinator after the commit is decided,
+    // on their own; nothing new is committed once MM2 is dead.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let by_mm2 = records_as(&b, "A.ledger", true).await;
     let next = stored_next(flow, &b).await;
     let source = records(&a, "ledger").await;

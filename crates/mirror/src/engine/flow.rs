@@ -427,18 +427,15 @@ async fn replicate(
     };
     if control.sharing.is_none() {
         if let Some(k) = &mut control.slots {
-            let mut all = true;
             for i in 0..k.table.count() {
                 if !k.acquire(i, shutdown).await {
-                    all = false;
                     break;
                 }
             }
-            // Read again now that every id is fenced: a commit the last holder had sent just
+            // Read again now that the ids are fenced: a commit the last holder had sent just
             // before it died completes during the fence, after the positions read at setup.
-            if all {
-                control.load_positions(|_| true).await;
-            }
+            // (Partitions of a slot not taken are not started.)
+            control.load_positions(|_| true).await;
         }
     }
     // With sharing, the first topic refresh only finds the flow's partitions (nothing is
@@ -493,16 +490,10 @@ async fn replicate(
                 retry = RETRY_SKIPPED;
                 flow.refresh_topics.interval
             }
-            (true, false) => {
-                tokio::select! {
-                    _ = shutdown.wait() => {}
-                    _ = helpers.failed() => {}
-                    _ = slots_failed.wait() => {
-                        refused = slots_failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    }
-                }
-                break;
-            }
+            // Refreshes off: no periodic discovery, but the group's assignments are still
+            // served (a shared flow waiting here copied nothing); the topics are looked up
+            // again only when an assignment changes.
+            (true, false) => Duration::from_secs(86_400),
             (false, enabled) => {
                 let pause = if enabled {
                     retry.min(flow.refresh_topics.interval)
@@ -1059,15 +1050,30 @@ impl Control {
         }
         if !added.is_empty() {
             let shutdown = self.shutdown.clone();
+            let mut taken = BTreeSet::new();
             if let Some(k) = &mut self.slots {
                 for i in &added {
                     if !k.acquire(*i, &shutdown).await {
-                        return;
+                        break;
                     }
+                    taken.insert(*i);
                 }
             }
-            self.load_positions(|k| of(&added, k)).await;
-            tracing::info!(flow = %self.ctx.flow.id, slots = ?added, "exactly-once slots taken");
+            let missed: Vec<u32> = added.difference(&taken).copied().collect();
+            if let (false, Some(a)) = (missed.is_empty(), &mut self.sharing) {
+                // Not held (stopping, or the membership lapsed meanwhile): not claimed, so a
+                // later assignment gives them again.
+                for i in missed {
+                    a.partitions.remove(&assign::slot_key(i));
+                }
+                a.shared.set_owned(a.partitions.clone());
+            }
+            // Always after the fence, also when not every slot could be taken: the positions
+            // read at setup (or by an earlier holder's time) may be older than its last commit.
+            if !taken.is_empty() {
+                self.load_positions(|k| of(&taken, k)).await;
+                tracing::info!(flow = %self.ctx.flow.id, slots = ?taken, "exactly-once slots taken");
+            }
         }
         self.reconcile().await;
     }
@@ -1087,6 +1093,14 @@ impl Control {
             all = self.running.keys().cloned().collect();
         }
         shared.set_owned(BTreeSet::new());
+        // Exactly-once: the partitions are told first (a partition not stopping would take its
+        // slot's end for a failure), then the committers, which may be waiting for the group's
+        // answer before a new epoch and must give up at once.
+        for k in &all {
+            if let Some(r) = self.running.get(k) {
+                r.stop.trigger();
+            }
+        }
         if let Some(k) = &self.slots {
             k.stop_committing();
         }

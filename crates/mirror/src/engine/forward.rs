@@ -400,9 +400,7 @@ impl Forwarder<'_> {
                             match m.admit(0, self.stop).await {
                                 Admit::Go => {}
                                 Admit::Leave => return Ok(()),
-                                Admit::Stopped(e) => {
-                                    return Err(Failure::Stop(self.fatal(next, e)))
-                                }
+                                Admit::Stopped(e) => return self.slot_stopped(next, e),
                                 Admit::Flush | Admit::Rewind => {
                                     return Err(Failure::Rewind(Rewound::Aborted))
                                 }
@@ -475,7 +473,7 @@ impl Forwarder<'_> {
                         Admit::Rewind | Admit::Go | Admit::Leave => {
                             return Err(Failure::Rewind(Rewound::Aborted))
                         }
-                        Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
+                        Admit::Stopped(e) => return self.slot_stopped(next, e),
                     }
                     continue;
                 }
@@ -608,9 +606,7 @@ impl Forwarder<'_> {
                             Admit::Flush => {}
                             Admit::Leave => return Ok(()),
                             Admit::Rewind => return Err(Failure::Rewind(Rewound::Aborted)),
-                            Admit::Stopped(e) => {
-                                return Err(Failure::Stop(self.fatal(b.base_offset(), e)))
-                            }
+                            Admit::Stopped(e) => return self.slot_stopped(b.base_offset(), e),
                         }
                         commit_point!(false);
                     }
@@ -664,7 +660,7 @@ impl Forwarder<'_> {
                         }
                         Admit::Leave => return Ok(()),
                         Admit::Rewind => return Err(Failure::Rewind(Rewound::Aborted)),
-                        Admit::Stopped(e) => return Err(Failure::Stop(self.fatal(next, e))),
+                        Admit::Stopped(e) => return self.slot_stopped(next, e),
                     }
                 }
             }
@@ -861,6 +857,15 @@ impl Forwarder<'_> {
                 source: e,
             })
         }
+    }
+
+    /// The slot stopped committing: the partition stops with the error, unless it is stopping
+    /// itself (its slot given up, the membership lost, the flow ending), which ends it quietly.
+    fn slot_stopped(&self, offset: i64, e: KafkaError) -> Result<(), Failure> {
+        if self.stop.is_triggered() {
+            return Ok(());
+        }
+        Err(Failure::Stop(self.fatal(offset, e)))
     }
 
     pub(super) fn fatal(&self, offset: i64, e: KafkaError) -> Stopped {

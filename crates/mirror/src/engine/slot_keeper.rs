@@ -69,6 +69,12 @@ impl SlotKeeper {
         let c = &self.committer;
         let mut attempt = 0;
         let producer = loop {
+            if c.lease.as_ref().is_some_and(|l| !l.may_write()) {
+                // The membership lapsed while taking it: fencing the id now could fence the
+                // slot's next holder. The group gives it again if it is still this process's.
+                tracing::warn!(flow = %c.flow, transactional_id = %id, "not taking the slot: no heartbeat answered for a session timeout");
+                return false;
+            }
             match IdempotentProducer::transactional(c.target.clone(), &id, self.timeout).await {
                 Ok(p) => break p,
                 Err(e) if e.is_retriable() || e.is_stale_metadata() => {

@@ -470,9 +470,15 @@ impl Slot {
                         .get_or_create(&c.labels.reason(reason.label()))
                         .inc();
                     if stop.is_triggered() {
-                        // Handing the slot over, losing it or stopping: a new epoch would
-                        // fence the slot's next owner (docs/sharing.md, "Exactly-once").
-                        self.give_up(&c, txn).await;
+                        // Handing the slot over, losing it or stopping. A new epoch ends what
+                        // a lane may still have on its way (an abort of the same epoch does
+                        // not, on brokers before KIP-890's verification), but it is taken only
+                        // while this process surely still holds the slot: never after a
+                        // fence, never once the membership lapsed, as it would fence the
+                        // slot's next holder (docs/sharing.md, "Exactly-once").
+                        let holds = reason != AbortReason::Fenced
+                            && c.lease.as_ref().is_none_or(|l| l.may_write());
+                        self.give_up(&c, txn, holds).await;
                         return Ok(());
                     }
                     if let Some(lease) = &c.lease {
@@ -480,7 +486,7 @@ impl Slot {
                         // slot already: it takes a new epoch only once the group confirms it
                         // is still a member; if not, the slot is taken from it (stop).
                         if !lease.hold_writes(&stop).await {
-                            self.give_up(&c, txn).await;
+                            self.give_up(&c, txn, false).await;
                             return Ok(());
                         }
                     }
@@ -505,13 +511,23 @@ impl Slot {
                     if let Some(t) = self.producer.transaction() {
                         let mut attempt = 0;
                         loop {
+                            // Asked before every attempt: a membership that lapsed while
+                            // retrying (a network partition that heals late) must not fence
+                            // the slot's next holder.
+                            if let Some(lease) = &c.lease {
+                                if !lease.hold_writes(&stop).await {
+                                    self.give_up(&c, txn, false).await;
+                                    return Ok(());
+                                }
+                            }
                             match t.reinit().await {
                                 Ok(_) => break,
                                 Err(e) => {
                                     tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "re-initialising the transactional id failed; retrying");
                                     if stop.retry_after(&mut attempt).await {
-                                        gate.end(txn, Outcome::Aborted, true);
-                                        return Err(e);
+                                        // Given up or stopping: not a failure of the flow.
+                                        self.give_up(&c, txn, false).await;
+                                        return Ok(());
                                     }
                                 }
                             }
@@ -524,11 +540,17 @@ impl Slot {
         }
     }
 
-    /// Ends a transaction that cannot be committed without taking a new epoch: an abort with
-    /// the slot's current epoch, which fails harmlessly if another owner fenced it already.
-    async fn give_up(&self, c: &Committer, txn: u64) {
+    /// Ends a transaction that cannot be committed, the slot being given up: with a new epoch
+    /// when this process surely still holds it (`bump`), else with an abort of the slot's
+    /// current epoch, which fails harmlessly if another holder fenced it already.
+    async fn give_up(&self, c: &Committer, txn: u64, bump: bool) {
         if let Some(t) = self.producer.transaction() {
-            match tokio::time::timeout(GIVE_UP_WAIT, t.abort()).await {
+            let ended = if bump {
+                tokio::time::timeout(GIVE_UP_WAIT, async { t.reinit().await.map(|_| ()) }).await
+            } else {
+                tokio::time::timeout(GIVE_UP_WAIT, t.abort()).await
+            };
+            match ended {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::debug!(flow = %c.flow, slot = self.index, error = %e, "abort while giving the slot up failed; its next owner's fence aborts the transaction")

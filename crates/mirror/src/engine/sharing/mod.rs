@@ -552,6 +552,9 @@ where
     F: Fn(Shutdown) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    // A closed channel (no membership: a process alone, or the membership ended at shutdown)
+    // keeps its last value for good: it neither ends the work nor starts it again. (Taken as a
+    // change, it stopped and restarted the work in a tight loop.)
     loop {
         tokio::select! {
             r = leader.wait_for(|l| *l) => if r.is_err() { return },
@@ -559,10 +562,21 @@ where
         }
         let own = Shutdown::default();
         let mut task = std::pin::pin!(work(own.clone()));
+        let mut closed = false;
         let ended_alone = tokio::select! {
             _ = &mut task => true,
-            _ = leader.wait_for(|l| !*l) => false,
+            r = leader.wait_for(|l| !*l) => {
+                closed = r.is_err();
+                false
+            }
             _ = stop.wait() => false,
+        };
+        let ended_alone = match (ended_alone, closed) {
+            (false, true) => tokio::select! {
+                _ = &mut task => true,
+                _ = stop.wait() => false,
+            },
+            (e, _) => e,
         };
         if !ended_alone {
             own.trigger();
@@ -573,9 +587,13 @@ where
         }
         if ended_alone {
             // Work that ends by itself is not started again within this leadership.
-            tokio::select! {
-                _ = leader.wait_for(|l| !*l) => {}
+            let closed = tokio::select! {
+                r = leader.wait_for(|l| !*l) => r.is_err(),
                 _ = stop.wait() => return,
+            };
+            if closed {
+                stop.wait().await;
+                return;
             }
         }
     }
@@ -622,6 +640,51 @@ mod tests {
         stop.trigger();
         task.await.unwrap();
         assert_eq!(stopped.load(Ordering::SeqCst), 2, "stopped at shutdown");
+    }
+
+    #[tokio::test]
+    async fn work_of_a_process_alone_runs_once_until_stop() {
+        // Alone, the leadership channel's sender is gone and its value stays true.
+        let (tx, rx) = watch::channel(true);
+        drop(tx);
+        let stop = Shutdown::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let (started, stop) = (started.clone(), stop.clone());
+            tokio::spawn(while_leader(rx, stop, move |own: Shutdown| {
+                let started = started.clone();
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    own.wait().await;
+                }
+            }))
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            1,
+            "started once, never again"
+        );
+        stop.trigger();
+        task.await.unwrap();
+        // Work that ends by itself is not started again either.
+        let (tx, rx) = watch::channel(true);
+        drop(tx);
+        let stop = Shutdown::default();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let (runs, stop) = (runs.clone(), stop.clone());
+            tokio::spawn(while_leader(rx, stop, move |_own: Shutdown| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                }
+            }))
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        stop.trigger();
+        task.await.unwrap();
     }
 
     #[test]
