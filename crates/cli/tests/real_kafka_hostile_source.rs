@@ -318,7 +318,9 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
     );
 
     // 2. Record mode (a transform decodes every record), under another source alias so that it
-    //    writes its own remote topics.
+    //    writes its own remote topics. The decompression bound is lowered to 16 MiB: the three
+    //    bombs' partitions decode at once, each up to the bound, and with the default (50 MiB)
+    //    the peak could reach the bombs' own size (CI once measured 128 MiB).
     let config = dir.path().join("records.properties");
     std::fs::write(
         &config,
@@ -328,7 +330,8 @@ async fn bombs_and_malformed_batches_stop_only_their_partition_within_the_memory
              offset.storage.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n\
              emit.heartbeats.enabled = false\n\
              emit.checkpoints.enabled = false\ntransforms = strip\n\
-             transforms.strip.type = DropHeaders\ntransforms.strip.headers = trace-id\n",
+             transforms.strip.type = DropHeaders\ntransforms.strip.headers = trace-id\n\
+             kmirror.batch.max.decompressed.bytes = 16777216\n",
             ca.bootstrap(),
             cb.bootstrap()
         ),
