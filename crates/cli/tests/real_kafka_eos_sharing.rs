@@ -6,6 +6,9 @@
 //! and continued: a zombie, fenced by the slots' new holders. A fourth joins: only the slots it is
 //! given move (asserted from the revocations counted). Then a read_committed reader of the target
 //! sees every record exactly once and in order, while the target's log holds the aborted copies.
+//! A second test kills random members of a three-process flow with SIGKILL five times (each
+//! started again at once) and restarts the target broker; read_committed, in Kafka's own reader
+//! and in Java's console consumer, still sees every record once.
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
@@ -26,9 +29,13 @@ const PARTITIONS: i32 = 24;
 const SLOTS: i64 = 12;
 const SESSION: Duration = Duration::from_secs(6);
 
+/// Both tests start two clusters and several processes: one at a time on a small machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Process {
     child: KillOnDrop,
     address: String,
+    log: std::path::PathBuf,
 }
 
 fn start(config: &Path, log: &Path) -> Process {
@@ -46,6 +53,7 @@ fn start(config: &Path, log: &Path) -> Process {
     Process {
         child,
         address: logged_metrics_address(log),
+        log: log.to_path_buf(),
     }
 }
 
@@ -62,31 +70,58 @@ fn signal(p: &Process, sig: &str) {
         .success());
 }
 
-/// Waits until the processes that answer hold every slot between them, in even shares.
+/// Waits until the processes that answer hold every slot between them, in even shares; fails
+/// with the shares seen and the end of each process's log.
 async fn balanced(ps: &[&Process], what: &str) -> Duration {
     let t0 = Instant::now();
     let n = ps.len() as i64;
-    eventually(90, what, || async {
+    loop {
         let shares: Vec<Option<i64>> = ps
             .iter()
             .map(|p| metric(p, "kmirror_exactly_once_slots"))
             .collect();
-        shares.iter().map(|s| s.unwrap_or(-100)).sum::<i64>() == SLOTS
+        if shares.iter().map(|s| s.unwrap_or(-100)).sum::<i64>() == SLOTS
             && shares
                 .iter()
                 .all(|s| matches!(s, Some(v) if *v == SLOTS / n || *v == SLOTS / n + 1))
-    })
-    .await;
+        {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(90) {
+            for p in ps {
+                let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!(
+                    "--- {} (last 40 lines)\n{}",
+                    p.log.display(),
+                    lines[lines.len().saturating_sub(40)..].join("\n")
+                );
+            }
+            panic!("{what}: not balanced after 90 s; slots held: {shares:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let elapsed = t0.elapsed();
     eprintln!("{what}: balanced after {:.1} s", elapsed.as_secs_f64());
     elapsed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join() {
+/// Two clusters, the source topic, an exactly-once configuration, and a stream of records whose
+/// values are their partition and sequence number (the task returns how many each partition got).
+struct Setup {
+    _ca: Cluster,
+    cb: Cluster,
+    b: KafkaCluster,
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+    producer: tokio::task::JoinHandle<i64>,
+}
+
+async fn setup(name: &str) -> Setup {
     let (ca, cb) = std::thread::scope(|s| {
-        let a = s.spawn(|| Cluster::start("eos-procs-a", Security::Plaintext).unwrap());
-        let b = s.spawn(|| Cluster::start("eos-procs-b", Security::Plaintext).unwrap());
+        let a = s.spawn(|| Cluster::start(&format!("{name}-a"), Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start(&format!("{name}-b"), Security::Plaintext).unwrap());
         (a.join().unwrap(), b.join().unwrap())
     });
     let a = Arc::new(
@@ -161,6 +196,83 @@ async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join()
         })
     };
 
+    Setup {
+        _ca: ca,
+        cb,
+        b,
+        dir,
+        config,
+        stop,
+        producer,
+    }
+}
+
+/// Every record once, in order, for a read_committed reader of the target: returns the records
+/// read_committed sees and the records in the target's log (with aborted copies).
+async fn audit(b: &KafkaCluster, written: i64) -> (usize, usize) {
+    let (mut committed, mut raw) = (0, 0);
+    for p in 0..PARTITIONS {
+        let values: Vec<i64> = read_committed(b, "A.spread", p)
+            .await
+            .iter()
+            .map(|r| {
+                let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
+                let (part, seq) = v.split_once(':').unwrap();
+                assert_eq!(part, p.to_string(), "a record in the wrong partition: {v}");
+                seq.parse().unwrap()
+            })
+            .collect();
+        let expected: Vec<i64> = (0..written).collect();
+        if values != expected {
+            let seen: std::collections::HashSet<i64> = values.iter().copied().collect();
+            let missing = expected.iter().filter(|v| !seen.contains(v)).count();
+            panic!(
+                "A.spread-{p}: read_committed sees {} records for {written} written: {missing} missing, {} duplicates, or out of order",
+                values.len(),
+                values.len() - seen.len()
+            );
+        }
+        committed += values.len();
+        raw += read_partition(b, "A.spread", p).await.len();
+    }
+    eprintln!(
+        "{committed} records, each seen once by read_committed; {} records of aborted transactions in the target's log",
+        raw - committed
+    );
+    (committed, raw)
+}
+
+/// Waits until read_committed sees `written` records in every partition.
+async fn caught_up(b: &KafkaCluster, written: i64) {
+    let t0 = Instant::now();
+    eventually(120, "every record visible to read_committed", || async {
+        let _ = b.refresh_metadata(None).await;
+        for p in 0..PARTITIONS {
+            if (read_committed(b, "A.spread", p).await.len() as i64) < written {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    eprintln!(
+        "caught up {:.1} s after the stream ended",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join() {
+    let _serial = SERIAL.lock().await;
+    let Setup {
+        _ca,
+        cb: _cb,
+        b,
+        dir,
+        config,
+        stop,
+        producer,
+    } = setup("eos-procs").await;
     let logs: Vec<_> = (1..=4)
         .map(|i| dir.path().join(format!("kmirror-{i}.log")))
         .collect();
@@ -216,58 +328,128 @@ async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join()
 
     stop.store(true, Ordering::Relaxed);
     let written = producer.await.unwrap();
-    let t0 = Instant::now();
-    eventually(120, "every record visible to read_committed", || async {
-        let _ = b.refresh_metadata(None).await;
-        for p in 0..PARTITIONS {
-            if (read_committed(&b, "A.spread", p).await.len() as i64) < written {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    eprintln!(
-        "caught up {:.1} s after the stream ended",
-        t0.elapsed().as_secs_f64()
-    );
+    caught_up(&b, written).await;
     for p in [p2, p3, p4] {
         let status = p.child.terminate();
         assert!(status.success(), "exit after SIGTERM: {status}");
     }
 
-    // Every record once, in order, for a read_committed reader; the log holds aborted copies.
-    let (mut committed, mut raw) = (0, 0);
-    for p in 0..PARTITIONS {
-        let values: Vec<i64> = read_committed(&b, "A.spread", p)
-            .await
-            .iter()
-            .map(|r| {
-                let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
-                let (part, seq) = v.split_once(':').unwrap();
-                assert_eq!(part, p.to_string(), "a record in the wrong partition: {v}");
-                seq.parse().unwrap()
-            })
-            .collect();
-        let expected: Vec<i64> = (0..written).collect();
-        if values != expected {
-            let seen: std::collections::HashSet<i64> = values.iter().copied().collect();
-            let missing = expected.iter().filter(|v| !seen.contains(v)).count();
-            panic!(
-                "A.spread-{p}: read_committed sees {} records for {written} written: {missing} missing, {} duplicates, or out of order",
-                values.len(),
-                values.len() - seen.len()
-            );
-        }
-        committed += values.len();
-        raw += read_partition(&b, "A.spread", p).await.len();
-    }
-    eprintln!(
-        "{committed} records, each seen once by read_committed; {} records of aborted transactions in the target's log",
-        raw - committed
-    );
+    let (committed, raw) = audit(&b, written).await;
     assert!(
         raw > committed,
         "no aborted transaction in the target's log: the kill -9 and the pause tested nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_shared_flow_survives_five_random_kill_9_and_a_target_restart() {
+    let _serial = SERIAL.lock().await;
+    let Setup {
+        _ca,
+        cb,
+        b,
+        dir,
+        config,
+        stop,
+        producer,
+    } = setup("eos-chaos").await;
+    let mut logs = 0;
+    let mut next_log = || {
+        logs += 1;
+        dir.path().join(format!("kmirror-{logs}.log"))
+    };
+    let mut ps: Vec<Process> = (0..3).map(|_| start(&config, &next_log())).collect();
+    balanced(&ps.iter().collect::<Vec<_>>(), "three processes").await;
+
+    // Which process dies, and when, changes from run to run (printed, to replay a failure).
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut random = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut done = Vec::new();
+    for _ in 0..5 {
+        // Sometimes within the previous rebalance, sometimes after it settled.
+        tokio::time::sleep(Duration::from_millis(1500 + 500 * random(8))).await;
+        let victim = random(3) as usize;
+        ps[victim].child.kill_9();
+        ps[victim] = start(&config, &next_log());
+        done.push(victim);
+    }
+    eprintln!("killed with SIGKILL and started again, in turn: processes {done:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cb = tokio::task::spawn_blocking(move || {
+        cb.restart().unwrap();
+        cb
+    })
+    .await
+    .unwrap();
+    balanced(
+        &ps.iter().collect::<Vec<_>>(),
+        "three processes after the faults",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let written = producer.await.unwrap();
+    caught_up(&b, written).await;
+    let aborted: i64 = ps
+        .iter()
+        .map(|p| metric(p, "kmirror_transactions_aborted_total").unwrap_or(0))
+        .sum();
+    for p in ps {
+        let status = p.child.terminate();
+        assert!(status.success(), "exit after SIGTERM: {status}");
+    }
+    let (committed, raw) = audit(&b, written).await;
+    assert!(
+        raw > committed,
+        "no aborted transaction in the target's log: the kill -9s tested nothing ({aborted} aborts counted by the survivors)"
+    );
+
+    // Java's read_committed consumer sees the same records, each once.
+    let out = cb
+        .tool_output(
+            "console-consumer",
+            &[
+                "--bootstrap-server",
+                cb.tools_bootstrap(),
+                "--topic",
+                "A.spread",
+                "--from-beginning",
+                "--isolation-level",
+                "read_committed",
+                "--max-messages",
+                &(committed + 1).to_string(),
+                "--timeout-ms",
+                "15000",
+            ],
+            None,
+        )
+        .unwrap();
+    let java: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(':'))
+        .map(String::from)
+        .collect();
+    let distinct: std::collections::HashSet<&str> = java.iter().map(String::as_str).collect();
+    let expected: std::collections::HashSet<String> = (0..PARTITIONS)
+        .flat_map(|p| (0..written).map(move |s| format!("{p}:{s}")))
+        .collect();
+    assert_eq!(
+        (java.len(), distinct.len()),
+        (committed, committed),
+        "Java's read_committed console consumer: records and distinct records"
+    );
+    assert!(
+        expected.iter().all(|v| distinct.contains(v.as_str())),
+        "Java's read_committed console consumer misses records the auditor saw"
     );
 }

@@ -51,6 +51,9 @@ pub struct GroupMember {
     generation: i32,
     leader: bool,
     assignment: Bytes,
+    /// When the SyncGroup that gave the current assignment was sent: the coordinator counts the
+    /// member alive for a session timeout from its arrival, however long the join took before.
+    synced_at: std::time::Instant,
 }
 
 fn s(v: &str) -> StrBytes {
@@ -74,6 +77,7 @@ impl GroupMember {
             generation: -1,
             leader: false,
             assignment: Bytes::new(),
+            synced_at: std::time::Instant::now(),
         };
         m.rejoin().await?;
         Ok(m)
@@ -103,6 +107,10 @@ impl GroupMember {
     }
     pub fn assignment(&self) -> &Bytes {
         &self.assignment
+    }
+    /// When the SyncGroup of the current assignment was sent (the last (re)join's end).
+    pub fn synced_at(&self) -> std::time::Instant {
+        self.synced_at
     }
 
     fn err(&self, api: ApiKey, error: ResponseError) -> KafkaError {
@@ -206,6 +214,7 @@ impl GroupMember {
             .with_protocol_name(resp.protocol_name.clone())
             .with_assignments(assignments);
         let version = self.coordinator.version::<SyncGroupRequest>()?;
+        let sync_sent = std::time::Instant::now();
         let resp = self
             .coordinator
             .submit(&sync, version)
@@ -217,6 +226,7 @@ impl GroupMember {
             return Err(self.err(ApiKey::SyncGroup, e));
         }
         self.assignment = resp.assignment;
+        self.synced_at = sync_sent;
         Ok(())
     }
 

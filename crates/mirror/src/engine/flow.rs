@@ -1061,12 +1061,16 @@ impl Control {
             }
             let missed: Vec<u32> = added.difference(&taken).copied().collect();
             if let (false, Some(a)) = (missed.is_empty(), &mut self.sharing) {
-                // Not held (stopping, or the membership lapsed meanwhile): not claimed, so a
-                // later assignment gives them again.
+                // Not held (stopping, or the membership lapsed meanwhile): not claimed, and
+                // the group is asked at once to give them again (a quiet group would leave
+                // them unserved).
                 for i in missed {
                     a.partitions.remove(&assign::slot_key(i));
                 }
                 a.shared.set_owned(a.partitions.clone());
+                if !shutdown.is_triggered() {
+                    a.shared.ask_rejoin();
+                }
             }
             // Always after the fence, also when not every slot could be taken: the positions
             // read at setup (or by an earlier holder's time) may be older than its last commit.

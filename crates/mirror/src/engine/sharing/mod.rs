@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     /// The leader asks for a rebalance when the flow's partitions change.
     rebalance: Notify,
+    /// Any member: what it was given could not all be taken (an exactly-once slot whose id it
+    /// could not fence in time); rejoining hands the rest to the group again.
+    rejoin: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +76,7 @@ impl Shared {
             rebalance_timeout,
             inner: Mutex::default(),
             rebalance: Notify::new(),
+            rejoin: Notify::new(),
         }
     }
 
@@ -152,6 +156,12 @@ impl Shared {
             .filter(|(t, _)| topics.contains(t))
             .cloned()
             .collect()
+    }
+
+    /// Asks for a rejoin after the current assignment is applied: what it gave and this process
+    /// did not take (and so does not claim) is assigned again, here or elsewhere.
+    pub(crate) fn ask_rejoin(&self) {
+        self.rejoin.notify_one();
     }
 
     /// Records the flow's partitions; on the leader a change starts a rebalance.
@@ -304,7 +314,9 @@ impl Membership {
                 }
             };
             attempt = 0;
-            self.shared.renewed(sent);
+            // From the SyncGroup, not the join's start: a join that waited out a coordinator's
+            // restart can take longer than a session.
+            self.shared.renewed(member.synced_at());
             let mut last_ok = Instant::now();
             // When the rebalance that produced the assignment at hand began.
             let mut rebalance_began = sent;
@@ -397,6 +409,10 @@ impl Membership {
                             rejoin = true;
                             continue;
                         }
+                        _ = self.shared.rejoin.notified() => {
+                            rejoin = true;
+                            continue;
+                        }
                         _ = tokio::time::sleep(heartbeat_every) => {
                             let sent = Instant::now();
                             (sent, member.heartbeat().await)
@@ -458,7 +474,7 @@ impl Membership {
                     tracing::warn!(flow = %self.flow, "no longer a member of the flow's group (session expired); stopping every partition");
                     self.lost().await;
                 }
-                self.shared.renewed(sent);
+                self.shared.renewed(member.synced_at());
                 last_ok = Instant::now();
             }
         }
