@@ -5,6 +5,7 @@
 //   java -cp "$(bash scripts/kafka/kafka-harness.sh classpath)" bench/LatencyProbe.java \
 //     --source HOST:PORT --target HOST:PORT --topic lat --remote-topic A.lat \
 //     [--rate 5000] [--seconds 60] [--size 1024] [--drain-seconds 60] [--warmup-seconds 5]
+//     [--isolation read_uncommitted|read_committed]
 //
 // Produces --rate records/s to --topic on the source for --seconds, each stamped with its send
 // wall-clock time (CreateTime), and reads --remote-topic on the target. The target must use
@@ -14,6 +15,12 @@
 // fetch it (consumer delay is not part of the measurement). send_* is measured from the send
 // instead, so it adds the source's produce latency. Both clusters must share one clock (same
 // host), as timestamps from two clocks are compared.
+//
+// --isolation read_committed (for an exactly-once replicator) reads as a read_committed consumer
+// and takes the time a record was received instead of its append time: a transaction's records
+// are appended as they come but readable only once it commits, so the append time would leave
+// out the wait a real consumer sees. The consumer's own fetch delay (fetch.max.wait.ms 100, a
+// poll) is then part of the figure.
 //
 // stdout: one line "latency records=N p50= p90= p99= p999= max= mean= send_p50= send_p99=
 // send_max= produce_p50= produce_p99= sent_rate=" (ms, except records and sent_rate in
@@ -49,6 +56,7 @@ public class LatencyProbe {
     private static volatile int seen;
     private static volatile long dups;
     private static volatile boolean stopConsumer;
+    private static boolean readCommitted;
 
     public static void main(String[] argv) throws Exception {
         System.setOut(System.err);
@@ -57,6 +65,9 @@ public class LatencyProbe {
         String topic = req(a, "topic"), remoteTopic = req(a, "remote-topic");
         int rate = num(a, "rate", 5000), seconds = num(a, "seconds", 60), size = num(a, "size", 1024);
         int drainSeconds = num(a, "drain-seconds", 60), warmupSeconds = num(a, "warmup-seconds", 5);
+        String isolation = a.getOrDefault("isolation", "read_uncommitted");
+        if (!isolation.equals("read_uncommitted") && !isolation.equals("read_committed")) die(2, "--isolation wants read_uncommitted or read_committed, got %s", isolation);
+        readCommitted = isolation.equals("read_committed");
         if (rate < 1 || seconds < 1 || drainSeconds < 0 || warmupSeconds < 0) die(2, "--rate and --seconds must be >= 1, drain/warmup >= 0");
         if (size < 16) die(2, "--size must be >= 16 (8 bytes nonce + 8 bytes sequence)");
         if (warmupSeconds >= seconds) die(2, "--warmup-seconds must be below --seconds");
@@ -196,7 +207,7 @@ public class LatencyProbe {
                     long seq = b.getLong(8);
                     if (b.getLong(0) != nonce || seq < 0 || seq >= total) continue;  // another run's record
                     if (targetTs[(int) seq] != 0) { dups++; continue; }  // at-least-once redelivery: keep the first
-                    targetTs[(int) seq] = r.timestamp();
+                    targetTs[(int) seq] = readCommitted ? System.currentTimeMillis() : r.timestamp();
                     seen++;  // single writer, so ++ on the volatile is safe
                 }
             }
@@ -233,7 +244,7 @@ public class LatencyProbe {
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1");
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, readCommitted ? "read_committed" : "read_uncommitted");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");  // no group: assign() only
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ALLOW_AUTO_CREATE_TOPICS_CONFIG, "false");
@@ -261,7 +272,7 @@ public class LatencyProbe {
 
     private static Map<String, String> parseArgs(String[] argv) {
         Set<String> known = Set.of("source", "target", "topic", "remote-topic", "rate", "seconds", "size",
-            "drain-seconds", "warmup-seconds");
+            "drain-seconds", "warmup-seconds", "isolation");
         Map<String, String> m = new HashMap<>();
         for (int i = 0; i < argv.length; i += 2) {
             String k = argv[i].startsWith("--") ? argv[i].substring(2) : "";

@@ -47,6 +47,8 @@
 #        TOOLS="kmirror-eos mm2-eos" bench/mirror-bench.sh   both exactly-once (tasks.max = cores:
 #                                  MM2's tasks, kmirror's slots)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
+#        LATENCY_ONLY=1 LAT_READ_COMMITTED=1 TOOLS="kmirror kmirror-eos mm2-eos" bench/mirror-bench.sh
+#                                  latency as a read_committed consumer sees it (the *-eos tools always are)
 #        PRECREATE=0 bench/mirror-bench.sh   the tools create the remote topics (by default they
 #                                  exist, every partition led, before a tool starts)
 #        QUICK=1 bench/mirror-bench.sh   CI's regression guard (well under 2 minutes): kmirror only,
@@ -301,7 +303,8 @@ latency() {
   start_tool "$tool" "$cfg" "$name"
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "A.$topic" --records 0 --timeout-seconds 120 >/dev/null
   line=$(java -cp "$CP" LatencyProbe --source "127.0.0.1:$PS" --target "127.0.0.1:$port" --topic "$topic" \
-    --remote-topic "A.$topic" --rate "$LAT_RATE" --seconds "$LAT_SECONDS" --size 1024 2>"$KAFKA_HARNESS_RUN/$name.probe.err") \
+    --remote-topic "A.$topic" --rate "$LAT_RATE" --seconds "$LAT_SECONDS" --size 1024 \
+    $([[ $tool == *-eos || -n ${LAT_READ_COMMITTED:-} ]] && echo --isolation read_committed) 2>"$KAFKA_HARNESS_RUN/$name.probe.err") \
     || { echo "bench: latency probe failed for $tool: $(tail -5 "$KAFKA_HARNESS_RUN/$name.probe.err")" >&2; exit 1; }
   stats=$(cpu_rss "$KPID")
   stop_tool "$tool" "$name"

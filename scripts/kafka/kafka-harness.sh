@@ -82,7 +82,9 @@
 # KAFKA_FAIL_TAIL (40 log lines shown on failure), KAFKA_ADMIN_USER/PASSWORD (admin/admin-secret),
 # KAFKA_SASL_USERS ("alice:alice-secret bob:bob-secret mm2:mm2-secret"), KAFKA_SSL_PASSWORD
 # (harness-secret), KAFKA_SSL_CLIENT_CN (kafka-harness-client), KAFKA_HARNESS_POM (use this pom
-# instead of the built-in one), MAVEN_OFFLINE=1 (mvn -o), KAFKA_HARNESS_VERBOSE=1 (maven output).
+# instead of the built-in one), MAVEN_OFFLINE=1 (mvn -o), KAFKA_HARNESS_VERBOSE=1 (maven output),
+# KAFKA_HARNESS_REQUEST_LOG=DEBUG (brokers log every request with its queue, local and remote
+# times in server.log: where a broker spends a slow request's time; read when a broker starts).
 # Needs java 17+, mvn (first fetch only), openssl + keytool (--ssl), python3 or unzip (fetch).
 set -euo pipefail
 
@@ -400,7 +402,7 @@ appender.authz.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = INFO
 rootLogger.appenderRef.server.ref = SERVER
 logger.request.name = kafka.request.logger
-logger.request.level = WARN
+logger.request.level = ${env:KAFKA_HARNESS_REQUEST_LOG:-WARN}
 logger.reqchan.name = kafka.network.RequestChannel$
 logger.reqchan.level = WARN
 logger.authz.name = kafka.authorizer.logger
