@@ -44,6 +44,8 @@
 #        TOOLS="kmirror kmirror-eos" bench/mirror-bench.sh   exactly-once (MM2's switch on:
 #                                  transactions) next to at-least-once; its end is when the
 #                                  committed positions cover every record (WaitEnds --positions-topic)
+#        TOOLS="kmirror kmirror-x2 kmirror-eos kmirror-eos-x2" bench/mirror-bench.sh   two processes
+#                                  sharing each flow next to one: CPU summed over both, the larger RSS
 #        TOOLS="kmirror-eos mm2-eos" bench/mirror-bench.sh   both exactly-once (tasks.max = cores:
 #                                  MM2's tasks, kmirror's slots)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
@@ -110,7 +112,7 @@ many_topics() { local i; for i in $(seq 0 $((MANY_TOPICS / 2 - 1))); do printf '
 H=scripts/kafka/kafka-harness.sh
 export KAFKA_HARNESS_RUN="${TMPDIR:-/tmp}/kmirror-bench-$$"
 cleanup() {
-  [[ -n "${KPID:-}" ]] && kill -9 "$KPID" 2>/dev/null
+  [[ -n "${KPID:-}" ]] && kill -9 "$KPID" ${KPID2:-} 2>/dev/null
   bash $H stop-all >/dev/null 2>&1
   [[ -n "${KEEP_RUN:-}" ]] || rm -rf "$KAFKA_HARNESS_RUN"
 }
@@ -143,10 +145,13 @@ load_java() {  # load_java "T1, T2" PARTITIONS RECORDS SIZE [Load options] -> Lo
   java -cp "$CP" Load --bootstrap "127.0.0.1:$PS" --topics "${topics//, /,}" --create-partitions "$partitions" \
     --records "$records" --size "$size" "$@"
 }
-cpu_rss() {  # cpu_rss PID -> "cpu_seconds peak_rss_mb" (MM2 runs in one JVM)
-  local t
-  t=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
-  echo "$(awk -v t="$t" -v c="$CLK" 'BEGIN { printf "%.1f", t / c }') $(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status")"
+cpu_rss() {  # cpu_rss PID... -> "cpu_seconds peak_rss_mb": CPU summed, the largest peak RSS (MM2 runs in one JVM)
+  local t=0 r=0 p
+  for p in "$@"; do
+    t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
+    r=$(awk -v r="$r" '/VmHWM/ { v = $2 / 1024; printf "%.0f", (v > r ? v : r) }' "/proc/$p/status")
+  done
+  echo "$(awk -v t="$t" -v c="$CLK" 'BEGIN { printf "%.1f", t / c }') $r"
 }
 config() {  # config TARGET_PORT TOPICS [tuned|plain] [extra lines]
   cat <<EOF
@@ -189,6 +194,11 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
     kmirror | kmirror-record | kmirror-nomerge | kmirror-alone | kmirror-eos)
       $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
+    kmirror-x2 | kmirror-eos-x2)  # two processes sharing the flow (its group divides the work)
+      $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
+      KPID=$!
+      $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3-2.log" 2>&1 &
+      KPID2=$! ;;
     kmirror-before)  # another build of kmirror, for before/after figures in one run
       "${KMIRROR_BEFORE_BIN:?set KMIRROR_BEFORE_BIN for the kmirror-before tool}" run "$2" --metrics-address "$KMIRROR_METRICS" \
         --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
@@ -199,8 +209,8 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
   esac
 }
 stop_tool() {  # stop_tool TOOL NAME
-  if [[ $1 == mm2* ]]; then bash $H stop "$2" >/dev/null; else kill -TERM "$KPID"; wait "$KPID" || true; fi
-  KPID=""
+  if [[ $1 == mm2* ]]; then bash $H stop "$2" >/dev/null; else kill -TERM "$KPID" ${KPID2:-}; wait "$KPID" ${KPID2:-} || true; fi
+  KPID="" KPID2=""
 }
 
 ROWS="$KAFKA_HARNESS_RUN/rows.tsv"
@@ -223,7 +233,7 @@ backlog() {
   # every record (end offsets would count transaction markers and aborted batches).
   # Both with tasks.max = cores (config below): MM2's tasks, kmirror's slots. MM2's exactly-once
   # needs its internal REST server in dedicated mode (KIP-710), on a port of its own.
-  [[ $tool == kmirror-eos ]] && extra="B.exactly.once.source.support = enabled"
+  [[ $tool == kmirror-eos || $tool == kmirror-eos-x2 ]] && extra="B.exactly.once.source.support = enabled"
   [[ $tool == mm2-eos ]] && extra="B.exactly.once.source.support = enabled
 dedicated.mode.enable.internal.rest = true
 listeners = http://127.0.0.1:$(pick 18100 18190)"
@@ -245,15 +255,15 @@ $KMIRROR_EXTRA"
   config "$port" "$topics" tuned "$extra" >"$cfg"
   out="$KAFKA_HARNESS_RUN/$name.wait"
   local wait_mode=()
-  [[ $tool == *-eos ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
+  [[ $tool == *-eos || $tool == *-eos-x2 ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
     --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" "${wait_mode[@]}" >"$out" 2>"$out.err" &
   local wpid=$!
   sleep 1
   t0=$(now_ms)
   start_tool "$tool" "$cfg" "$name"
-  stats=$(cpu_rss "$KPID")
-  while kill -0 "$wpid" 2>/dev/null; do stats=$(cpu_rss "$KPID"); sleep 0.2; done
+  stats=$(cpu_rss "$KPID" ${KPID2:-})
+  while kill -0 "$wpid" 2>/dev/null; do stats=$(cpu_rss "$KPID" ${KPID2:-}); sleep 0.2; done
   if ! wait "$wpid"; then
     # Reported and recorded, not fatal: one tool failing a case (MM2 running out of heap, say)
     # must not throw away the rest of a long run.
@@ -264,7 +274,7 @@ $KMIRROR_EXTRA"
     KEEP_RUN=1
     return 0
   fi
-  stats=$(cpu_rss "$KPID")
+  stats=$(cpu_rss "$KPID" ${KPID2:-})
   stop_tool "$tool" "$name"
   bash $H stop "dst-$name" >/dev/null
   first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
