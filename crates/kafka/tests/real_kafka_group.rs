@@ -125,6 +125,34 @@ async fn members_share_work_and_a_dead_member_is_replaced() {
         t.abort();
     }
 
+    // A join held by the coordinator (another member is slow to rejoin) ends with its SyncGroup:
+    // that, not the join's start, is when the coordinator began counting the member alive.
+    let config = GroupConfig {
+        group_id: "slow-join".into(),
+        protocol_type: "kmirror".into(),
+        session_timeout: Duration::from_secs(6),
+        rebalance_timeout: Duration::from_secs(10),
+    };
+    let mut first = GroupMember::join(k.clone(), config.clone(), Arc::new(Units))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let second = tokio::spawn(GroupMember::join(k.clone(), config, Arc::new(Units)));
+    // The first member hears of the rebalance only at its next heartbeat, 3 s later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    first.poll().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    let held = second.synced_at().duration_since(started);
+    eprintln!("a join held {held:?} by a slow member");
+    assert!(
+        held >= Duration::from_millis(2500) && second.synced_at() <= Instant::now(),
+        "synced_at is {held:?} after the join began; the join was held about 3 s"
+    );
+    assert!(
+        first.synced_at() > started,
+        "the first member's rejoin synced again"
+    );
+
     // A kmirror member and a Java console consumer in one consumer group.
     k.create_topics(
         &[NewTopic {

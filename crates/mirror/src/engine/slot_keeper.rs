@@ -143,11 +143,10 @@ impl SlotKeeper {
         }
     }
 
+    /// Gives every slot up: all committers are told at once, then each is waited for.
     pub(super) async fn release_all(&mut self) {
         let held: Vec<u32> = self.running.keys().copied().collect();
-        for (_, (stop, _)) in self.running.iter() {
-            stop.trigger();
-        }
+        self.stop_committing();
         for index in held {
             self.release(index).await;
         }
