@@ -209,29 +209,11 @@ async fn exactly_once_survives_kill_9_sigstop_and_a_target_restart() {
         raw - target
     );
     // Java's read_committed consumer agrees.
-    let out = cb
-        .tool_output(
-            "console-consumer",
-            &[
-                "--bootstrap-server",
-                cb.tools_bootstrap(),
-                "--topic",
-                &remote,
-                "--from-beginning",
-                "--isolation-level",
-                "read_committed",
-                "--max-messages",
-                &(source + 1).to_string(),
-                "--timeout-ms",
-                "15000",
-            ],
-            None,
-        )
-        .unwrap();
-    let java: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
+    let java: Vec<String> = cb
+        .read_committed_lines(&remote, source + 1)
+        .unwrap()
+        .into_iter()
         .filter(|l| l.starts_with('p'))
-        .map(String::from)
         .collect();
     let distinct: HashSet<&String> = java.iter().collect();
     let status = kmirror.terminate();

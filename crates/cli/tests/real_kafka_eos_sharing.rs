@@ -415,29 +415,11 @@ async fn exactly_once_shared_flow_survives_five_random_kill_9_and_a_target_resta
     );
 
     // Java's read_committed consumer sees the same records, each once.
-    let out = cb
-        .tool_output(
-            "console-consumer",
-            &[
-                "--bootstrap-server",
-                cb.tools_bootstrap(),
-                "--topic",
-                "A.spread",
-                "--from-beginning",
-                "--isolation-level",
-                "read_committed",
-                "--max-messages",
-                &(committed + 1).to_string(),
-                "--timeout-ms",
-                "15000",
-            ],
-            None,
-        )
-        .unwrap();
-    let java: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
+    let java: Vec<String> = cb
+        .read_committed_lines("A.spread", committed + 1)
+        .unwrap()
+        .into_iter()
         .filter(|l| l.contains(':'))
-        .map(String::from)
         .collect();
     let distinct: std::collections::HashSet<&str> = java.iter().map(String::as_str).collect();
     let expected: std::collections::HashSet<String> = (0..PARTITIONS)

@@ -710,6 +710,38 @@ impl Cluster {
         )
     }
 
+    /// The lines Java's console consumer prints reading `topic` from the beginning as a
+    /// read_committed consumer (aborted transactions left out): at most `max` records, ending
+    /// after 15 s without a new one.
+    pub fn read_committed_lines(
+        &self,
+        topic: &str,
+        max: usize,
+    ) -> Result<Vec<String>, HarnessError> {
+        let max = max.to_string();
+        let out = self.tool_output(
+            "console-consumer",
+            &[
+                "--bootstrap-server",
+                self.tools_bootstrap(),
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--isolation-level",
+                "read_committed",
+                "--max-messages",
+                &max,
+                "--timeout-ms",
+                "15000",
+            ],
+            None,
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect())
+    }
+
     /// kmirror client settings for this cluster: PLAINTEXT, SASL/PLAIN as `user` (None: the
     /// admin super user) and TLS with the cluster's CA (and client certificate under mTLS).
     pub fn client_settings(&self, user: Option<&str>) -> kmirror_kafka::ClientSettings {

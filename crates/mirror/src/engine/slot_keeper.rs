@@ -71,7 +71,8 @@ impl SlotKeeper {
         let producer = loop {
             if c.lease.as_ref().is_some_and(|l| !l.may_write()) {
                 // The membership lapsed while taking it: fencing the id now could fence the
-                // slot's next holder. The group gives it again if it is still this process's.
+                // slot's next holder. Not claimed, it is given out again (the flow asks the
+                // group to rejoin: `apply_slots`).
                 tracing::warn!(flow = %c.flow, transactional_id = %id, "not taking the slot: no heartbeat answered for a session timeout");
                 return false;
             }

@@ -161,8 +161,8 @@ mod tests {
 
     #[test]
     fn records_after_the_stored_position_on_the_target_are_not_copied_again() {
-        // Anchor: source 100 at target 40. Stored position 103; the target holds source
-        // 100..=107 (eight records, the gap at 105 included): continue at 108.
+        // Anchor: source 100 at target 40. Stored position 103; the target holds the seven
+        // source records 100..=107 (105 is a gap in the source): continue at 108.
         let r = walk((100, 40), &source(20), &target(7), 103, true).unwrap();
         assert_eq!(r.next, 108);
         assert_eq!(r.already_copied, 4, "103, 104, 106, 107");
