@@ -133,6 +133,11 @@ pub struct Metrics {
     pub truncated_offsets: Family<PartitionLabels, Counter>,
     /// 1 while a partition is stopped by an error that needs an operator.
     pub partition_stopped: Family<PartitionLabels, Gauge>,
+    /// Records a starting partition found on the target already, after its stored position.
+    pub records_already_on_target: Family<FlowLabels, Counter>,
+    /// Starting partitions that copy from the stored position, unable to tell what the target
+    /// holds, by reason.
+    pub resume_fallbacks: Family<ReasonLabels, Counter>,
     pub batches: Family<ModeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     /// Source topics replicated and their partitions.
@@ -218,6 +223,8 @@ impl Metrics {
             lag_records: Family::default(),
             truncated_offsets: Family::default(),
             partition_stopped: Family::default(),
+            records_already_on_target: Family::default(),
+            resume_fallbacks: Family::default(),
             batches: Family::default(),
             errors: Family::default(),
             topics: Family::default(),
@@ -292,6 +299,16 @@ impl Metrics {
             "partition_stopped",
             "1 while a partition is stopped by an error that needs an operator",
             m.partition_stopped.clone(),
+        );
+        registry.register(
+            "records_already_on_target",
+            "Records a starting partition found on the target already, after its stored position (not copied again)",
+            m.records_already_on_target.clone(),
+        );
+        registry.register(
+            "resume_fallbacks",
+            "Starting partitions that copy from the stored position, unable to tell what the target holds, by reason",
+            m.resume_fallbacks.clone(),
         );
         registry.register(
             "batches",

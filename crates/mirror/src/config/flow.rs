@@ -162,6 +162,8 @@ pub fn build(
     let process_rate_limit = limit(&mut r, "kmirror.process.rate.limit.bytes.per.second");
     let batch_mode = r.bool("kmirror.batch.mode.enabled", true);
     let merge_small_batches = r.bool("kmirror.batch.merge.enabled", true);
+    let positions_interval = r.millis("kmirror.positions.interval.ms", 250);
+    let resume_from_target = r.bool("kmirror.resume.from.target.enabled", true);
     let sharing = Sharing {
         enabled: r.bool("kmirror.sharing.enabled", true),
         group_id: Some(r.string("kmirror.sharing.group.id", ""))
@@ -356,6 +358,8 @@ pub fn build(
         process_rate_limit,
         batch_mode,
         merge_small_batches,
+        positions_interval,
+        resume_from_target,
         max_decompressed_bytes,
         sharing,
         clients: FlowClients {

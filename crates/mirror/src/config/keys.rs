@@ -104,6 +104,10 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.batch.mode.enabled",
     // kmirror's own: false forwards small batches one by one instead of merging them.
     "kmirror.batch.merge.enabled",
+    // kmirror's own: how often positions are stored; whether a starting partition looks on the
+    // target for what was copied after its stored position (docs/engine.md).
+    "kmirror.positions.interval.ms",
+    "kmirror.resume.from.target.enabled",
     // kmirror's own: processes serving a flow share its partitions (docs/sharing.md).
     "kmirror.sharing.enabled",
     // kmirror's own: an exactly-once transaction is committed early at this size.

@@ -210,6 +210,14 @@ pub struct FlowConfig {
     /// partition into one target batch (re-encoding their records with their codec); false
     /// forwards each as it is, which costs no CPU but more batches on the target.
     pub merge_small_batches: bool,
+    /// `kmirror.positions.interval.ms` (default 250): how often acknowledged positions are
+    /// stored (MM2: `offset.flush.interval.ms`, 60 s).
+    #[serde(serialize_with = "millis")]
+    pub positions_interval: Duration,
+    /// `kmirror.resume.from.target.enabled` (default true): an at-least-once partition that
+    /// starts with a stored position first looks on the target for what was copied after it
+    /// (docs/engine.md, "Resuming from what the target holds").
+    pub resume_from_target: bool,
     /// `kmirror.batch.max.decompressed.bytes`: the most one source batch may decompress to when
     /// its records are decoded (record mode; merging forwards a larger run as it is). Default: the
     /// source consumer's `fetch.max.bytes` (or `max.partition.fetch.bytes` if larger), so a

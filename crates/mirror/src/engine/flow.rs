@@ -246,7 +246,8 @@ async fn replicate(
         metrics.clone(),
         labels.clone(),
     )
-    .with_lease(shared.clone());
+    .with_lease(shared.clone())
+    .with_interval(flow.positions_interval);
     if let (Some(s), Some(_), true) = (&shared, &syncs_cluster, flow.emit_checkpoints.enabled) {
         // The leader checkpoints every owner's partitions exactly from these (docs/sharing.md,
         // "Exact checkpoints").
@@ -322,7 +323,16 @@ async fn replicate(
         Some(k) => (k.failed.clone(), k.failure.clone()),
         None => (Shutdown::default(), Arc::default()),
     };
+    // At-least-once: a starting partition finds what the target holds past its stored
+    // position through the newest offset sync (issue 23). Exactly-once needs none.
+    let resume = match (&syncs_cluster, &slots) {
+        (Some(c), None) if flow.resume_from_target => Some(Arc::new(
+            super::resume::SyncIndex::new(c.clone(), offset_syncs::topic_and_side(flow).0),
+        )),
+        _ => None,
+    };
     let ctx = Arc::new(Context {
+        resume,
         slots: slots.as_ref().map(|k| k.table.clone()),
         lease: shared.clone(),
         flow: flow.clone(),

@@ -31,6 +31,7 @@ mod orphans;
 mod partition;
 mod positions;
 pub mod remote_topics;
+mod resume;
 pub mod sharing;
 mod slot_keeper;
 mod slots;

@@ -46,6 +46,9 @@ pub(super) struct Context {
     pub(super) lease: Option<Arc<super::sharing::Shared>>,
     /// Exactly-once: the flow's slots (a partition writes through the one it maps to).
     pub(super) slots: Option<Arc<SlotTable>>,
+    /// At-least-once with offset syncs: what a starting partition reads to find the records
+    /// after its stored position that are on the target already (`engine/resume.rs`).
+    pub(super) resume: Option<Arc<super::resume::SyncIndex>>,
 }
 
 pub(super) struct PartitionTask {
@@ -190,6 +193,10 @@ pub(super) trait PartitionIo: Send {
     fn fresh_producer(&mut self) -> impl Future<Output = Result<(), KafkaError>> + Send;
     /// Where to start without a stored position (`auto.offset.reset`).
     fn start_offset(&mut self) -> impl Future<Output = Result<i64, KafkaError>> + Send;
+    /// Where to start, `next` being where the stored position (`stored`) or the start
+    /// lookup says: later, when the target holds the records from `next` on already. Never
+    /// earlier.
+    fn resume(&mut self, next: i64, stored: bool) -> impl Future<Output = i64> + Send;
     /// A lane of the current producer id whose target partition is ready (has a leader).
     fn lane(&mut self) -> impl Future<Output = Result<Self::Lane, KafkaError>> + Send;
     fn subscribe(&mut self, next: i64) -> Result<Self::Feed, KafkaError>;
@@ -231,6 +238,14 @@ pub(super) async fn drive<I: PartitionIo>(
             }
         }
     }
+    if let Some(a) = acked_through {
+        // Records after the stored position that the target holds already (written before a
+        // crash, after the last store) are not copied again (issue 23).
+        let next = io.resume(a + 1, true).await;
+        if next > a + 1 {
+            acked_through = Some(next - 1);
+        }
+    }
     let mut attempt = 0u32;
     // Without a stored position the start is looked up once: a retry before the first
     // acknowledgement must not jump to a newer `latest` and skip what arrived meanwhile.
@@ -242,6 +257,9 @@ pub(super) async fn drive<I: PartitionIo>(
             (None, Some(s)) => s,
             (None, None) => match io.start_offset().await {
                 Ok(o) => {
+                    // Without a stored position too: a first run killed before its first store
+                    // left records on the target that no position mentions.
+                    let o = io.resume(o, false).await;
                     start = Some(o);
                     o
                 }
@@ -339,6 +357,24 @@ impl PartitionIo for Io<'_> {
         Box::pin(self.task.start_offset()).await
     }
 
+    async fn resume(&mut self, next: i64, stored: bool) -> i64 {
+        // Exactly-once flows need none: their positions are committed with their data.
+        let (None, Some(index)) = (&self.slot, &self.task.ctx.resume) else {
+            return next;
+        };
+        let t = self.task;
+        let starting = super::resume::Starting {
+            topic: &t.topic,
+            remote: &t.remote,
+            partition: t.partition,
+        };
+        // Boxed: see `fresh_producer`.
+        Box::pin(super::resume::resume(
+            &t.ctx, index, starting, next, stored, &t.stop,
+        ))
+        .await
+    }
+
     async fn lane(&mut self) -> Result<PartitionLane, KafkaError> {
         let tuning = &self.task.ctx.flow.clients.producer_tuning;
         let mut lane = self
@@ -396,6 +432,8 @@ mod tests {
         /// What each forward does: acknowledge through an offset, then return.
         forwards: VecDeque<(Option<i64>, Result<(), Failure>)>,
         fresh: VecDeque<Result<(), KafkaError>>,
+        /// Where a resume after a stored position continues (none scripted: right after it).
+        resumes: VecDeque<i64>,
         /// Backoffs before the task is stopped from outside (`usize::MAX`: never).
         waits_before_stop: usize,
         attempts: Vec<u32>,
@@ -423,6 +461,14 @@ mod tests {
         async fn start_offset(&mut self) -> Result<i64, KafkaError> {
             self.log.push("start".into());
             self.starts.pop_front().expect("an unscripted start lookup")
+        }
+        async fn resume(&mut self, next: i64, stored: bool) -> i64 {
+            self.log.push(if stored {
+                format!("resume {next}")
+            } else {
+                format!("resume {next} (no position)")
+            });
+            self.resumes.pop_front().unwrap_or(next)
         }
         async fn lane(&mut self) -> Result<(), KafkaError> {
             self.log.push("lane".into());
@@ -492,7 +538,37 @@ mod tests {
         s.forwards.push_back((Some(120), Ok(())));
         let (r, s) = run(s, Some(99), false);
         assert!(r.is_ok());
-        assert_eq!(s.log, ["lane", "subscribe 100", "forward 100"]);
+        assert_eq!(
+            s.log,
+            ["resume 100", "lane", "subscribe 100", "forward 100"]
+        );
+    }
+
+    #[test]
+    fn records_the_target_holds_after_the_stored_position_are_skipped_once_at_the_start() {
+        let mut s = script();
+        s.resumes.push_back(150);
+        s.forwards
+            .push_back((None, Err(Failure::Retry(retriable()))));
+        s.forwards.push_back((Some(160), Ok(())));
+        let (r, s) = run(s, Some(99), false);
+        assert!(r.is_ok());
+        // A retry resumes from what was acknowledged (here: the resume point), not the store,
+        // and the target is not read again.
+        assert_eq!(
+            s.log,
+            [
+                "resume 100",
+                "lane",
+                "subscribe 150",
+                "forward 150",
+                "wait",
+                "fresh",
+                "lane",
+                "subscribe 150",
+                "forward 150"
+            ]
+        );
     }
 
     #[test]
@@ -513,6 +589,7 @@ mod tests {
                 "start",
                 "wait",
                 "start",
+                "resume 40 (no position)",
                 "lane",
                 "subscribe 40",
                 "forward 40",
@@ -545,6 +622,7 @@ mod tests {
         assert_eq!(
             s.log,
             [
+                "resume 100",
                 "lane",
                 "subscribe 100",
                 "forward 100",
@@ -584,6 +662,7 @@ mod tests {
         assert_eq!(
             s.log,
             [
+                "resume 1",
                 "lane",
                 "subscribe 1",
                 "forward 1",
@@ -609,6 +688,7 @@ mod tests {
         assert_eq!(
             s.log,
             [
+                "resume 10",
                 "lane",
                 "subscribe 10",
                 "forward 10",
@@ -628,7 +708,7 @@ mod tests {
             Err(Stopped::Kafka { first, .. }) => assert_eq!(first, 42),
             other => panic!("expected a stop at 42, got {other:?}"),
         }
-        assert_eq!(s.log, ["lane"]);
+        assert_eq!(s.log, ["resume 42", "lane"]);
 
         let mut s = script();
         s.starts.push_back(Err(fatal()));
@@ -666,6 +746,7 @@ mod tests {
                 "fresh",
                 "wait",
                 "fresh",
+                "resume 4",
                 "lane",
                 "subscribe 4",
                 "forward 4"

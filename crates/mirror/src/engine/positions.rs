@@ -340,6 +340,8 @@ pub(super) struct Writer {
     publisher: Option<RunsPublisher>,
     /// The last flush request a store saw.
     flushes_seen: u64,
+    /// How often positions are stored (`kmirror.positions.interval.ms`).
+    interval: Duration,
 }
 
 /// This process's runs and what of them is published (docs/sharing.md, "Exact checkpoints").
@@ -381,7 +383,13 @@ impl Writer {
             lease: None,
             publisher: None,
             flushes_seen: 0,
+            interval: FLUSH_INTERVAL,
         }
+    }
+
+    pub(super) fn with_interval(mut self, interval: Duration) -> Writer {
+        self.interval = interval;
+        self
     }
 
     /// Publishes `runs` under `member`'s key with the positions (and a tombstone for it when
@@ -401,11 +409,12 @@ impl Writer {
         self
     }
 
-    /// Stores positions every [`FLUSH_INTERVAL`] until `stop`, then once more; a process
+    /// Stores positions every interval (default [`FLUSH_INTERVAL`]) until `stop`, then once
+    /// more; a process
     /// that published runs removes them (its partitions' next owners publish theirs).
     pub(super) async fn run(mut self, stop: Shutdown) {
         loop {
-            let stopping = stop.sleep(FLUSH_INTERVAL).await;
+            let stopping = stop.sleep(self.interval).await;
             self.store_dirty().await;
             if stopping {
                 break;

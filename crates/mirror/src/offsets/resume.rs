@@ -7,7 +7,8 @@
 //! A record counts as already copied only if it is on the target in order, directly after the
 //! anchor, equal to the next source record (key, value, headers, and the timestamp unless the
 //! remote topic stamps its own). Anything else is a fallback, so a resume never skips a record.
-//! Not wired into the engine yet.
+//! The I/O around it (reading the syncs, the target's tail and the source) is
+//! `engine/resume.rs`.
 
 use kmirror_kafka::records::Record;
 
@@ -25,6 +26,10 @@ pub enum Fallback {
     Mismatch { target_offset: i64 },
     /// The target holds more after the anchor than the walk may read.
     Bound,
+    /// The flow transforms records (SMTs): a copy cannot be recognised by its records.
+    Transforms,
+    /// Reading the syncs, the source or the target failed.
+    Error,
 }
 
 impl Fallback {
@@ -35,6 +40,8 @@ impl Fallback {
             Fallback::SourceGone => "source_gone",
             Fallback::Mismatch { .. } => "mismatch",
             Fallback::Bound => "bound",
+            Fallback::Transforms => "transforms",
+            Fallback::Error => "error",
         }
     }
 }
@@ -49,12 +56,31 @@ pub struct Resume {
     /// The target ends before the stored position's record: it lost records the position says
     /// were copied (an unclean election, a truncation); copying continues from the position.
     pub target_behind: bool,
+    /// Every record matched, from the anchor on: (source offset, target offset).
+    pub matched: Vec<(i64, i64)>,
 }
 
-/// The anchor for a walk: the newest sync (in the order the sync topic holds them) whose source
-/// offset is no more than `window` records before the stored position. Syncs ahead of the
-/// position are the usual case after a crash (a sync follows each acknowledged batch; positions
-/// are stored every 250 ms) and the best anchors.
+/// The matched records as runs for exact checkpoints (`offsets/runs.rs`): stretches whose
+/// target offsets follow one another, each as its source offsets and its first target offset.
+pub fn runs_of(matched: &[(i64, i64)]) -> Vec<(Vec<i64>, i64)> {
+    let mut out: Vec<(Vec<i64>, i64)> = Vec::new();
+    let mut last_down = None;
+    for &(up, down) in matched {
+        match out.last_mut() {
+            Some((ups, _)) if last_down == Some(down - 1) => ups.push(up),
+            _ => out.push((vec![up], down)),
+        }
+        last_down = Some(down);
+    }
+    out
+}
+
+/// The anchor for a walk: the newest sync (in the order the sync topic holds them) at or before
+/// the stored position, and no more than `window` records before it. Not a sync ahead of the
+/// position: the records between the position and such a sync would be skipped unseen (a sync
+/// says where its own record is, not that every record before it was copied, once an operator
+/// moved a position back or another process copied in between). From an anchor at or before the
+/// position, every record skipped is one the walk saw on the target.
 pub fn anchor(
     syncs: impl IntoIterator<Item = (i64, i64)>,
     stored: i64,
@@ -62,8 +88,68 @@ pub fn anchor(
 ) -> Option<(i64, i64)> {
     syncs
         .into_iter()
-        .filter(|(u, d)| *u >= 0 && *d >= 0 && *u >= stored.saturating_sub(window))
+        .filter(|(u, d)| *u >= 0 && *d >= 0 && *u <= stored && *u >= stored.saturating_sub(window))
         .last()
+}
+
+/// Syncs kept in full, newest last.
+const RECENT: u64 = 8;
+/// Older syncs: for each power of two of distance back, this many buckets, the oldest sync of
+/// each kept.
+const SPREAD: u64 = 4;
+/// Syncs held before thinning (thinned, at most `RECENT + SPREAD * 64`, in practice
+/// `SPREAD * log2(syncs)`).
+const CAP: usize = 128;
+
+/// A partition's offset syncs in the order the sync topic holds them, kept so that an anchor
+/// at or before any recent position exists in little space: the newest [`RECENT`] in full;
+/// older ones in buckets whose width grows with their distance back (a quarter of each power
+/// of two), the oldest of each kept. A position n syncs back finds an anchor within about
+/// 2n / 3 more; a hundred syncs cover millions. (A partition copying fast acknowledges many
+/// batches between two position stores, a sync each.)
+#[derive(Debug, Default, Clone)]
+pub struct SyncHistory {
+    count: u64,
+    /// (number, upstream, downstream), oldest first.
+    kept: Vec<(u64, i64, i64)>,
+}
+
+impl SyncHistory {
+    pub fn push(&mut self, upstream: i64, downstream: i64) {
+        self.kept.push((self.count, upstream, downstream));
+        self.count += 1;
+        if self.kept.len() > CAP {
+            self.thin();
+        }
+    }
+
+    fn bucket(back: u64) -> (u32, u64) {
+        let k = 63 - back.leading_zeros();
+        let width = ((1u64 << k) / SPREAD).max(1);
+        (k, (back - (1u64 << k)) / width)
+    }
+
+    fn thin(&mut self) {
+        let newest = self.count - 1;
+        let mut last_bucket = None;
+        // The oldest of each bucket: buckets slide as syncs arrive, and keeping the newest
+        // would let the old end of the history drain away.
+        self.kept.retain(|e| {
+            let back = newest - e.0;
+            if back < RECENT {
+                return true;
+            }
+            let b = Self::bucket(back);
+            let first = last_bucket != Some(b);
+            last_bucket = Some(b);
+            first
+        });
+    }
+
+    /// The syncs kept, oldest first (in the order they were written).
+    pub fn kept(&self) -> Vec<(i64, i64)> {
+        self.kept.iter().map(|&(_, u, d)| (u, d)).collect()
+    }
 }
 
 fn same(a: &Record, b: &Record, timestamps: bool) -> bool {
@@ -95,12 +181,14 @@ pub fn walk(
         _ => return Err(Fallback::SourceGone),
     }
     let mut already_copied = 0;
+    let mut matched = Vec::with_capacity(target.len());
     for (i, t) in target.iter().enumerate() {
         match source.get(i) {
             Some(s) if same(s, t, timestamps) => {
                 if s.offset >= stored {
                     already_copied += 1;
                 }
+                matched.push((s.offset, t.offset));
             }
             // More on the target than in the source, or a different record.
             _ => {
@@ -115,6 +203,7 @@ pub fn walk(
         next: reached.max(stored),
         already_copied,
         target_behind: reached < stored,
+        matched,
     })
 }
 
@@ -147,16 +236,44 @@ mod tests {
 
     #[test]
     fn the_newest_sync_near_enough_is_the_anchor() {
-        let syncs = [(10, 1), (90, 30), (120, 50), (110, 45)];
+        let syncs = [(10, 1), (90, 30), (95, 33), (120, 50), (110, 45)];
         assert_eq!(
             anchor(syncs, 100, 1000),
-            Some((110, 45)),
-            "the last written"
+            Some((95, 33)),
+            "the last written at or before the position"
         );
+        assert_eq!(anchor([(100, 7)], 100, 10), Some((100, 7)), "at it");
+        assert_eq!(anchor([(101, 7)], 100, 10), None, "ahead: never");
         assert_eq!(anchor([(10, 1)], 100, 50), None, "too far behind");
         assert_eq!(anchor([(60, 1)], 100, 50), Some((60, 1)));
         assert_eq!(anchor([], 100, 50), None);
         assert_eq!(anchor([(-1, 5)], 0, 50), None, "not a record");
+    }
+
+    #[test]
+    fn a_history_keeps_an_anchor_near_any_position_in_little_space() {
+        let mut h = SyncHistory::default();
+        // A sync every 500 records: source u at target u / 10.
+        for i in 0..10_000i64 {
+            h.push(i * 500, i * 50);
+        }
+        let kept = h.kept();
+        assert!(kept.len() <= CAP, "{} kept", kept.len());
+        assert!(kept.windows(2).all(|w| w[0].0 < w[1].0), "in write order");
+        assert_eq!(kept.last(), Some(&(9_999 * 500, 9_999 * 50)), "the newest");
+        // For a position n syncs back, an anchor no more than about n syncs before it.
+        for back in [1i64, 7, 9, 30, 100, 1_000, 5_000, 9_999] {
+            let position = (9_999 - back) * 500;
+            let (u, _) = anchor(kept.iter().copied(), position, i64::MAX).unwrap();
+            assert!(u <= position);
+            assert!(
+                position - u <= (back + back * 3 / 4 + 2) * 500,
+                "{back} syncs back: anchor {u} for position {position}"
+            );
+        }
+        // Written order wins over offsets: a later lifetime copying again from 0.
+        h.push(0, 500_000);
+        assert_eq!(anchor(h.kept(), 100, i64::MAX), Some((0, 500_000)));
     }
 
     #[test]
@@ -167,6 +284,24 @@ mod tests {
         assert_eq!(r.next, 108);
         assert_eq!(r.already_copied, 4, "103, 104, 106, 107");
         assert!(!r.target_behind);
+    }
+
+    #[test]
+    fn matched_records_become_runs_where_the_target_is_contiguous() {
+        let r = walk((100, 40), &source(20), &target(7), 103, true).unwrap();
+        assert_eq!(r.matched.first(), Some(&(100, 40)));
+        assert_eq!(r.matched.last(), Some(&(107, 46)));
+        // The source gap at 105 is one run (a listed run keeps gaps upstream).
+        assert_eq!(
+            runs_of(&r.matched),
+            vec![(vec![100, 101, 102, 103, 104, 106, 107], 40)]
+        );
+        // A gap on the target (a marker between) starts a new run.
+        assert_eq!(
+            runs_of(&[(1, 10), (2, 11), (3, 13)]),
+            vec![(vec![1, 2], 10), (vec![3], 13)]
+        );
+        assert!(runs_of(&[]).is_empty());
     }
 
     #[test]

@@ -1,0 +1,362 @@
+//! Where an at-least-once partition resumes when it starts (issue 23; docs/engine.md, "Resuming
+//! from what the target holds"): the I/O around the pure lockstep of `offsets/resume.rs`. The
+//! newest offset sync the flow's syncs topic holds for the partition at or before its stored
+//! position is the anchor (source record `u` is at target offset `d`); the target's tail from
+//! `d` and the source from `u` are read and
+//! walked side by side, and copying continues after the last source record found on the target,
+//! never before the stored position. Anything uncertain falls back to the stored position,
+//! counted and logged with its reason. Runs only when a partition starts: the steady state does
+//! not pay for it.
+
+use super::log_reader;
+use super::partition::Context;
+use super::Shutdown;
+use crate::offsets::resume::{self, Fallback, Resume, SyncHistory};
+use crate::offsets::sync_rules::SourceOffsets;
+use crate::wire::internal::OffsetSync;
+use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
+use kmirror_kafka::committed::{marker, CommittedView};
+use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::{IsolationLevel, KafkaError};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, Semaphore};
+use tokio::time::Instant;
+
+/// Bytes of the target's tail a walk reads at most (the source side twice that, for what the
+/// flow leaves out there). After a crash the tail past the newest sync is what was in flight,
+/// far less than this.
+const MAX_TAIL_BYTES: usize = 8 << 20;
+/// Records an anchor may lie before the stored position.
+const WINDOW: i64 = 1_000_000;
+/// Walks of a flow at once: bounds the memory of many partitions starting together.
+const WALKS: usize = 8;
+/// How old a read of the syncs topic may be for a partition starting now.
+const FRESH: Duration = Duration::from_secs(1);
+/// Records held behind a transaction still open on the target (an MM2 with exactly-once left
+/// it): more, and the walk gives up (`bound`).
+const MAX_HELD: usize = 100_000;
+
+/// The newest offset syncs of every source partition, read from the flow's syncs topic when
+/// partitions start (a partition taken over from another process finds that process's syncs).
+pub(super) struct SyncIndex {
+    cluster: Arc<KafkaCluster>,
+    topic: String,
+    state: Mutex<IndexState>,
+    walks: Semaphore,
+}
+
+#[derive(Default)]
+struct IndexState {
+    /// Where reading the syncs topic continues.
+    next: Option<i64>,
+    /// When the last read to the end began: syncs written before then are in `latest`.
+    read_at: Option<Instant>,
+    latest: HashMap<(String, i32), SyncHistory>,
+}
+
+impl SyncIndex {
+    pub(super) fn new(cluster: Arc<KafkaCluster>, topic: String) -> SyncIndex {
+        SyncIndex {
+            cluster,
+            topic,
+            state: Mutex::default(),
+            walks: Semaphore::new(WALKS),
+        }
+    }
+
+    /// The syncs kept of a partition, oldest first: those written up to [`FRESH`] before
+    /// the call at least. Partitions starting together share one read. An older read only
+    /// makes the anchor older (the walk longer), never wrong.
+    async fn latest(&self, topic: &str, partition: i32) -> Result<Vec<(i64, i64)>, KafkaError> {
+        let asked = Instant::now();
+        let mut s = self.state.lock().await;
+        if s.read_at
+            .is_none_or(|t| asked.saturating_duration_since(t) > FRESH)
+        {
+            let began = Instant::now();
+            let meta = self.cluster.refresh_metadata(Some(&[&self.topic])).await?;
+            if meta.topics.contains_key(&self.topic) {
+                let mut found: Vec<OffsetSync> = Vec::new();
+                let next = log_reader::visit_to_end(&self.cluster, &self.topic, 0, s.next, |r| {
+                    if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+                        if let Ok(sync) = OffsetSync::decode(k, v) {
+                            found.push(sync);
+                        }
+                    }
+                })
+                .await?;
+                for f in found {
+                    s.latest
+                        .entry((f.topic, f.partition))
+                        .or_default()
+                        .push(f.upstream_offset, f.downstream_offset);
+                }
+                s.next = Some(next);
+            }
+            s.read_at = Some(began);
+        }
+        Ok(s.latest
+            .get(&(topic.to_string(), partition))
+            .map(SyncHistory::kept)
+            .unwrap_or_default())
+    }
+}
+
+/// One partition about to start: its source topic, remote topic and partition.
+pub(super) struct Starting<'a> {
+    pub(super) topic: &'a str,
+    pub(super) remote: &'a str,
+    pub(super) partition: i32,
+}
+
+/// The first source offset to copy: `next` (after the stored position if `stored`, else where
+/// the flow starts), or later when the target already holds the records from there on. Counts
+/// and logs either way, except a first start with no sync to go by.
+pub(super) async fn resume(
+    ctx: &Context,
+    index: &SyncIndex,
+    p: Starting<'_>,
+    next: i64,
+    stored: bool,
+    stop: &Shutdown,
+) -> i64 {
+    let found = if !ctx.flow.transforms.is_empty() {
+        Err(Fallback::Transforms)
+    } else {
+        tokio::select! {
+            r = find(ctx, index, &p, next) => r,
+            _ = stop.wait() => return next,
+        }
+    };
+    match found {
+        Ok(r) => apply(ctx, &p, next, r),
+        // A first start (no position, no sync of this partition at or before where it starts):
+        // nothing to resume, nothing to report.
+        Err(Fallback::NoAnchor) if !stored => next,
+        Err(f) => {
+            ctx.metrics
+                .resume_fallbacks
+                .get_or_create(&ctx.labels.reason(f.label()))
+                .inc();
+            match f {
+                Fallback::Mismatch { target_offset } => {
+                    tracing::warn!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, remote = p.remote, target_offset, next, "the target holds a record after the last offset sync that is not the next source record (another writer, a transform, a compaction, or records copied twice before); copying from the stored position, which may copy some records again")
+                }
+                f => {
+                    tracing::info!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, reason = f.label(), next, "cannot tell what the target already holds; copying from the stored position, which may copy some records again")
+                }
+            }
+            next
+        }
+    }
+}
+
+async fn find(
+    ctx: &Context,
+    index: &SyncIndex,
+    p: &Starting<'_>,
+    next: i64,
+) -> Result<Resume, Fallback> {
+    let error = |what: &str, e: KafkaError| {
+        tracing::debug!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, error = %e, "resume: reading {what} failed");
+        Fallback::Error
+    };
+    let newest = index
+        .latest(p.topic, p.partition)
+        .await
+        .map_err(|e| error("the offset syncs", e))?;
+    let anchor = resume::anchor(newest, next, WINDOW).ok_or(Fallback::NoAnchor)?;
+    let _walk = index.walks.acquire().await.map_err(|_| Fallback::Error)?;
+    let (target, timestamps) = read_target(&ctx.target, p.remote, p.partition, anchor.1)
+        .await
+        .map_err(|e| e.fallback(|e| error("the target", e)))?;
+    if target.is_empty() {
+        return Err(Fallback::AnchorGone);
+    }
+    let isolation = ctx.flow.clients.consumer_tuning.isolation_level;
+    let source = read_source(
+        &ctx.source,
+        p.topic,
+        p.partition,
+        anchor.0,
+        target.len(),
+        isolation,
+    )
+    .await
+    .map_err(|e| {
+        e.fallback(|e| match e {
+            // Retention or compaction removed the anchor's source record.
+            KafkaError::Broker {
+                error: kafka_protocol::error::ResponseError::OffsetOutOfRange,
+                ..
+            } => Fallback::SourceGone,
+            e => error("the source", e),
+        })
+    })?;
+    resume::walk(anchor, &source, &target, next, timestamps)
+}
+
+/// A recognised tail: the position, the metric, an offset sync for checkpoints, and the
+/// matched records as runs (exact checkpoints cover them).
+fn apply(ctx: &Context, p: &Starting<'_>, next: i64, r: Resume) -> i64 {
+    if r.next <= next {
+        if r.target_behind {
+            tracing::warn!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, next, "the target ends before the stored position (its log was truncated below records it had acknowledged); copying from the stored position");
+        }
+        return next;
+    }
+    ctx.board.acknowledged(p.topic, p.partition, r.next - 1);
+    ctx.metrics
+        .records_already_on_target
+        .get_or_create(&ctx.labels)
+        .inc_by(r.already_copied);
+    if let (Some(outbox), Some(&(up, down))) = (&ctx.offset_syncs, r.matched.last()) {
+        outbox.push(vec![OffsetSync {
+            topic: p.topic.to_string(),
+            partition: p.partition,
+            upstream_offset: up,
+            downstream_offset: down,
+        }]);
+    }
+    {
+        let mut runs = ctx.runs.lock().unwrap_or_else(|e| e.into_inner());
+        for (ups, base) in resume::runs_of(&r.matched) {
+            runs.record(p.topic, p.partition, &SourceOffsets::Listed(ups), base);
+        }
+    }
+    tracing::info!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, stored = next, resume = r.next, already_copied = r.already_copied, "records after the stored position are on the target already; copying after them");
+    r.next
+}
+
+/// A read that failed, or went past its bound.
+enum ReadError {
+    Bound,
+    Kafka(KafkaError),
+}
+
+impl ReadError {
+    fn fallback(self, error: impl FnOnce(KafkaError) -> Fallback) -> Fallback {
+        match self {
+            ReadError::Bound => Fallback::Bound,
+            ReadError::Kafka(e) => error(e),
+        }
+    }
+}
+
+impl From<KafkaError> for ReadError {
+    fn from(e: KafkaError) -> ReadError {
+        ReadError::Kafka(e)
+    }
+}
+
+fn corrupt(topic: &str, partition: i32, offset: i64, message: String) -> ReadError {
+    ReadError::Kafka(KafkaError::CorruptBatch {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        message,
+    })
+}
+
+/// The target's records from `from` to its end as a read_committed reader sees them (aborted
+/// transactions left out; what waits behind a transaction still open is not counted as there),
+/// and whether their timestamps are the producer's (not the broker's `LogAppendTime`). Empty
+/// when `from` is outside the log.
+async fn read_target(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<(Vec<Record>, bool), ReadError> {
+    let iso = IsolationLevel::ReadUncommitted;
+    let end = k.list_offset(topic, partition, LATEST, iso).await?;
+    let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
+    let mut out = Vec::new();
+    if from < start || from >= end {
+        return Ok((out, true));
+    }
+    let mut view = CommittedView::new(MAX_HELD);
+    let mut producer_times = true;
+    let mut offset = from;
+    let mut read = 0usize;
+    while offset < end {
+        if read > MAX_TAIL_BYTES {
+            return Err(ReadError::Bound);
+        }
+        let f = k
+            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
+            .await?;
+        if f.batches.is_empty() {
+            break;
+        }
+        for b in &f.batches {
+            offset = b.last_offset() + 1;
+            read += b.bytes().len();
+            let mut keep = |r: Record| {
+                if r.offset >= from {
+                    out.push(r);
+                }
+            };
+            if b.is_control() {
+                if let Some(m) = marker(b)
+                    .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?
+                {
+                    view.marker(b.producer_id(), m, &mut keep);
+                }
+                continue;
+            }
+            producer_times &= !b.is_log_append_time();
+            let records = decode_batch(b)
+                .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?;
+            view.data(b, records, &mut keep)
+                .map_err(|_| ReadError::Bound)?;
+        }
+    }
+    Ok((out, producer_times))
+}
+
+/// The source's records from `from` on, as the flow copies them (markers, and aborted
+/// transactions when it reads read_committed, left out): at least `want` of them, or to the end.
+async fn read_source(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    want: usize,
+    isolation: IsolationLevel,
+) -> Result<Vec<Record>, ReadError> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    let mut read = 0usize;
+    while out.len() < want {
+        if read > 2 * MAX_TAIL_BYTES {
+            return Err(ReadError::Bound);
+        }
+        let f = k
+            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, isolation)
+            .await?;
+        let end = match isolation {
+            IsolationLevel::ReadCommitted => f.last_stable_offset,
+            IsolationLevel::ReadUncommitted => f.high_watermark,
+        };
+        let batches: Vec<_> = match isolation {
+            IsolationLevel::ReadCommitted => f.committed_batches(),
+            IsolationLevel::ReadUncommitted => {
+                f.batches.iter().filter(|b| !b.is_control()).collect()
+            }
+        };
+        for b in batches {
+            read += b.bytes().len();
+            let records = decode_batch(b)
+                .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?;
+            out.extend(records.into_iter().filter(|r| r.offset >= from));
+        }
+        match f.batches.last() {
+            Some(last) if last.last_offset() + 1 < end => offset = last.last_offset() + 1,
+            _ => break,
+        }
+    }
+    Ok(out)
+}
