@@ -352,3 +352,192 @@ async fn crash_run(identity: bool) {
         "records copied twice; fallbacks in the log: {fallbacks}"
     );
 }
+
+/// Records `from..from + n` of partition `p` of `topic`, one batch, values `p:i`.
+fn numbered(p: i32, from: i64, n: i64) -> kmirror_kafka::batch::RawBatch {
+    let records: Vec<Record> = (0..n)
+        .map(|j| Record {
+            offset: j,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64,
+            key: None,
+            value: Some(Bytes::from(format!("{p}:{}", from + j))),
+            headers: vec![],
+        })
+        .collect();
+    encode_batch(&records, &BatchOptions::default()).unwrap()
+}
+
+async fn values(b: &KafkaCluster, topic: &str, p: i32) -> Vec<String> {
+    read_partition(b, topic, p)
+        .await
+        .iter()
+        .map(|(_, r)| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// Waits until partitions 0 and 1 of `topic` end at `want` or later.
+async fn wait_for(b: &KafkaCluster, topic: &str, want: i64, log: &std::path::Path) {
+    let t0 = Instant::now();
+    loop {
+        let mut done = true;
+        for p in 0..2 {
+            done &= b
+                .list_offset(topic, p, LATEST, IsolationLevel::ReadUncommitted)
+                .await
+                .unwrap_or(-1)
+                >= want;
+        }
+        if done {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{topic} did not reach {want}; log: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        let _ = b.refresh_metadata(None).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A record written to the remote topic by someone else, after what the flow copied past its
+/// stored position: that partition cannot tell what it copied, so it copies again from the
+/// stored position (duplicates, never a gap), counts the fallback and logs why; the other
+/// partition resumes after what it finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
+    let _serial = SERIAL.lock().await;
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("foreign-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("foreign-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    a.create_topics(
+        &[NewTopic {
+            name: "stream".into(),
+            partitions: 2,
+            replication_factor: 1,
+            configs: vec![],
+        }],
+        false,
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Positions stored once a minute: within the test only at a graceful stop.
+    let config = dir.path().join("mm2.properties");
+    std::fs::write(
+        &config,
+        format!(
+            "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\nA->B.enabled = true\nA->B.topics = stream\n\
+             replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             offset-syncs.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+             kmirror.sharing.enabled = false\nkmirror.positions.interval.ms = 60000\n",
+            ca.bootstrap(),
+            cb.bootstrap()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("kmirror.log");
+    for p in 0..2 {
+        a.produce("stream", p, &numbered(p, 0, 100)).await.unwrap();
+    }
+    // First run: copies 100 per partition and stores position 99 at SIGTERM.
+    let child = kmirror(&config, &log);
+    wait_for(&b, "A.stream", 100, &log).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut child = child;
+    let t0 = Instant::now();
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "SIGTERM drain hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Second run: copies 50 more per partition, killed before it stores a position.
+    for p in 0..2 {
+        a.produce("stream", p, &numbered(p, 100, 50)).await.unwrap();
+    }
+    let mut child = kmirror(&config, &log);
+    wait_for(&b, "A.stream", 150, &log).await;
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    // Someone else writes to A.stream-0; the source grows by 20 per partition.
+    b.produce("A.stream", 0, &numbered(9, 0, 1)).await.unwrap();
+    for p in 0..2 {
+        a.produce("stream", p, &numbered(p, 150, 20)).await.unwrap();
+    }
+    // Third run.
+    let child = kmirror(&config, &log);
+    let t0 = Instant::now();
+    loop {
+        let _ = b.refresh_metadata(None).await;
+        let v0 = values(&b, "A.stream", 0).await;
+        let v1 = values(&b, "A.stream", 1).await;
+        if v0.last().is_some_and(|v| v == "0:169") && v1.last().is_some_and(|v| v == "1:169") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "not caught up; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let address = text
+        .lines()
+        .filter_map(|l| l.split("address=").nth(1))
+        .next_back()
+        .and_then(|a| a.split_whitespace().next())
+        .expect("metrics address logged")
+        .to_string();
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&address).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    drop(child);
+    // Partition 1: resumed after the 50 the killed run wrote, nothing twice.
+    let want = |p: i32, n: i64| -> Vec<String> { (0..n).map(|i| format!("{p}:{i}")).collect() };
+    assert_eq!(values(&b, "A.stream", 1).await, want(1, 170));
+    // Partition 0: the 150, the foreign record, then 100..170 copied again from the stored
+    // position: 50 duplicates, no gap.
+    let mut expected = want(0, 150);
+    expected.push("9:0".into());
+    expected.extend((100..170).map(|i| format!("0:{i}")));
+    assert_eq!(values(&b, "A.stream", 0).await, expected);
+    assert!(
+        metrics.contains(
+            "kmirror_resume_fallbacks_total{source=\"A\",target=\"B\",reason=\"mismatch\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kmirror_records_already_on_target_total{source=\"A\",target=\"B\"} 50"),
+        "{metrics}"
+    );
+    let fallback = text
+        .lines()
+        .find(|l| l.contains("not the next source record"))
+        .expect("the fallback is logged");
+    assert!(
+        fallback.contains("partition=0") && fallback.contains("target_offset=150"),
+        "{fallback}"
+    );
+}

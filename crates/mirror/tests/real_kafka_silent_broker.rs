@@ -55,12 +55,13 @@ async fn remote_ends(b: &KafkaCluster) -> Vec<i64> {
 }
 
 /// The `__consumer_offsets` partition of a group: Java's `String.hashCode` of the id, made
-/// non-negative with a mask (Kafka's `Utils.abs`), modulo the topic's partition count.
+/// non-negative by Kafka's `Utils.abs` (the absolute value, 0 for i32::MIN), modulo the
+/// topic's partition count.
 fn offsets_partition(group: &str, partitions: i32) -> i32 {
     let h = group
         .encode_utf16()
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
-    (h & 0x7fff_ffff) % partitions
+    h.checked_abs().unwrap_or(0) % partitions
 }
 
 /// Moves the group's coordinator away from `node` (if it is there) and waits until the
