@@ -342,15 +342,19 @@ async fn exactly_once_copies_every_record_once_through_aborts_and_restarts() {
             }
         })
     };
-    // KMIRROR_TEST_FREEZE_AFTER_MS moves the freeze across the commit cycle when hunting a
-    // timing-dependent failure.
+    // KMIRROR_TEST_FREEZE_AFTER_MS and KMIRROR_TEST_FREEZE_FOR_MS move the freeze across the
+    // commit cycle and the transaction timeout when hunting a timing-dependent failure.
     let freeze_after = std::env::var("KMIRROR_TEST_FREEZE_AFTER_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
     tokio::time::sleep(Duration::from_millis(freeze_after)).await;
     cb.freeze_node(1).unwrap();
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let frozen_for = std::env::var("KMIRROR_TEST_FREEZE_FOR_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8000);
+    tokio::time::sleep(Duration::from_millis(frozen_for)).await;
     cb.thaw_node(1);
     writer.await.unwrap();
     eventually(180, "400 records of each partition copied", || {

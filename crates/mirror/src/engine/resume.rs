@@ -27,11 +27,12 @@ use tokio::time::Instant;
 /// Bytes of the target's tail a walk reads at most (the source side twice that, for what the
 /// flow leaves out there). After a crash the tail past the newest sync is what was in flight,
 /// far less than this.
-const MAX_TAIL_BYTES: usize = 8 << 20;
+const MAX_TAIL_BYTES: usize = 4 << 20;
 /// Records an anchor may lie before the stored position.
 const WINDOW: i64 = 1_000_000;
-/// Walks of a flow at once: bounds the memory of many partitions starting together.
-const WALKS: usize = 8;
+/// Walks of a flow at once: bounds the memory of many partitions starting together (each
+/// holds up to three times [`MAX_TAIL_BYTES`] of records while it compares).
+const WALKS: usize = 4;
 /// How old a read of the syncs topic may be for a partition starting now.
 const FRESH: Duration = Duration::from_secs(1);
 /// Records held behind a transaction still open on the target (an MM2 with exactly-once left
@@ -75,32 +76,42 @@ impl SyncIndex {
         if s.read_at
             .is_none_or(|t| asked.saturating_duration_since(t) > FRESH)
         {
-            let began = Instant::now();
-            let meta = self.cluster.refresh_metadata(Some(&[&self.topic])).await?;
-            if meta.topics.contains_key(&self.topic) {
-                let mut found: Vec<OffsetSync> = Vec::new();
-                let next = log_reader::visit_to_end(&self.cluster, &self.topic, 0, s.next, |r| {
-                    if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
-                        if let Ok(sync) = OffsetSync::decode(k, v) {
-                            found.push(sync);
-                        }
-                    }
-                })
-                .await?;
-                for f in found {
-                    s.latest
-                        .entry((f.topic, f.partition))
-                        .or_default()
-                        .push(f.upstream_offset, f.downstream_offset);
-                }
-                s.next = Some(next);
-            }
-            s.read_at = Some(began);
+            // Boxed: thousands of partitions starting together wait on the lock above, and a
+            // read's future inline would size every waiter (tens of MB at 10,000 partitions).
+            Box::pin(self.read(&mut s)).await?;
         }
         Ok(s.latest
             .get(&(topic.to_string(), partition))
             .map(SyncHistory::kept)
             .unwrap_or_default())
+    }
+}
+
+impl SyncIndex {
+    /// Reads the syncs written since the last read.
+    async fn read(&self, s: &mut IndexState) -> Result<(), KafkaError> {
+        let began = Instant::now();
+        let meta = self.cluster.refresh_metadata(Some(&[&self.topic])).await?;
+        if meta.topics.contains_key(&self.topic) {
+            let mut found: Vec<OffsetSync> = Vec::new();
+            let next = log_reader::visit_to_end(&self.cluster, &self.topic, 0, s.next, |r| {
+                if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+                    if let Ok(sync) = OffsetSync::decode(k, v) {
+                        found.push(sync);
+                    }
+                }
+            })
+            .await?;
+            for f in found {
+                s.latest
+                    .entry((f.topic, f.partition))
+                    .or_default()
+                    .push(f.upstream_offset, f.downstream_offset);
+            }
+            s.next = Some(next);
+        }
+        s.read_at = Some(began);
+        Ok(())
     }
 }
 
@@ -132,9 +143,9 @@ pub(super) async fn resume(
     };
     match found {
         Ok(r) => apply(ctx, &p, next, r),
-        // A first start (no position, no sync of this partition at or before where it starts):
-        // nothing to resume, nothing to report.
-        Err(Fallback::NoAnchor) if !stored => next,
+        // A first start (no position; no sync of this partition at or before where it starts,
+        // or only syncs of an earlier target): nothing to resume, nothing to report.
+        Err(Fallback::NoAnchor | Fallback::AnchorGone) if !stored => next,
         Err(f) => {
             ctx.metrics
                 .resume_fallbacks
@@ -168,8 +179,42 @@ async fn find(
         .await
         .map_err(|e| error("the offset syncs", e))?;
     let anchor = resume::anchor(newest, next, WINDOW).ok_or(Fallback::NoAnchor)?;
+    // The anchor's record must be on the target: a target emptied or replaced since the sync
+    // (a fresh target for a flow whose source keeps the syncs topic) ends before it. Asked
+    // together with the other partitions starting now, before a walk's turn is waited for.
+    let end = ctx
+        .target
+        .list_offset_batched(
+            p.remote,
+            p.partition,
+            LATEST,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
+        .map_err(|e| error("the target", e))?;
+    if anchor.1 >= end {
+        return Err(Fallback::AnchorGone);
+    }
+    // Boxed: only a partition with something to walk pays for the reads' futures (see
+    // `latest`).
+    Box::pin(walk_from(ctx, index, p, anchor, next, end)).await
+}
+
+/// Reads the target from the anchor and the source from its record, and walks them.
+async fn walk_from(
+    ctx: &Context,
+    index: &SyncIndex,
+    p: &Starting<'_>,
+    anchor: (i64, i64),
+    next: i64,
+    end: i64,
+) -> Result<Resume, Fallback> {
+    let error = |what: &str, e: KafkaError| {
+        tracing::debug!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, error = %e, "resume: reading {what} failed");
+        Fallback::Error
+    };
     let _walk = index.walks.acquire().await.map_err(|_| Fallback::Error)?;
-    let (target, timestamps) = read_target(&ctx.target, p.remote, p.partition, anchor.1)
+    let (target, timestamps) = read_target(&ctx.target, p.remote, p.partition, anchor.1, end)
         .await
         .map_err(|e| e.fallback(|e| error("the target", e)))?;
     if target.is_empty() {
@@ -260,7 +305,7 @@ fn corrupt(topic: &str, partition: i32, offset: i64, message: String) -> ReadErr
     })
 }
 
-/// The target's records from `from` to its end as a read_committed reader sees them (aborted
+/// The target's records from `from` to `end` as a read_committed reader sees them (aborted
 /// transactions left out; what waits behind a transaction still open is not counted as there),
 /// and whether their timestamps are the producer's (not the broker's `LogAppendTime`). Empty
 /// when `from` is outside the log.
@@ -269,9 +314,9 @@ async fn read_target(
     topic: &str,
     partition: i32,
     from: i64,
+    end: i64,
 ) -> Result<(Vec<Record>, bool), ReadError> {
     let iso = IsolationLevel::ReadUncommitted;
-    let end = k.list_offset(topic, partition, LATEST, iso).await?;
     let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
     let mut out = Vec::new();
     if from < start || from >= end {

@@ -770,6 +770,7 @@ impl Member {
                 // to be committed.
                 if self.gate.outcome(txn).is_none() {
                     self.joined = None;
+                    self.flushed = false;
                     return Outcome::Aborted;
                 }
                 continue;
@@ -798,9 +799,19 @@ impl Member {
     }
 
     /// Leaves the open transaction without dooming it: nothing this partition did reached it
-    /// (its lane belonged to an earlier epoch).
+    /// (its lane belonged to an earlier epoch). Its place among the members goes too, or the
+    /// commit would wait for its flush until the deadline and abort.
     pub(super) fn forget(&mut self) {
-        self.joined = None;
+        if let Some(txn) = self.joined.take() {
+            let mut o = self.gate.lock();
+            if self.gate.phase().txn == txn && !self.flushed {
+                if let Some(None) = o.members.get(&self.key) {
+                    o.members.remove(&self.key);
+                }
+            }
+            drop(o);
+            self.gate.wake.notify_one();
+        }
     }
 
     /// This partition's lane was fenced by a newer epoch of the slot's id, not the slot's own:
@@ -932,6 +943,35 @@ mod tests {
         // The next send joins the next transaction.
         assert!(matches!(m.admit(1, &stop).await, Admit::Go));
         assert_eq!(m.joined, Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_member_whose_lane_was_stale_leaves_without_holding_the_commit_up() {
+        let gate = Arc::new(Gate::new(0));
+        let stop = Shutdown::default();
+        let mut a = gate.member("t", 0);
+        let mut b = gate.member("t", 1);
+        assert!(matches!(a.admit(1, &stop).await, Admit::Go));
+        assert!(matches!(b.admit(1, &stop).await, Admit::Go));
+        // b's lane was refused before sending (an earlier epoch's lane): it forgets.
+        b.forget();
+        let txn = gate.close();
+        let flushing = tokio::spawn(async move {
+            let stop = Shutdown::default();
+            a.flush(Some(3), false, &stop).await
+        });
+        while gate.flushed(false) == Ok(None) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            gate.flushed(false),
+            Ok(Some(vec![("t".to_string(), 0, 3)])),
+            "the commit waits for a only"
+        );
+        gate.end(txn, Outcome::Committed, false);
+        assert_eq!(flushing.await.unwrap(), Outcome::Committed);
+        drop(b);
+        assert!(!gate.phase().closed, "b's drop doomed nothing");
     }
 
     #[tokio::test]
