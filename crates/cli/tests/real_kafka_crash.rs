@@ -50,6 +50,42 @@ fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
         .unwrap()
 }
 
+/// What the metrics endpoint of the newest process in `log` serves (it logs its address).
+fn scrape(log: &std::path::Path) -> String {
+    use std::io::{Read, Write};
+    let text = std::fs::read_to_string(log).unwrap();
+    let address = text
+        .lines()
+        .filter_map(|l| l.split("address=").nth(1))
+        .next_back()
+        .and_then(|a| a.split_whitespace().next())
+        .expect("metrics address logged")
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&address).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// SIGTERM, and the exit within 30 s (the process drains and stores its positions).
+fn terminate(child: &mut kmirror_testkit::KillOnDrop) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            return s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "SIGTERM drain hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 async fn ends(k: &KafkaCluster, topic: &str) -> Vec<i64> {
     let mut v = Vec::new();
     for p in 0..PARTITIONS {
@@ -267,23 +303,7 @@ async fn crash_run(identity: bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The metrics endpoint of the running process reports what it copied.
-    let text = std::fs::read_to_string(&log).unwrap();
-    let address = text
-        .lines()
-        .filter_map(|l| l.split("address=").nth(1))
-        .next_back()
-        .and_then(|a| a.split_whitespace().next())
-        .expect("metrics address logged")
-        .to_string();
-    let metrics = {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&address).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    };
+    let metrics = scrape(&log);
     assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
     assert!(
         metrics.contains("kmirror_partitions{source=\"A\",target=\"B\"} 4"),
@@ -293,19 +313,7 @@ async fn crash_run(identity: bool) {
         metrics.contains(&format!("kmirror_replication_lag_records{{source=\"A\",target=\"B\",topic=\"{remote}\",partition=\"0\"}} 0")),
         "{metrics}"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let t0 = Instant::now();
-    let exit = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "SIGTERM drain hung");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let exit = terminate(&mut child);
     assert!(exit.success(), "exit after SIGTERM: {exit}");
 
     // Every record present, in order per partition, no gap; duplicates only as replays.
@@ -454,17 +462,8 @@ async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
     // First run: copies 100 per partition and stores position 99 at SIGTERM.
     let child = kmirror(&config, &log);
     wait_for(&b, "A.stream", 100, &log).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
     let mut child = child;
-    let t0 = Instant::now();
-    while child.0.try_wait().unwrap().is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "SIGTERM drain hung");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    terminate(&mut child);
     // Second run: copies 50 more per partition, killed before it stores a position.
     for p in 0..2 {
         a.produce("stream", p, &numbered(p, 100, 50)).await.unwrap();
@@ -496,22 +495,7 @@ async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let text = std::fs::read_to_string(&log).unwrap();
-    let address = text
-        .lines()
-        .filter_map(|l| l.split("address=").nth(1))
-        .next_back()
-        .and_then(|a| a.split_whitespace().next())
-        .expect("metrics address logged")
-        .to_string();
-    let metrics = {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&address).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    };
+    let metrics = scrape(&log);
     drop(child);
     // Partition 1: resumed after the 50 the killed run wrote, nothing twice.
     let want = |p: i32, n: i64| -> Vec<String> { (0..n).map(|i| format!("{p}:{i}")).collect() };

@@ -4,7 +4,7 @@
 //! aborted (the target frozen past the commit deadline) and after a restart.
 
 use bytes::Bytes;
-use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch};
 use kmirror_kafka::records::{decode_batch, encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
@@ -74,11 +74,15 @@ async fn produce(k: &KafkaCluster, topic: &str, first: i64, n: i64, per_batch: i
     }
 }
 
-/// What a read_committed consumer sees in one partition, in order; and whether every data
-/// batch it saw was written in a transaction.
-async fn committed(k: &KafkaCluster, topic: &str, partition: i32) -> (Vec<String>, bool) {
-    let mut values = Vec::new();
-    let mut all_transactional = true;
+/// Every fetch of a partition from offset 0 to its end as `isolation` reads it (the last stable
+/// offset for read_committed, the high watermark otherwise); false if a fetch failed.
+async fn each_fetch(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    isolation: IsolationLevel,
+    mut visit: impl FnMut(&PartitionFetch),
+) -> bool {
     let mut offset = 0;
     for _ in 0..10_000 {
         let Ok(f) = k
@@ -88,12 +92,31 @@ async fn committed(k: &KafkaCluster, topic: &str, partition: i32) -> (Vec<String
                 offset,
                 1 << 20,
                 Duration::from_millis(20),
-                IsolationLevel::ReadCommitted,
+                isolation,
             )
             .await
         else {
-            return (Vec::new(), false);
+            return false;
         };
+        visit(&f);
+        let end = match isolation {
+            IsolationLevel::ReadCommitted => f.last_stable_offset,
+            IsolationLevel::ReadUncommitted => f.high_watermark,
+        };
+        match f.batches.last() {
+            Some(last) if last.last_offset() + 1 < end => offset = last.last_offset() + 1,
+            _ => break,
+        }
+    }
+    true
+}
+
+/// What a read_committed consumer sees in one partition, in order; and whether every data
+/// batch it saw was written in a transaction.
+async fn committed(k: &KafkaCluster, topic: &str, partition: i32) -> (Vec<String>, bool) {
+    let mut values = Vec::new();
+    let mut all_transactional = true;
+    let read = each_fetch(k, topic, partition, IsolationLevel::ReadCommitted, |f| {
         for b in f.committed_batches() {
             all_transactional &= b.is_transactional();
             values.extend(
@@ -103,12 +126,10 @@ async fn committed(k: &KafkaCluster, topic: &str, partition: i32) -> (Vec<String
                     .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap()),
             );
         }
-        match f.batches.last() {
-            Some(last) if last.last_offset() + 1 < f.last_stable_offset => {
-                offset = last.last_offset() + 1
-            }
-            _ => break,
-        }
+    })
+    .await;
+    if !read {
+        return (Vec::new(), false);
     }
     (values, all_transactional)
 }
@@ -160,21 +181,7 @@ async fn assert_exact(b: &KafkaCluster, n: i64) {
 /// Prints every batch of a partition's log, read uncommitted: offsets, producer id and epoch,
 /// transactional or control, and the first value.
 async fn dump_log(k: &KafkaCluster, topic: &str, partition: i32) {
-    let mut offset = 0;
-    for _ in 0..10_000 {
-        let Ok(f) = k
-            .fetch(
-                topic,
-                partition,
-                offset,
-                1 << 20,
-                Duration::from_millis(20),
-                IsolationLevel::ReadUncommitted,
-            )
-            .await
-        else {
-            return;
-        };
+    each_fetch(k, topic, partition, IsolationLevel::ReadUncommitted, |f| {
         for b in &f.batches {
             let first = if b.is_control() {
                 Some(format!("{:?}", kmirror_kafka::committed::marker(b)))
@@ -196,13 +203,8 @@ async fn dump_log(k: &KafkaCluster, topic: &str, partition: i32) {
                 first
             );
         }
-        match f.batches.last() {
-            Some(last) if last.last_offset() + 1 < f.high_watermark => {
-                offset = last.last_offset() + 1
-            }
-            _ => break,
-        }
-    }
+    })
+    .await;
 }
 
 fn start(

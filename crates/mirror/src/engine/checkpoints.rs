@@ -7,7 +7,7 @@
 //! names with B->A's syncs inverted, so failback works.
 
 use super::log_reader::read_to_end;
-use super::offset_syncs::topic_and_side;
+use super::offset_syncs::{read_syncs_from, topic_and_side};
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
@@ -506,28 +506,4 @@ impl CheckpointTask {
         }
         Ok(None)
     }
-}
-
-/// Reads offset syncs from `from` to the end, if the topic exists; the offset to read from next.
-async fn read_syncs_from(
-    cluster: &KafkaCluster,
-    topic: &str,
-    from: Option<i64>,
-    mut apply: impl FnMut(OffsetSync),
-) -> Result<Option<i64>, KafkaError> {
-    if !cluster.metadata().topics.contains_key(topic) {
-        cluster.refresh_metadata(Some(&[topic])).await?;
-        if !cluster.metadata().topics.contains_key(topic) {
-            return Ok(None); // nothing replicated yet
-        }
-    }
-    let (records, next) = read_to_end(cluster, topic, 0, from).await?;
-    for r in records {
-        if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
-            if let Ok(s) = OffsetSync::decode(k, v) {
-                apply(s);
-            }
-        }
-    }
-    Ok(Some(next))
 }

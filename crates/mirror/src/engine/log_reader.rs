@@ -4,6 +4,7 @@
 //! transactions), without waiting behind a transaction left open (docs/engine.md, "Transactions
 //! in the internal topics").
 
+use kmirror_kafka::batch::RawBatch;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::committed::{marker, CommittedView};
 use kmirror_kafka::records::{decode_batch, Record};
@@ -44,12 +45,6 @@ pub(crate) async fn visit_to_end(
     // Compaction or retention may have removed what we would read next.
     let mut offset = from.unwrap_or(start).max(start);
     let mut view = CommittedView::new(MAX_HELD);
-    let corrupt = |b: &kmirror_kafka::batch::RawBatch, message: String| KafkaError::CorruptBatch {
-        topic: topic.to_string(),
-        partition,
-        offset: b.base_offset(),
-        message,
-    };
     while offset < end {
         let f = k
             .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
@@ -59,24 +54,43 @@ pub(crate) async fn visit_to_end(
         }
         for b in &f.batches {
             offset = b.last_offset() + 1;
-            if b.is_control() {
-                if let Some(m) = marker(b).map_err(|e| corrupt(b, e.to_string()))? {
-                    view.marker(b.producer_id(), m, &mut visit);
-                }
-                continue;
-            }
-            let records = decode_batch(b).map_err(|e| corrupt(b, e.to_string()))?;
-            view.data(b, records, &mut visit)
-                .map_err(|h| KafkaError::OpenTransaction {
-                    topic: topic.to_string(),
-                    partition,
-                    producer_id: h.producer_id,
-                    offset: h.offset,
-                    limit: h.limit,
-                })?;
+            show(&mut view, b, topic, partition, &mut visit)?;
         }
     }
     Ok(view
         .finish(&mut visit)
         .map_or(offset, |open| open.min(offset)))
+}
+
+/// Shows one batch of a log read uncommitted to `view`: a marker ends its transaction, a data
+/// batch's records are handed on (or held behind an open transaction). More held than the
+/// view's limit is `OpenTransaction`.
+pub(crate) fn show(
+    view: &mut CommittedView<Record>,
+    b: &RawBatch,
+    topic: &str,
+    partition: i32,
+    visit: &mut impl FnMut(Record),
+) -> Result<(), KafkaError> {
+    let corrupt = |message: String| KafkaError::CorruptBatch {
+        topic: topic.to_string(),
+        partition,
+        offset: b.base_offset(),
+        message,
+    };
+    if b.is_control() {
+        if let Some(m) = marker(b).map_err(|e| corrupt(e.to_string()))? {
+            view.marker(b.producer_id(), m, visit);
+        }
+        return Ok(());
+    }
+    let records = decode_batch(b).map_err(|e| corrupt(e.to_string()))?;
+    view.data(b, records, visit)
+        .map_err(|h| KafkaError::OpenTransaction {
+            topic: topic.to_string(),
+            partition,
+            producer_id: h.producer_id,
+            offset: h.offset,
+            limit: h.limit,
+        })
 }

@@ -151,3 +151,27 @@ async fn send(cluster: &KafkaCluster, topic: &str, syncs: &[OffsetSync]) -> Resu
     cluster.produce(topic, 0, &batch).await?;
     Ok(())
 }
+
+/// Reads offset syncs from `from` to the end, if the topic exists; the offset to read from next.
+pub(super) async fn read_syncs_from(
+    cluster: &KafkaCluster,
+    topic: &str,
+    from: Option<i64>,
+    mut apply: impl FnMut(OffsetSync),
+) -> Result<Option<i64>, KafkaError> {
+    if !cluster.metadata().topics.contains_key(topic) {
+        cluster.refresh_metadata(Some(&[topic])).await?;
+        if !cluster.metadata().topics.contains_key(topic) {
+            return Ok(None); // nothing replicated yet
+        }
+    }
+    let (records, next) = super::log_reader::read_to_end(cluster, topic, 0, from).await?;
+    for r in records {
+        if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
+            if let Ok(s) = OffsetSync::decode(k, v) {
+                apply(s);
+            }
+        }
+    }
+    Ok(Some(next))
+}

@@ -9,13 +9,14 @@
 //! not pay for it.
 
 use super::log_reader;
+use super::offset_syncs::read_syncs_from;
 use super::partition::Context;
 use super::Shutdown;
 use crate::offsets::resume::{self, Fallback, Resume, SyncHistory};
 use crate::offsets::sync_rules::SourceOffsets;
 use crate::wire::internal::OffsetSync;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
-use kmirror_kafka::committed::{marker, CommittedView};
+use kmirror_kafka::committed::CommittedView;
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::HashMap;
@@ -91,24 +92,16 @@ impl SyncIndex {
     /// Reads the syncs written since the last read.
     async fn read(&self, s: &mut IndexState) -> Result<(), KafkaError> {
         let began = Instant::now();
-        let meta = self.cluster.refresh_metadata(Some(&[&self.topic])).await?;
-        if meta.topics.contains_key(&self.topic) {
-            let mut found: Vec<OffsetSync> = Vec::new();
-            let next = log_reader::visit_to_end(&self.cluster, &self.topic, 0, s.next, |r| {
-                if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
-                    if let Ok(sync) = OffsetSync::decode(k, v) {
-                        found.push(sync);
-                    }
-                }
-            })
-            .await?;
-            for f in found {
-                s.latest
-                    .entry((f.topic, f.partition))
-                    .or_default()
-                    .push(f.upstream_offset, f.downstream_offset);
-            }
-            s.next = Some(next);
+        let latest = &mut s.latest;
+        let next = read_syncs_from(&self.cluster, &self.topic, s.next, |f| {
+            latest
+                .entry((f.topic, f.partition))
+                .or_default()
+                .push(f.upstream_offset, f.downstream_offset);
+        })
+        .await?;
+        if next.is_some() {
+            s.next = next;
         }
         s.read_at = Some(began);
         Ok(())
@@ -170,10 +163,7 @@ async fn find(
     p: &Starting<'_>,
     next: i64,
 ) -> Result<Resume, Fallback> {
-    let error = |what: &str, e: KafkaError| {
-        tracing::debug!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, error = %e, "resume: reading {what} failed");
-        Fallback::Error
-    };
+    let error = |what: &str, e: KafkaError| read_failed(ctx, p, what, e);
     let newest = index
         .latest(p.topic, p.partition)
         .await
@@ -209,10 +199,7 @@ async fn walk_from(
     next: i64,
     end: i64,
 ) -> Result<Resume, Fallback> {
-    let error = |what: &str, e: KafkaError| {
-        tracing::debug!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, error = %e, "resume: reading {what} failed");
-        Fallback::Error
-    };
+    let error = |what: &str, e: KafkaError| read_failed(ctx, p, what, e);
     let _walk = index.walks.acquire().await.map_err(|_| Fallback::Error)?;
     let (target, timestamps) = read_target(&ctx.target, p.remote, p.partition, anchor.1, end)
         .await
@@ -241,6 +228,13 @@ async fn walk_from(
         })
     })?;
     resume::walk(anchor, &source, &target, next, timestamps)
+}
+
+/// A read that failed after the client's retries: logged (debug: the fallback itself is
+/// logged once), and the walk falls back.
+fn read_failed(ctx: &Context, p: &Starting<'_>, what: &str, e: KafkaError) -> Fallback {
+    tracing::debug!(flow = %ctx.flow.id, topic = p.topic, partition = p.partition, error = %e, "resume: reading {what} failed");
+    Fallback::Error
 }
 
 /// A recognised tail: the position, the metric, an offset sync for checkpoints, and the
@@ -339,24 +333,16 @@ async fn read_target(
         for b in &f.batches {
             offset = b.last_offset() + 1;
             read += b.bytes().len();
+            producer_times &= b.is_control() || !b.is_log_append_time();
             let mut keep = |r: Record| {
                 if r.offset >= from {
                     out.push(r);
                 }
             };
-            if b.is_control() {
-                if let Some(m) = marker(b)
-                    .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?
-                {
-                    view.marker(b.producer_id(), m, &mut keep);
-                }
-                continue;
-            }
-            producer_times &= !b.is_log_append_time();
-            let records = decode_batch(b)
-                .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?;
-            view.data(b, records, &mut keep)
-                .map_err(|_| ReadError::Bound)?;
+            log_reader::show(&mut view, b, topic, partition, &mut keep).map_err(|e| match e {
+                KafkaError::OpenTransaction { .. } => ReadError::Bound,
+                e => ReadError::Kafka(e),
+            })?;
         }
     }
     Ok((out, producer_times))
