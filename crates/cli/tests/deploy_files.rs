@@ -57,6 +57,7 @@ fn kubernetes_manifest_holds_a_valid_config_and_matching_probes() {
         .args(["plan", file.to_str().unwrap(), "--check"])
         .env("KMIRROR_TARGET_USER", "mm2")
         .env("KMIRROR_TARGET_PASSWORD", "pw")
+        .env("POD_NAME", "kmirror-7f9c-x2")
         .output()
         .unwrap();
     let text = format!(
@@ -68,6 +69,17 @@ fn kubernetes_manifest_holds_a_valid_config_and_matching_probes() {
         out.status.code(),
         Some(0),
         "plan --check of the ConfigMap:\n{text}"
+    );
+    // The pod's name is its static identity in the flow's group.
+    assert!(
+        text.contains("static member kmirror-7f9c-x2"),
+        "plan shows the instance id:\n{text}"
+    );
+    assert!(
+        yaml.contains(
+            "- name: POD_NAME\n              valueFrom: {fieldRef: {fieldPath: metadata.name}}"
+        ),
+        "POD_NAME comes from the pod's name"
     );
     // Every env var the configuration reads comes from the Secret.
     for var in ["KMIRROR_TARGET_USER", "KMIRROR_TARGET_PASSWORD"] {
@@ -123,6 +135,7 @@ fn the_binary_runs_as_an_unprivileged_user() {
         .args(["plan", file.to_str().unwrap()])
         .env("KMIRROR_TARGET_USER", "mm2")
         .env("KMIRROR_TARGET_PASSWORD", "pw")
+        .env("POD_NAME", "kmirror-7f9c-x2")
         .output()
         .expect("setpriv (util-linux) runs");
     assert!(

@@ -141,6 +141,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
             protocol_type: "consumer".into(),
             session_timeout: Duration::from_secs(45),
             rebalance_timeout: Duration::from_secs(45),
+            instance_id: None,
         },
         Arc::new(RangeAssignor {
             topics: vec!["A.orders".into()],
@@ -343,6 +344,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
             protocol_type: "consumer".into(),
             session_timeout: Duration::from_secs(30),
             rebalance_timeout: Duration::from_secs(30),
+            instance_id: None,
         },
         Arc::new(RangeAssignor {
             topics: vec!["A.orders".into()],

@@ -38,6 +38,10 @@ pub struct GroupConfig {
     pub protocol_type: String,
     pub session_timeout: Duration,
     pub rebalance_timeout: Duration,
+    /// KIP-345 static membership (`group.instance.id`): a member that comes back under the same
+    /// id within its session timeout is given its previous assignment without a rebalance. Two
+    /// live members with one id fence each other: the older one gets `FENCED_INSTANCE_ID`.
+    pub instance_id: Option<String>,
 }
 
 /// A member of a group, in a generation, with its assignment.
@@ -113,6 +117,10 @@ impl GroupMember {
         self.synced_at
     }
 
+    fn instance(&self) -> Option<StrBytes> {
+        self.config.instance_id.as_deref().map(s)
+    }
+
     fn err(&self, api: ApiKey, error: ResponseError) -> KafkaError {
         KafkaError::Broker {
             broker: self.coordinator.broker().into(),
@@ -158,11 +166,20 @@ impl GroupMember {
             .with_session_timeout_ms(self.config.session_timeout.as_millis() as i32)
             .with_rebalance_timeout_ms(self.config.rebalance_timeout.as_millis() as i32)
             .with_member_id(s(&self.member_id))
+            .with_group_instance_id(self.instance())
             .with_protocol_type(s(&self.config.protocol_type))
             .with_protocols(vec![JoinGroupRequestProtocol::default()
                 .with_name(s(self.assignor.protocol()))
                 .with_metadata(self.assignor.metadata())]);
         let version = self.coordinator.version::<JoinGroupRequest>()?;
+        if self.config.instance_id.is_some() && version < 5 {
+            // Silently joining as a dynamic member would lose what the user asked for.
+            return Err(KafkaError::Config(format!(
+                "static group membership (an instance id for group {}) needs JoinGroup v5 (Kafka 2.3, KIP-345); the coordinator {} speaks v{version}",
+                self.config.group_id,
+                self.coordinator.broker()
+            )));
+        }
         // The coordinator holds JoinGroup until every member rejoined (up to the rebalance timeout).
         let wait = self.config.rebalance_timeout + Duration::from_secs(5);
         let resp = self
@@ -188,7 +205,9 @@ impl GroupMember {
         self.member_id = resp.member_id.to_string();
         self.generation = resp.generation_id;
         self.leader = resp.leader == resp.member_id;
-        let assignments = if self.leader {
+        // KIP-814: a static leader that came back to a stable group is told it leads, but the
+        // coordinator keeps the assignment it has; one sent now would not reach the others.
+        let assignments = if self.leader && !resp.skip_assignment {
             let members: Vec<(String, Bytes)> = resp
                 .members
                 .iter()
@@ -210,6 +229,7 @@ impl GroupMember {
             .with_group_id(GroupId(s(&self.config.group_id)))
             .with_generation_id(self.generation)
             .with_member_id(s(&self.member_id))
+            .with_group_instance_id(self.instance())
             .with_protocol_type(Some(s(&self.config.protocol_type)))
             .with_protocol_name(resp.protocol_name.clone())
             .with_assignments(assignments);
@@ -253,7 +273,8 @@ impl GroupMember {
         let req = HeartbeatRequest::default()
             .with_group_id(GroupId(s(&self.config.group_id)))
             .with_generation_id(self.generation)
-            .with_member_id(s(&self.member_id));
+            .with_member_id(s(&self.member_id))
+            .with_group_instance_id(self.instance());
         let result = match self.coordinator.send(&req).await {
             Ok(r) => r.error_code.err(),
             Err(
@@ -273,7 +294,6 @@ impl GroupMember {
                 ResponseError::RebalanceInProgress
                 | ResponseError::IllegalGeneration
                 | ResponseError::UnknownMemberId
-                | ResponseError::FencedInstanceId
                 | ResponseError::NotCoordinator
                 | ResponseError::CoordinatorNotAvailable,
             ) => {
@@ -291,9 +311,9 @@ impl GroupMember {
         let version = self.coordinator.version::<LeaveGroupRequest>()?;
         let mut req = LeaveGroupRequest::default().with_group_id(GroupId(s(&self.config.group_id)));
         req = if version >= 3 {
-            req.with_members(vec![
-                MemberIdentity::default().with_member_id(s(&self.member_id))
-            ])
+            req.with_members(vec![MemberIdentity::default()
+                .with_member_id(s(&self.member_id))
+                .with_group_instance_id(self.instance())])
         } else {
             req.with_member_id(s(&self.member_id))
         };

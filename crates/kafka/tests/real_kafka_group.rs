@@ -59,6 +59,7 @@ fn spawn_member(k: Arc<KafkaCluster>, idx: usize, view: View) -> tokio::task::Jo
             protocol_type: "kmirror".into(),
             session_timeout: Duration::from_secs(6),
             rebalance_timeout: Duration::from_secs(10),
+            instance_id: None,
         };
         let mut m = GroupMember::join(k, config, Arc::new(Units)).await.unwrap();
         loop {
@@ -132,6 +133,7 @@ async fn members_share_work_and_a_dead_member_is_replaced() {
         protocol_type: "kmirror".into(),
         session_timeout: Duration::from_secs(6),
         rebalance_timeout: Duration::from_secs(10),
+        instance_id: None,
     };
     let mut first = GroupMember::join(k.clone(), config.clone(), Arc::new(Units))
         .await
@@ -174,6 +176,7 @@ async fn members_share_work_and_a_dead_member_is_replaced() {
         protocol_type: "consumer".into(),
         session_timeout: Duration::from_secs(10),
         rebalance_timeout: Duration::from_secs(20),
+        instance_id: None,
     };
     let mut me = GroupMember::join(k.clone(), config, assignor)
         .await

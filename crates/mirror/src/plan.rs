@@ -375,8 +375,12 @@ impl Plan {
                         } else {
                             "a share of the partitions".to_string()
                         };
+                        let member = match &f.sharing.instance_id {
+                            Some(id) => format!(", this process as static member {id}: restarted under it within the session timeout, it gets its share back without a rebalance"),
+                            None => String::new(),
+                        };
                         format!(
-                            "group {} on {} (session timeout {} s): every process started with this configuration serves {share}; the group's leader also does the periodic work",
+                            "group {} on {} (session timeout {} s{member}): every process started with this configuration serves {share}; the group's leader also does the periodic work",
                             f.sharing.group_id,
                             f.id.target,
                             f.sharing.session_timeout.as_secs()

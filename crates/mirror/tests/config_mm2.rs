@@ -662,3 +662,34 @@ fn start_positions_from_kmirror_start_position_or_auto_offset_reset() {
         StartPosition::Earliest
     );
 }
+
+#[test]
+fn a_static_instance_id_is_checked_and_left_out_of_what_members_compare() {
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nkmirror.sharing.instance.id = kmirror-0\n"
+    ));
+    assert_eq!(c.flows[0].sharing.instance_id.as_deref(), Some("kmirror-0"));
+    let other = ok(&format!(
+        "{AB}A->B.enabled = true\nkmirror.sharing.instance.id = kmirror-1\n"
+    ));
+    let unset = ok(&format!("{AB}A->B.enabled = true\n"));
+    assert_eq!(unset.flows[0].sharing.instance_id, None);
+    // Each process has its own: members with different ids are not refused as differing.
+    let digest = |c: &MirrorConfig| {
+        kmirror_mirror::engine::sharing::assign::settings_digest(
+            &serde_json::to_value(&c.flows[0]).unwrap(),
+        )
+    };
+    assert_eq!(digest(&c), digest(&other));
+    assert_eq!(digest(&c), digest(&unset));
+    for bad in ["two words", "a/b", "..", &"x".repeat(250)] {
+        let e = errors(&format!(
+            "{AB}A->B.enabled = true\nkmirror.sharing.instance.id = {bad}\n"
+        ));
+        assert!(
+            e.iter()
+                .any(|m| m.contains("kmirror.sharing.instance.id") && m.contains("249 characters")),
+            "{bad}: {e:?}"
+        );
+    }
+}

@@ -171,6 +171,7 @@ pub fn build(
             .unwrap_or_else(|| format!("kmirror-{id}")),
         session_timeout: r.millis("kmirror.sharing.session.timeout.ms", 10_000),
         rebalance_timeout: r.millis("kmirror.sharing.rebalance.timeout.ms", 60_000),
+        instance_id: instance_id(&mut r),
     };
     // Read before the consumer settings its default comes from; 64 KiB at least, so a typo
     // cannot stop every compressed partition.
@@ -595,4 +596,29 @@ pub fn shared_addresses(
         .map(|x| x.to_string())
         .filter(|x| a.contains(x))
         .collect()
+}
+
+/// `kmirror.sharing.instance.id`: this process's static identity in the flow's group (KIP-345).
+/// Kafka accepts 1 to 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`; checked here so a bad
+/// value names its key instead of failing at the first JoinGroup.
+fn instance_id(r: &mut Reader<'_>) -> Option<String> {
+    const KEY: &str = "kmirror.sharing.instance.id";
+    let s = r.get(KEY)?;
+    let v = s.value.trim();
+    if v.is_empty() {
+        return None;
+    }
+    let legal = v.len() <= 249
+        && v != "."
+        && v != ".."
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !legal {
+        r.error(
+            KEY,
+            "expected 1 to 249 characters of a-z, A-Z, 0-9, '.', '_' and '-' (Kafka's rule for group.instance.id), different in every process",
+        );
+        return None;
+    }
+    Some(v.to_string())
 }

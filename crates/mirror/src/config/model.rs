@@ -245,6 +245,12 @@ pub struct Sharing {
     /// rebalance waits for every process to rejoin.
     #[serde(serialize_with = "millis")]
     pub rebalance_timeout: Duration,
+    /// `kmirror.sharing.instance.id` (default none): this process's static identity in the
+    /// group (KIP-345). Restarted under the same id within the session timeout, it is given its
+    /// partitions back at once, without a rebalance. Different in every process (usually
+    /// `${env:HOSTNAME}`), so it is left out of the settings members compare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -75,6 +75,14 @@ impl<'a> Reader<'a> {
         self.map.get(key)
     }
 
+    /// Reports `key`'s value as invalid, saying what was expected.
+    pub fn error(&mut self, key: &str, expected: &str) {
+        if let Some(s) = self.get(key) {
+            self.diags
+                .error(Some(&s.origin), Some(&s.value), expected.to_string());
+        }
+    }
+
     pub fn string(&self, key: &str, default: &str) -> String {
         self.get(key)
             .map_or_else(|| default.to_string(), |s| s.value.trim().to_string())

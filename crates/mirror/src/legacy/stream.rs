@@ -108,6 +108,7 @@ async fn membership(
         protocol_type: "consumer".into(),
         session_timeout: cfg.session_timeout,
         rebalance_timeout: cfg.rebalance_timeout,
+        instance_id: None,
     };
     let mut attempt = 0u32;
     let mut member = loop {

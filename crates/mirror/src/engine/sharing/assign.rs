@@ -135,6 +135,14 @@ pub fn settings_digest(flow: &serde_json::Value) -> BTreeMap<String, String> {
             if PER_PROCESS.contains(&k.as_str()) {
                 continue;
             }
+            let mut v = v.clone();
+            if k == "sharing" {
+                // Each process's own static identity (absent when unset, so an older
+                // version's hash of the other sharing settings is unchanged).
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("instance_id");
+                }
+            }
             out.insert(
                 k.clone(),
                 format!("{:016x}", fnv1a(v.to_string().as_bytes())),

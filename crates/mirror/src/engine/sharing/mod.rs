@@ -279,7 +279,10 @@ impl Membership {
     /// nothing, which is safe.
     pub(crate) async fn run(self, stop: Shutdown) {
         let mut attempt = 0;
-        let heartbeat_every = self.config.session_timeout / 3;
+        // A member learns of a rebalance at its next heartbeat, and a cooperative one takes two:
+        // at most 3 s apart (Java's heartbeat.interval.ms), so a long session timeout (as static
+        // members use) does not make every rebalance that slow.
+        let heartbeat_every = (self.config.session_timeout / 3).min(Duration::from_secs(3));
         'join: loop {
             let sent = Instant::now();
             let joined = tokio::select! {
@@ -391,6 +394,11 @@ impl Membership {
                             match member.heartbeat().await {
                                 Ok(true) => rejoin = true,
                                 Ok(false) => self.shared.renewed(sent),
+                                Err(e) if is_fenced(&e) => {
+                                    // Its partitions stop with the hand-over under way.
+                                    let _ = (&mut applied).await;
+                                    return self.fenced_out().await;
+                                }
                                 Err(_) => {}
                             }
                         }
@@ -430,6 +438,7 @@ impl Membership {
                             rejoin = true;
                         }
                         Ok(true) => rejoin = true,
+                        Err(e) if is_fenced(&e) => return self.fenced_out().await,
                         Err(e) => {
                             tracing::debug!(flow = %self.flow, error = %e, "heartbeat failed");
                             if last_ok.elapsed() > self.config.session_timeout {
@@ -459,6 +468,11 @@ impl Membership {
                     }
                 };
                 self.shared.joining(None);
+                if let Err(e) = &rejoined {
+                    if is_fenced(e) {
+                        return self.fenced_out().await;
+                    }
+                }
                 if let Err(e) = rejoined {
                     tracing::warn!(flow = %self.flow, error = %e, "cannot rejoin the flow's group; stopping every partition");
                     self.lost().await;
@@ -493,6 +507,21 @@ impl Membership {
     /// The group as the leader's last assignment describes it, for `status`.
     fn show_group(&self, group: &[assign::Share]) {
         self.metrics.set_group(&self.flow, group.to_vec());
+    }
+
+    /// Another process joined with this one's instance id (`kmirror.sharing.instance.id`) and
+    /// took its place: its partitions are that process's now. They stop without storing their
+    /// positions, and the flow stops with the reason; rejoining would take the place back, and
+    /// the two would take turns for ever.
+    async fn fenced_out(&self) {
+        let reason = format!(
+            "another process joined the flow's group {} with this process's instance id {} and took its partitions over: kmirror.sharing.instance.id must differ in every process (the other process keeps serving; this one stops)",
+            self.config.group_id,
+            self.config.instance_id.as_deref().unwrap_or("?")
+        );
+        tracing::error!(flow = %self.flow, reason = %reason, "replaced in the flow's group");
+        self.lost().await;
+        let _ = self.events.send(Event::Refused(reason)).await;
     }
 
     async fn lost(&self) {
@@ -539,8 +568,21 @@ fn refusal_hint(e: &kmirror_kafka::KafkaError, group: &str) -> Option<String> {
             error: ResponseError::InconsistentGroupProtocol,
             ..
         } => Some(format!("another client (a Connect worker, a consumer, or a kmirror version with no group protocol in common) uses the group id {group}: set kmirror.sharing.group.id")),
+        e if is_fenced(e) => Some("another process joined with the same kmirror.sharing.instance.id at the same moment: give every process its own".into()),
+        kmirror_kafka::KafkaError::Config(_) => Some("leave kmirror.sharing.instance.id unset for this coordinator".into()),
         _ => None,
     }
+}
+
+/// KIP-345: another member took this one's instance id.
+fn is_fenced(e: &kmirror_kafka::KafkaError) -> bool {
+    matches!(
+        e,
+        kmirror_kafka::KafkaError::Broker {
+            error: kafka_protocol::error::ResponseError::FencedInstanceId,
+            ..
+        }
+    )
 }
 
 fn parse(data: &Bytes) -> Result<Assignment, serde_json::Error> {
@@ -558,6 +600,7 @@ pub(crate) fn group_config(flow: &crate::config::model::FlowConfig) -> GroupConf
         protocol_type: PROTOCOL_TYPE.into(),
         session_timeout: flow.sharing.session_timeout,
         rebalance_timeout: flow.sharing.rebalance_timeout,
+        instance_id: flow.sharing.instance_id.clone(),
     }
 }
 
