@@ -48,6 +48,8 @@
 #                                  committed positions cover every record (WaitEnds --positions-topic)
 #        TOOLS="kmirror kmirror-x2 kmirror-eos kmirror-eos-x2" bench/mirror-bench.sh   two processes
 #                                  sharing each flow next to one: CPU summed over both, the larger RSS
+#        TOOLS="kmirror-eos-before kmirror-eos" KMIRROR_BEFORE_BIN=/tmp/old-kmirror bench/mirror-bench.sh
+#                                  exactly-once, before/after
 #        TOOLS="kmirror-eos mm2-eos" bench/mirror-bench.sh   both exactly-once (tasks.max = cores:
 #                                  MM2's tasks, kmirror's slots)
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
@@ -201,7 +203,7 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
       KPID=$!
       $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3-2.log" 2>&1 &
       KPID2=$! ;;
-    kmirror-before)  # another build of kmirror, for before/after figures in one run
+    kmirror-before | kmirror-eos-before)  # another build of kmirror, for before/after figures in one run
       "${KMIRROR_BEFORE_BIN:?set KMIRROR_BEFORE_BIN for the kmirror-before tool}" run "$2" --metrics-address "$KMIRROR_METRICS" \
         --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
@@ -236,7 +238,7 @@ backlog() {
   # every record (end offsets would count transaction markers and aborted batches).
   # Both with tasks.max = cores (config below): MM2's tasks, kmirror's slots. MM2's exactly-once
   # needs its internal REST server in dedicated mode (KIP-710), on a port of its own.
-  [[ $tool == kmirror-eos || $tool == kmirror-eos-x2 ]] && extra="B.exactly.once.source.support = enabled"
+  [[ $tool == kmirror-eos || $tool == kmirror-eos-x2 || $tool == kmirror-eos-before ]] && extra="B.exactly.once.source.support = enabled"
   [[ $tool == mm2-eos ]] && extra="B.exactly.once.source.support = enabled
 dedicated.mode.enable.internal.rest = true
 listeners = http://127.0.0.1:$(pick 18100 18190)"
@@ -258,7 +260,7 @@ $KMIRROR_EXTRA"
   config "$port" "$topics" tuned "$extra" >"$cfg"
   out="$KAFKA_HARNESS_RUN/$name.wait"
   local wait_mode=()
-  [[ $tool == *-eos || $tool == *-eos-x2 ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
+  [[ $tool == *-eos || $tool == *-eos-x2 || $tool == *-eos-before ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
     --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" "${wait_mode[@]}" >"$out" 2>"$out.err" &
   local wpid=$!
@@ -317,7 +319,7 @@ latency() {
   java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "A.$topic" --records 0 --timeout-seconds 120 >/dev/null
   line=$(java -cp "$CP" LatencyProbe --source "127.0.0.1:$PS" --target "127.0.0.1:$port" --topic "$topic" \
     --remote-topic "A.$topic" --rate "$LAT_RATE" --seconds "$LAT_SECONDS" --size 1024 \
-    $([[ $tool == *-eos || -n ${LAT_READ_COMMITTED:-} ]] && echo --isolation read_committed) 2>"$KAFKA_HARNESS_RUN/$name.probe.err") \
+    $([[ $tool == *-eos || $tool == *-eos-before || -n ${LAT_READ_COMMITTED:-} ]] && echo --isolation read_committed) 2>"$KAFKA_HARNESS_RUN/$name.probe.err") \
     || { echo "bench: latency probe failed for $tool: $(tail -5 "$KAFKA_HARNESS_RUN/$name.probe.err")" >&2; exit 1; }
   stats=$(cpu_rss "$KPID")
   stop_tool "$tool" "$name"

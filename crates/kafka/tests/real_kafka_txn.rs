@@ -313,8 +313,23 @@ async fn lanes_write_in_transactions_across_brokers() {
     }
     txn.commit().await.unwrap();
 
-    // 2. Aborted, with the same lanes (sequences go on within the epoch).
+    // 2. Aborted, with the same lanes (sequences go on within the epoch). Every partition
+    // added first in one request (as a commit adds its positions): the sends add nothing.
+    let before = txn.add_requests.load(std::sync::atomic::Ordering::Relaxed);
+    let topic: Arc<str> = Arc::from("lanes");
+    txn.add_all(
+        (0..PARTITIONS).map(|i| (topic.clone(), i)).collect(),
+        txn.identity(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(txn.partitions(), PARTITIONS as usize);
     send_all(&mut lanes, "a2", 5).await.unwrap();
+    assert_eq!(
+        txn.add_requests.load(std::sync::atomic::Ordering::Relaxed),
+        before + 1,
+        "one AddPartitionsToTxn for every partition, none for the sends"
+    );
     txn.abort().await.unwrap();
 
     // 3. Committed, with the transaction coordinator stopped half-way.

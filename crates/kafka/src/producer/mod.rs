@@ -361,6 +361,16 @@ impl PartitionLane {
         Ok(acked)
     }
 
+    /// Sends on the broker's control connection (channel 0: metadata, offsets, coordinators)
+    /// instead of a data channel, so a small write whose latency matters (a transaction's
+    /// positions, just before its commit) does not wait behind other producers' large Produce
+    /// requests: a broker answers one request per connection at a time. Call before the first
+    /// send: a partition's requests stay on one connection to stay in order.
+    pub fn on_control_channel(mut self) -> Self {
+        self.channel = 0;
+        self
+    }
+
     /// Looks up the target log's end, where recovery reads from (the first `send` does it
     /// otherwise). It waits while the target partition has no leader yet (a topic just created:
     /// a broker creates partition logs one by one, about 40 a second on the benchmark machine),

@@ -182,6 +182,25 @@ impl Transaction {
         self.added.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// Adds the partitions not in the open transaction yet in one AddPartitionsToTxn. Lanes
+    /// sent to one after the other would each wait for an add of their own (a slot's positions:
+    /// 25 round trips at every commit, 150-600 ms under load).
+    pub async fn add_all(&self, keys: Vec<(Arc<str>, i32)>, identity: (i64, i16)) -> Result<()> {
+        let missing: Vec<Key> = {
+            let added = self.added.lock().unwrap_or_else(|p| p.into_inner());
+            keys.into_iter().filter(|k| !added.contains(k)).collect()
+        };
+        let Some((topic, partition)) = missing.first().cloned() else {
+            return Ok(());
+        };
+        self.wanted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(missing);
+        // Whoever adds next adds everything wanted.
+        self.add(&topic, partition, identity).await
+    }
+
     /// Makes sure the partition is in the open transaction before anything is written to it
     /// by a lane of producer identity `identity` (an earlier epoch's lane is refused).
     pub async fn add(&self, topic: &Arc<str>, partition: i32, identity: (i64, i16)) -> Result<()> {
@@ -367,7 +386,22 @@ impl Transaction {
                         let _ = self.cluster.refresh_metadata(None).await;
                     }
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(200));
+                    // CONCURRENT_TRANSACTIONS: the last transaction's markers are being
+                    // written, which takes milliseconds to seconds; asked every 20 ms at most
+                    // (as Java's producer does), the next transaction starts within 20 ms of
+                    // their end rather than up to 200.
+                    let cap = if matches!(
+                        e,
+                        KafkaError::Broker {
+                            error: ResponseError::ConcurrentTransactions,
+                            ..
+                        }
+                    ) {
+                        Duration::from_millis(20)
+                    } else {
+                        Duration::from_millis(200)
+                    };
+                    delay = (delay * 2).min(cap);
                 }
                 other => return other,
             }

@@ -430,6 +430,7 @@ impl Slot {
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
             };
+            let flushed_in = closed_at.elapsed();
             let outcome = match flushed {
                 Err(r) => Err(r),
                 Ok(positions) => match self
@@ -454,6 +455,7 @@ impl Slot {
             };
             match outcome {
                 Ok(()) => {
+                    tracing::debug!(flow = %c.flow, slot = self.index, flush_ms = flushed_in.as_millis() as u64, commit_ms = closed_at.elapsed().as_millis() as u64, "committed");
                     c.metrics
                         .transactions_committed
                         .get_or_create(&c.labels)
@@ -589,10 +591,23 @@ impl Slot {
                 partitions,
                 super::now_ms(),
             )?;
+            let topic: Arc<str> = Arc::from(c.positions_topic.as_str());
+            txn.add_all(
+                batches.keys().map(|p| (topic.clone(), *p)).collect(),
+                txn.identity(),
+            )
+            .await
+            .map_err(not_committed)?;
             for (p, batch) in batches {
                 let lane = lanes
                     .entry(p)
-                    .or_insert_with(|| self.producer.lane(&c.positions_topic, p));
+                    // Other slots' data would hold it up for hundreds of ms on a data
+                    // connection, this slot's partitions waiting meanwhile (docs/benchmarks.md).
+                    .or_insert_with(|| {
+                        self.producer
+                            .lane(&c.positions_topic, p)
+                            .on_control_channel()
+                    });
                 lane.send(0, batch).await.map_err(not_committed)?;
             }
             for lane in lanes.values_mut() {
