@@ -119,10 +119,11 @@ pub(crate) enum Command {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum OffsetsCmd {
-    /// Print a group's translated offsets on the target (as RemoteClusterUtils.translateOffsets).
+    /// Print groups' translated offsets on the target (as RemoteClusterUtils.translateOffsets).
     Translate(OffsetsArgs),
-    /// Commit a group's translated offsets on the target; refused while the group has active
-    /// members there; never rewinds an offset the target already holds past the translation.
+    /// Commit groups' translated offsets on the target; refused, for every group, while any of
+    /// them has active members there; never rewinds an offset the target already holds past
+    /// the translation.
     Apply {
         #[command(flatten)]
         args: OffsetsArgs,
@@ -142,8 +143,13 @@ pub(crate) struct OffsetsArgs {
     /// The cluster the group moves to (the flow's target alias).
     #[arg(long)]
     pub(crate) target: String,
-    #[arg(long)]
-    pub(crate) group: String,
+    /// A group to move (repeat for more).
+    #[arg(long, required_unless_present = "groups")]
+    pub(crate) group: Vec<String>,
+    /// Also every group with checkpoints whose id matches one of these patterns (MM2's `groups`
+    /// syntax: comma-separated regular expressions matching whole ids, e.g. 'billing-.*,audit').
+    #[arg(long, value_name = "PATTERNS")]
+    pub(crate) groups: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub(crate) format: Format,
 }

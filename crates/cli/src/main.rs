@@ -332,7 +332,18 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
     let target = kmirror_kafka::cluster::KafkaCluster::connect(flow.clients.target_admin.clone())
         .await
         .with_context(|| format!("connecting to {}", args.target))?;
-    let rows = failover::translate(flow, &target, &args.group).await?;
+    let matching = match &args.groups {
+        Some(p) => Some(
+            kmirror_mirror::filter::PatternList::parse(p)
+                .map_err(|e| anyhow::anyhow!("--groups: {e}"))?,
+        ),
+        None => None,
+    };
+    let select = failover::Selection {
+        named: args.group.clone(),
+        matching,
+    };
+    let rows = failover::translate_groups(flow, &target, &select).await?;
     match args.format {
         Format::Text => print!("{}", failover::render(&rows)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
@@ -341,11 +352,12 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
         if dry_run {
             eprintln!("dry run: nothing committed");
         } else {
-            let n = failover::apply(flow, &target, &args.group, &rows).await?;
-            eprintln!(
-                "committed {n} partition offset(s) for group {} on {}",
-                args.group, args.target
-            );
+            for (group, n) in failover::apply_groups(flow, &target, &rows).await? {
+                eprintln!(
+                    "committed {n} partition offset(s) for group {group} on {}",
+                    args.target
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

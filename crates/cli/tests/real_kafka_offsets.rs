@@ -361,6 +361,85 @@ async fn checkpoints_group_sync_and_failover_commands() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 active member(s)"), "{err}");
     assert_eq!(committed(&b, "audit", "A.orders", 0).await, None);
+    // Many groups at once (a failover): named and by pattern, one read of the checkpoints.
+    let out = kmirror(&[
+        "offsets",
+        "translate",
+        cfg,
+        "--source",
+        "A",
+        "--target",
+        "B",
+        "--group",
+        "billing",
+        "--groups",
+        "aud.*,nothing-.*",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<(&str, i64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["group"].as_str().unwrap(),
+                r["translated_offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("audit", 500),
+            ("audit", 1000),
+            ("billing", 700),
+            ("billing", 250)
+        ]
+    );
+    // One active group refuses the whole apply, naming it; a named group without checkpoints
+    // is an error naming it.
+    let out = kmirror(&[
+        "offsets",
+        "apply",
+        cfg,
+        "--source",
+        "A",
+        "--target",
+        "B",
+        "--groups",
+        "billing,audit",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("group 'audit' has 1 active member(s)")
+            && err.contains("nothing was committed, for any group"),
+        "{err}"
+    );
+    assert_eq!(committed(&b, "audit", "A.orders", 0).await, None);
+    let out = kmirror(&[
+        "offsets",
+        "translate",
+        cfg,
+        "--source",
+        "A",
+        "--target",
+        "B",
+        "--group",
+        "billing",
+        "--group",
+        "ghost",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no checkpoints for group(s) 'ghost'"), "{err}");
     // --dry-run shows the plan and commits nothing; after the member leaves, apply commits.
     member.leave().await.unwrap();
     let out = kmirror(&[

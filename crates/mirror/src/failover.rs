@@ -4,6 +4,7 @@
 
 use crate::config::model::FlowConfig;
 use crate::engine::read_to_end;
+use crate::filter::PatternList;
 use crate::wire::internal::Checkpoint;
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::cluster::KafkaCluster;
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 /// One partition of a group on the target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Row {
+    pub group: String,
     /// The target-side topic.
     pub topic: String,
     pub partition: i32,
@@ -28,35 +30,83 @@ pub struct Row {
     pub action: &'static str,
 }
 
+/// Which groups move: those named, and those with checkpoints whose id matches the patterns
+/// (MM2's `groups` syntax: a comma-separated list of regular expressions, each matching whole
+/// ids). A failover moves hundreds of groups at once (MM2 4.3 added a batch translation for
+/// this, KIP-1239); the checkpoints topic is read once for all of them.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub named: Vec<String>,
+    pub matching: Option<PatternList>,
+}
+
+impl Selection {
+    pub fn named<I: IntoIterator<Item = S>, S: Into<String>>(groups: I) -> Selection {
+        Selection {
+            named: groups.into_iter().map(Into::into).collect(),
+            matching: None,
+        }
+    }
+
+    fn wants(&self, group: &str) -> bool {
+        self.named.iter().any(|g| g == group)
+            || self.matching.as_ref().is_some_and(|p| p.matches(group))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FailoverError {
     #[error("{0}")]
     Kafka(#[from] KafkaError),
-    #[error("no checkpoints for group '{group}' in {topic} on {target}: the group has not committed offsets for replicated topics on {from}, or checkpoints are not emitted (emit.checkpoints.enabled)")]
+    #[error("no checkpoints for group(s) {} in {topic} on {target}: the group has not committed offsets for replicated topics on {from}, or checkpoints are not emitted (emit.checkpoints.enabled)", quoted(.groups))]
     NoCheckpoints {
-        group: String,
+        groups: Vec<String>,
         topic: String,
         from: String,
         target: String,
     },
-    #[error("group '{group}' has {members} active member(s) on {target} (state {state}); stop its consumers before applying offsets")]
+    #[error("no group with checkpoints in {topic} on {target} matches {patterns}")]
+    NoneMatching {
+        patterns: String,
+        topic: String,
+        target: String,
+    },
+    #[error("{} on {target}: stop their consumers before applying offsets (nothing was committed, for any group)", .active.iter().map(|(g, members, state)| format!("group '{g}' has {members} active member(s) (state {state})")).collect::<Vec<_>>().join("; "))]
     Active {
-        group: String,
-        members: usize,
-        state: String,
+        /// Group, members, state.
+        active: Vec<(String, usize, String)>,
         target: String,
     },
 }
 
-/// The group's translated offsets, from the newest checkpoint per partition.
+fn quoted(groups: &[String]) -> String {
+    groups
+        .iter()
+        .map(|g| format!("'{g}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One group's translated offsets, from the newest checkpoint per partition.
 pub async fn translate(
     flow: &FlowConfig,
     target: &KafkaCluster,
     group: &str,
 ) -> Result<Vec<Row>, FailoverError> {
+    translate_groups(flow, target, &Selection::named([group])).await
+}
+
+/// The selected groups' translated offsets (ordered by group, topic, partition), from the newest
+/// checkpoint per partition. A group named but without checkpoints is an error, as is a
+/// selection that finds no group at all.
+pub async fn translate_groups(
+    flow: &FlowConfig,
+    target: &KafkaCluster,
+    select: &Selection,
+) -> Result<Vec<Row>, FailoverError> {
     let topic = flow.policy.checkpoints_topic(&flow.id.source);
-    let no_checkpoints = || FailoverError::NoCheckpoints {
-        group: group.into(),
+    let no_checkpoints = |groups: Vec<String>| FailoverError::NoCheckpoints {
+        groups,
         topic: topic.clone(),
         from: flow.id.source.to_string(),
         target: flow.id.target.to_string(),
@@ -64,47 +114,85 @@ pub async fn translate(
     if !target.metadata().topics.contains_key(&topic) {
         target.refresh_metadata(Some(&[&topic])).await?;
         if !target.metadata().topics.contains_key(&topic) {
-            return Err(no_checkpoints());
+            return Err(no_checkpoints(select.named.clone()));
         }
     }
     let (records, _) = read_to_end(target, &topic, 0, None).await?;
-    let mut newest: BTreeMap<(String, i32), Checkpoint> = BTreeMap::new();
-    for r in records {
-        // Tombstones and undecodable records are skipped, as MirrorClient does.
-        if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
-            if let Ok(c) = Checkpoint::decode(k, v) {
-                if c.group == group {
-                    newest.insert((c.topic.clone(), c.partition), c);
-                }
-            }
-        }
+    let newest = newest_checkpoints(
+        records
+            .iter()
+            .filter_map(|r| Some((r.key.as_deref()?, r.value.as_deref()?))),
+        select,
+    );
+    let missing: Vec<String> = select
+        .named
+        .iter()
+        .filter(|g| !newest.contains_key(g.as_str()))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(no_checkpoints(missing));
     }
     if newest.is_empty() {
-        return Err(no_checkpoints());
+        return Err(FailoverError::NoneMatching {
+            patterns: select
+                .matching
+                .as_ref()
+                .map(|p| p.items().join(", "))
+                .unwrap_or_default(),
+            topic,
+            target: flow.id.target.to_string(),
+        });
     }
-    let current = target.fetch_group_offsets(group).await?;
-    Ok(newest
-        .into_values()
-        .map(|c| {
+    let mut rows = Vec::new();
+    for (group, checkpoints) in newest {
+        let current = target.fetch_group_offsets(&group).await?;
+        rows.extend(checkpoints.into_values().map(|c| {
             let have = current
                 .get(&c.topic)
                 .and_then(|m| m.get(&c.partition))
                 .map(|o| o.offset);
-            let action = match have {
-                Some(h) if h == c.downstream_offset => "same",
-                Some(h) if h > c.downstream_offset => "keep",
-                _ => "set",
-            };
-            Row {
-                topic: c.topic,
-                partition: c.partition,
-                upstream_offset: c.upstream_offset,
-                translated_offset: c.downstream_offset,
-                target_offset: have,
-                action,
+            row(c, have)
+        }));
+    }
+    Ok(rows)
+}
+
+/// The newest checkpoint per partition of each selected group. Tombstones and undecodable
+/// records are skipped, as MirrorClient does.
+fn newest_checkpoints<'a>(
+    records: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    select: &Selection,
+) -> BTreeMap<String, BTreeMap<(String, i32), Checkpoint>> {
+    let mut newest: BTreeMap<String, BTreeMap<(String, i32), Checkpoint>> = BTreeMap::new();
+    for (k, v) in records {
+        if let Ok(c) = Checkpoint::decode(k, v) {
+            if select.wants(&c.group) {
+                newest
+                    .entry(c.group.clone())
+                    .or_default()
+                    .insert((c.topic.clone(), c.partition), c);
             }
-        })
-        .collect())
+        }
+    }
+    newest
+}
+
+fn row(c: Checkpoint, have: Option<i64>) -> Row {
+    let action = match have {
+        Some(h) if h == c.downstream_offset => "same",
+        Some(h) if h > c.downstream_offset => "keep",
+        _ => "set",
+    };
+    Row {
+        group: c.group,
+        topic: c.topic,
+        partition: c.partition,
+        upstream_offset: c.upstream_offset,
+        translated_offset: c.downstream_offset,
+        target_offset: have,
+        action,
+    }
 }
 
 /// Commits the rows marked `set` for a group with no active members on the target.
@@ -114,43 +202,69 @@ pub async fn apply(
     group: &str,
     rows: &[Row],
 ) -> Result<usize, FailoverError> {
-    let desc = target.describe_group(group).await?;
-    if desc.members > 0 {
+    let rows: Vec<Row> = rows.iter().filter(|r| r.group == group).cloned().collect();
+    Ok(apply_groups(flow, target, &rows).await?.values().sum())
+}
+
+/// Commits the rows marked `set`, group by group, once none of their groups has active members
+/// on the target: one active group refuses them all, so a failover is not left half done.
+/// Returns the partitions committed per group.
+pub async fn apply_groups(
+    flow: &FlowConfig,
+    target: &KafkaCluster,
+    rows: &[Row],
+) -> Result<BTreeMap<String, usize>, FailoverError> {
+    let mut commits: BTreeMap<&str, BTreeMap<String, BTreeMap<i32, CommittedOffset>>> =
+        BTreeMap::new();
+    for r in rows {
+        let group = commits.entry(r.group.as_str()).or_default();
+        if r.action == "set" {
+            group.entry(r.topic.clone()).or_default().insert(
+                r.partition,
+                CommittedOffset {
+                    offset: r.translated_offset,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                },
+            );
+        }
+    }
+    let mut active = Vec::new();
+    for group in commits.keys() {
+        let desc = target.describe_group(group).await?;
+        if desc.members > 0 {
+            active.push((group.to_string(), desc.members, desc.state));
+        }
+    }
+    if !active.is_empty() {
         return Err(FailoverError::Active {
-            group: group.into(),
-            members: desc.members,
-            state: desc.state,
+            active,
             target: flow.id.target.to_string(),
         });
     }
-    let mut commit: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.action == "set") {
-        commit.entry(r.topic.clone()).or_default().insert(
-            r.partition,
-            CommittedOffset {
-                offset: r.translated_offset,
-                leader_epoch: -1,
-                metadata: String::new(),
-            },
-        );
+    let mut done = BTreeMap::new();
+    for (group, commit) in commits {
+        let n = commit.values().map(|m| m.len()).sum();
+        if n > 0 {
+            target.commit_group_offsets(group, &commit).await?;
+        }
+        done.insert(group.to_string(), n);
     }
-    let n = commit.values().map(|m| m.len()).sum();
-    if n > 0 {
-        target.commit_group_offsets(group, &commit).await?;
-    }
-    Ok(n)
+    Ok(done)
 }
 
 /// A plain table of rows.
 pub fn render(rows: &[Row]) -> String {
     let width = rows.iter().map(|r| r.topic.len()).max().unwrap_or(5).max(5);
+    let gwidth = rows.iter().map(|r| r.group.len()).max().unwrap_or(5).max(5);
     let mut out = format!(
-        "{:<width$}  {:>9}  {:>12}  {:>12}  {:>12}  action\n",
-        "topic", "partition", "source", "translated", "target now"
+        "{:<gwidth$}  {:<width$}  {:>9}  {:>12}  {:>12}  {:>12}  action\n",
+        "group", "topic", "partition", "source", "translated", "target now"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<width$}  {:>9}  {:>12}  {:>12}  {:>12}  {}\n",
+            "{:<gwidth$}  {:<width$}  {:>9}  {:>12}  {:>12}  {:>12}  {}\n",
+            r.group,
             r.topic,
             r.partition,
             r.upstream_offset,
@@ -169,6 +283,7 @@ mod tests {
     #[test]
     fn renders_a_table() {
         let rows = vec![Row {
+            group: "billing".into(),
             topic: "A.orders".into(),
             partition: 0,
             upstream_offset: 120,
@@ -177,10 +292,88 @@ mod tests {
             action: "set",
         }];
         let t = render(&rows);
-        assert!(t.starts_with("topic     partition"), "{t}");
+        assert!(t.starts_with("group    topic     partition"), "{t}");
         assert!(
-            t.contains("A.orders          0           120           118             -  set"),
+            t.contains(
+                "billing  A.orders          0           120           118             -  set"
+            ),
             "{t}"
+        );
+    }
+
+    fn cp(group: &str, partition: i32, down: i64) -> (Vec<u8>, Vec<u8>) {
+        let c = Checkpoint {
+            group: group.into(),
+            topic: "A.orders".into(),
+            partition,
+            upstream_offset: down + 2,
+            downstream_offset: down,
+            metadata: String::new(),
+        };
+        (c.key().unwrap(), c.value().unwrap())
+    }
+
+    #[test]
+    fn the_selection_takes_named_and_matching_groups_newest_checkpoint_first() {
+        let log = [
+            cp("billing", 0, 10),
+            cp("audit-1", 0, 5),
+            cp("billing", 0, 20),
+            cp("other", 0, 7),
+            (b"not a key".to_vec(), b"x".to_vec()),
+            cp("audit-2", 1, 9),
+            cp("audit", 0, 1),
+        ];
+        let select = Selection {
+            named: vec!["billing".into()],
+            matching: Some(PatternList::parse("audit-.*").unwrap()),
+        };
+        let newest = newest_checkpoints(
+            log.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+            &select,
+        );
+        let groups: Vec<&str> = newest.keys().map(String::as_str).collect();
+        assert_eq!(groups, ["audit-1", "audit-2", "billing"], "whole ids match");
+        let billing = &newest["billing"][&("A.orders".to_string(), 0)];
+        assert_eq!(billing.downstream_offset, 20, "the newest checkpoint wins");
+    }
+
+    #[test]
+    fn a_translation_never_rewinds_the_target() {
+        let c = |down| Checkpoint::decode(&cp("g", 0, down).0, &cp("g", 0, down).1).unwrap();
+        assert_eq!(row(c(10), None).action, "set");
+        assert_eq!(row(c(10), Some(4)).action, "set");
+        assert_eq!(row(c(10), Some(10)).action, "same");
+        assert_eq!(row(c(10), Some(12)).action, "keep");
+    }
+
+    #[test]
+    fn an_active_group_is_named_and_nothing_is_committed() {
+        let e = FailoverError::Active {
+            active: vec![
+                ("audit".into(), 1, "Stable".into()),
+                ("billing".into(), 2, "Stable".into()),
+            ],
+            target: "B".into(),
+        };
+        let m = e.to_string();
+        assert!(
+            m.contains(
+                "group 'audit' has 1 active member(s) (state Stable); group 'billing' has 2"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("nothing was committed, for any group"), "{m}");
+        let e = FailoverError::NoCheckpoints {
+            groups: vec!["a".into(), "b".into()],
+            topic: "A.checkpoints.internal".into(),
+            from: "A".into(),
+            target: "B".into(),
+        };
+        assert!(
+            e.to_string()
+                .starts_with("no checkpoints for group(s) 'a', 'b' in A.checkpoints.internal on B"),
+            "{e}"
         );
     }
 }
