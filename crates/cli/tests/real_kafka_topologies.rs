@@ -288,3 +288,52 @@ async fn many_clusters_into_one_from_separate_processes() {
     assert_eq!(verified(&from_a), pairs(&[("A->C", "orders")]));
     assert_eq!(verified(&from_b), pairs(&[("B->C", "orders")]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_fan_in_never_mixes_two_sources_in_one_topic() {
+    let (ca, cb, cc, a, b, c) = three_clusters("idfan").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mm2.properties");
+    std::fs::write(
+        &config,
+        properties(&ca, &cb, &cc, &["A->C", "B->C"])
+            + "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n",
+    )
+    .unwrap();
+    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("plan")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&plan.stdout),
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    assert!(
+        text.contains("flows A->C and B->C both copy into C with IdentityReplicationPolicy"),
+        "plan warns:\n{text}"
+    );
+    let log = dir.path().join("kmirror.log");
+    let run = run(&config, &log);
+    // Both sources have `orders`: one flow copies it into C's `orders`, the other refuses.
+    let (va, vb) = (values(&a, "orders").await, values(&b, "orders").await);
+    eventually(90, "one source's orders complete on C", || async {
+        let _ = c.refresh_metadata(None).await;
+        let vc = values(&c, "orders").await;
+        vc == va || vc == vb
+    })
+    .await;
+    eventually(30, "the other flow says why it skips orders", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("remote topic orders on C is written by flow")
+    })
+    .await;
+    // A few refreshes later C still holds one source's records only.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let vc = values(&c, "orders").await;
+    assert!(vc == va || vc == vb, "C's orders mixes both sources");
+    let status = run.terminate();
+    assert!(status.success(), "exit after SIGTERM: {status}");
+}

@@ -258,6 +258,7 @@ pub fn load(
         diags.error(None, None, "no connector file given");
     }
     flow::refuse_loops(&out, &mut diags);
+    flow::warn_identity_fan_in(&out, &mut diags);
     if diags.has_errors() {
         return Err(ConfigError(diags));
     }

@@ -586,6 +586,31 @@ pub fn refuse_loops(flows: &[FlowConfig], diags: &mut Diagnostics) {
     }
 }
 
+/// Flows into one target that name remote topics as their source does
+/// (`IdentityReplicationPolicy`): a topic name both sources have would be one remote topic.
+/// Warned, not refused (disjoint topic filters are fine); a process serving both refuses the
+/// second flow's copy of such a topic at run time (`engine/remote_claims.rs`).
+pub fn warn_identity_fan_in(flows: &[FlowConfig], diags: &mut Diagnostics) {
+    let identity: Vec<&FlowConfig> = flows
+        .iter()
+        .filter(|f| f.replication && f.policy.kind == crate::policy::PolicyKind::Identity)
+        .collect();
+    for (i, f) in identity.iter().enumerate() {
+        for g in &identity[i + 1..] {
+            if f.id.target == g.id.target && f.id.source != g.id.source {
+                diags.warning(
+                    None,
+                    None,
+                    format!(
+                        "flows {} and {} both copy into {} with IdentityReplicationPolicy: a topic name both sources have would be one topic on {}; kmirror refuses the second flow's copy of such a topic when one process serves both, and cannot tell when separate processes do: keep their topics filters disjoint, or use DefaultReplicationPolicy (docs/topologies.md)",
+                        f.id, g.id, f.id.target, f.id.target
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Addresses present in both lists.
 pub fn shared_addresses(
     a: &[kmirror_kafka::BrokerAddress],

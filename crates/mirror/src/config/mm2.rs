@@ -209,6 +209,7 @@ pub fn load(
         }
     }
     flow::refuse_loops(&flows, &mut diags);
+    flow::warn_identity_fan_in(&flows, &mut diags);
     if diags.has_errors() {
         return Err(ConfigError(diags));
     }

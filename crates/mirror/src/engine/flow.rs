@@ -42,7 +42,7 @@ pub(super) async fn run(
     flow: FlowConfig,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
-    process_limiter: Option<Arc<super::throttle::RateLimiter>>,
+    process: super::ProcessShared,
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
     let labels = flow_labels(&flow);
@@ -96,7 +96,7 @@ pub(super) async fn run(
             (source, target),
             &shutdown,
             &metrics,
-            process_limiter,
+            process,
             &helpers,
             (leader_tx, leader),
         )
@@ -187,7 +187,7 @@ async fn replicate(
     (source, target): (Arc<KafkaCluster>, Arc<KafkaCluster>),
     shutdown: &Shutdown,
     metrics: &Arc<Metrics>,
-    process_limiter: Option<Arc<super::throttle::RateLimiter>>,
+    process: super::ProcessShared,
     helpers: &Helpers,
     (leader_tx, leader): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), EngineError> {
@@ -353,7 +353,7 @@ async fn replicate(
                 let waited = metrics.throttled_ms.get_or_create(labels).clone();
                 Arc::new(super::throttle::RateLimiter::new(l, waited))
             });
-            own.into_iter().chain(process_limiter).collect()
+            own.into_iter().chain(process.limiter.clone()).collect()
         },
         fetcher: Arc::new(Fetcher::start(
             source.clone(),
@@ -434,6 +434,7 @@ async fn replicate(
         }),
         slots,
         shutdown: shutdown.clone(),
+        claims: process.claims,
     };
     if control.sharing.is_none() {
         if let Some(k) = &mut control.slots {
@@ -662,6 +663,8 @@ struct Control {
     slots: Option<SlotKeeper>,
     /// The flow's shutdown (taking a slot retries until it).
     shutdown: Shutdown,
+    /// The remote topics every flow of this process writes (`remote_claims`).
+    claims: Arc<super::remote_claims::RemoteClaims>,
 }
 
 /// With sharing: what the membership and the control loop share, and the partitions assigned
@@ -677,7 +680,7 @@ impl Control {
         let ctx = self.ctx.clone();
         let flow = &ctx.flow;
         let md = ctx.source.metadata();
-        let decisions = discovery::decide(flow, md.topics.keys().map(String::as_str));
+        let mut decisions = discovery::decide(flow, md.topics.keys().map(String::as_str));
         // A skipped topic that was deleted or is no longer selected has nothing left to retry.
         let selected: HashSet<&str> = decisions
             .iter()
@@ -686,6 +689,21 @@ impl Control {
             .collect();
         self.reported
             .retain(|t, _| t == "*" || selected.contains(t.as_str()));
+        for d in &mut decisions {
+            let Some(remote) = &d.remote else { continue };
+            let target = flow.id.target.to_string();
+            if let Err(held) = self
+                .claims
+                .claim(&target, remote, &flow.id.to_string(), &d.source)
+            {
+                let e = KafkaError::Config(format!(
+                    "remote topic {remote} on {target} is written by flow {} (its topic {}) already: two flows cannot write one remote topic, their records and positions would mix (IdentityReplicationPolicy fan-in); exclude the topic from one flow's topics, or use DefaultReplicationPolicy",
+                    held.flow, held.source_topic
+                ));
+                self.report(&d.source, "topic_conflict", &e);
+                d.remote = None;
+            }
+        }
         // A source topic deleted (gone from the metadata): its tasks would ask for its
         // partitions forever (issue 18). They stop and store their positions; the remote topic
         // keeps what was copied. Re-created under the same name, it is copied from its start

@@ -30,6 +30,7 @@ mod offset_syncs;
 mod orphans;
 mod partition;
 mod positions;
+pub(crate) mod remote_claims;
 pub mod remote_topics;
 mod resume;
 pub mod sharing;
@@ -193,6 +194,15 @@ impl Shutdown {
     }
 }
 
+/// What the flows of one process share.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcessShared {
+    /// `kmirror.process.rate.limit.bytes.per.second`, over every flow.
+    pub(crate) limiter: Option<Arc<throttle::RateLimiter>>,
+    /// The remote topics each flow writes, so two flows never write one.
+    pub(crate) claims: Arc<remote_claims::RemoteClaims>,
+}
+
 /// Runs every served flow until `shutdown` is triggered: replicating flows, and flows that only
 /// emit heartbeats into their target (MM2's extra herders, mm2-spec §1.5).
 pub async fn run(
@@ -214,17 +224,21 @@ pub async fn run(
             metrics.process_throttled_ms.clone(),
         ))
     });
+    let claims = Arc::new(remote_claims::RemoteClaims::default());
     for flow in config.served_flows() {
         if !flow.replication && !flow.emit_heartbeats.enabled {
             continue;
         }
         let flow = flow.clone();
         let (shutdown, metrics) = (shutdown.clone(), metrics.clone());
-        let process_limiter = process_limiter.clone();
+        let process = ProcessShared {
+            limiter: process_limiter.clone(),
+            claims: claims.clone(),
+        };
         let name = flow.id.to_string();
         tasks.spawn(supervised(
             name,
-            flow::run(flow, shutdown, metrics, process_limiter),
+            flow::run(flow, shutdown, metrics, process),
         ));
     }
     let mut first_error = None;
