@@ -337,3 +337,57 @@ async fn identity_fan_in_never_mixes_two_sources_in_one_topic() {
     let status = run.terminate();
     assert!(status.success(), "exit after SIGTERM: {status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_fan_in_with_a_rename_takes_both_sources_in() {
+    let (ca, cb, cc, a, b, c) = three_clusters("idren").await;
+    let billing = half_read(&a, "billing").await;
+    let shipping = half_read(&b, "shipping").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mm2.properties");
+    std::fs::write(
+        &config,
+        properties(&ca, &cb, &cc, &["A->C", "B->C"])
+            + "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
+               B->C.kmirror.topics.rename = orders:orders-from-b\n",
+    )
+    .unwrap();
+    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("plan")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.contains("renamed (kmirror.topics.rename): 'orders' becomes 'orders-from-b'"),
+        "plan shows the rename:\n{text}"
+    );
+    let run = run(&config, &dir.path().join("kmirror.log"));
+    let (va, vb) = (values(&a, "orders").await, values(&b, "orders").await);
+    for (topic, want) in [("orders", &va), ("orders-from-b", &vb)] {
+        eventually(90, &format!("{topic} complete on C"), || async {
+            let _ = c.refresh_metadata(None).await;
+            values(&c, topic).await == *want
+        })
+        .await;
+    }
+    // Checkpoints and the group offset sync follow the rename.
+    for (group, topic, want) in [
+        ("billing", "orders", &billing),
+        ("shipping", "orders-from-b", &shipping),
+    ] {
+        eventually(
+            90,
+            &format!("{group}'s position on C's {topic}"),
+            || async { committed(&c, group, topic).await == *want },
+        )
+        .await;
+    }
+    let status = run.terminate();
+    assert!(status.success(), "exit after SIGTERM: {status}");
+    assert_eq!(
+        verified(&config),
+        pairs(&[("A->C", "orders"), ("B->C", "orders")]),
+        "verify compares B's orders with C's orders-from-b"
+    );
+}

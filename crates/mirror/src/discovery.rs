@@ -51,9 +51,10 @@ pub fn decide<'a>(
             };
             TopicDecision {
                 source: t.to_string(),
-                remote: skip
-                    .is_none()
-                    .then(|| policy.format_remote_topic(&flow.id.source, t)),
+                remote: skip.is_none().then(|| match flow.renames.get(t) {
+                    Some(name) => name.clone(),
+                    None => policy.format_remote_topic(&flow.id.source, t),
+                }),
                 skip,
             }
         })
@@ -104,6 +105,22 @@ mod tests {
             ("payments".into(), None, Some(Skip::Filtered)),
         ];
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_rename_names_a_replicated_topic_and_nothing_else() {
+        let f = flow(
+            "A->B.topics = orders, payments\nA->B.kmirror.topics.rename = orders:orders-from-a, audit:audit-a\n",
+        );
+        let got = table(&f, &["orders", "payments", "audit"]);
+        assert_eq!(
+            got,
+            vec![
+                ("audit".into(), None, Some(Skip::Filtered)),
+                ("orders".into(), Some("orders-from-a".into()), None),
+                ("payments".into(), Some("A.payments".into()), None),
+            ]
+        );
     }
 
     #[test]

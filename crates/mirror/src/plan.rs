@@ -80,7 +80,20 @@ pub fn describe_security(c: &ClientSettings) -> String {
 fn naming(f: &FlowConfig) -> String {
     let example = "orders";
     let remote = f.policy.format_remote_topic(&f.id.source, example);
-    match f.policy.kind {
+    let renamed = if f.renames.is_empty() {
+        String::new()
+    } else {
+        let pairs: Vec<String> = f
+            .renames
+            .iter()
+            .map(|(from, to)| format!("'{from}' becomes '{to}'"))
+            .collect();
+        format!(
+            "; renamed (kmirror.topics.rename): {} (checkpoints and verify follow; MM2 and failback cannot trace these names back)",
+            pairs.join(", ")
+        )
+    };
+    let policy = match f.policy.kind {
         PolicyKind::Default => format!(
             "DefaultReplicationPolicy (separator \"{}\"): '{example}' on {} becomes '{remote}' on {}",
             f.policy.separator, f.id.source, f.id.target
@@ -89,7 +102,8 @@ fn naming(f: &FlowConfig) -> String {
             "IdentityReplicationPolicy: '{example}' on {} stays '{remote}' on {} (no cycle detection: never use it for {}->{} as well)",
             f.id.source, f.id.target, f.id.target, f.id.source
         ),
-    }
+    };
+    policy + &renamed
 }
 
 fn internal_topics(f: &FlowConfig) -> Vec<InternalTopic> {

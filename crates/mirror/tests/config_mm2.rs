@@ -693,3 +693,41 @@ fn a_static_instance_id_is_checked_and_left_out_of_what_members_compare() {
         );
     }
 }
+
+#[test]
+fn renames_are_pairs_of_topic_names_each_side_once() {
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nA->B.kmirror.topics.rename = orders:orders-a , pay.ments:pay_a\n"
+    ));
+    assert_eq!(
+        c.flows[0].renames,
+        std::collections::BTreeMap::from([
+            ("orders".to_string(), "orders-a".to_string()),
+            ("pay.ments".to_string(), "pay_a".to_string())
+        ])
+    );
+    // Part of what members compare (the names written depend on it), absent when empty.
+    let json = serde_json::to_value(&c.flows[0]).unwrap();
+    assert!(json.get("renames").is_some());
+    let plain = ok(&format!("{AB}A->B.enabled = true\n"));
+    assert!(serde_json::to_value(&plain.flows[0])
+        .unwrap()
+        .get("renames")
+        .is_none());
+    for (bad, why) in [
+        ("orders", "expected source:remote"),
+        ("orders:", "expected source:remote"),
+        ("or ders:x", "expected source:remote"),
+        ("a:x, a:y", "a is renamed twice"),
+        ("a:x, b:x", "two topics would be renamed to x"),
+    ] {
+        let e = errors(&format!(
+            "{AB}A->B.enabled = true\nkmirror.topics.rename = {bad}\n"
+        ));
+        assert!(
+            e.iter()
+                .any(|m| m.contains("kmirror.topics.rename") && m.contains(why)),
+            "{bad}: {e:?}"
+        );
+    }
+}

@@ -154,6 +154,7 @@ pub fn build(
     let sync_group_offsets = periodic(&mut r, "sync.group.offsets", false, 60);
     let admin_timeout = r.millis("admin.timeout.ms", 60_000);
     let sync_group_acls = r.bool("kmirror.sync.group.acls.enabled", false);
+    let renames = renames(&mut r);
     let limit = |r: &mut Reader<'_>, key: &str| {
         let v = r.int(key, 0, 0, i64::MAX);
         (v > 0).then_some(v as u64)
@@ -354,6 +355,7 @@ pub fn build(
         on_truncation,
         start,
         sync_group_acls,
+        renames,
         transforms,
         rate_limit,
         process_rate_limit,
@@ -602,7 +604,7 @@ pub fn warn_identity_fan_in(flows: &[FlowConfig], diags: &mut Diagnostics) {
                     None,
                     None,
                     format!(
-                        "flows {} and {} both copy into {} with IdentityReplicationPolicy: a topic name both sources have would be one topic on {}; kmirror refuses the second flow's copy of such a topic when one process serves both, and cannot tell when separate processes do: keep their topics filters disjoint, or use DefaultReplicationPolicy (docs/topologies.md)",
+                        "flows {} and {} both copy into {} with IdentityReplicationPolicy: a topic name both sources have would be one topic on {}; kmirror refuses the second flow's copy of such a topic when one process serves both, and cannot tell when separate processes do: keep their topics filters disjoint, rename one side's copies (kmirror.topics.rename), or use DefaultReplicationPolicy (docs/topologies.md)",
                         f.id, g.id, f.id.target, f.id.target
                     ),
                 );
@@ -646,4 +648,52 @@ fn instance_id(r: &mut Reader<'_>) -> Option<String> {
         return None;
     }
     Some(v.to_string())
+}
+
+/// `kmirror.topics.rename`: `source:remote` pairs, comma-separated. Each side a legal topic name
+/// (Kafka: 1 to 249 characters of `[a-zA-Z0-9._-]`, so `:` cannot occur in one), no source and
+/// no remote name twice.
+fn renames(r: &mut Reader<'_>) -> std::collections::BTreeMap<String, String> {
+    const KEY: &str = "kmirror.topics.rename";
+    let mut out = std::collections::BTreeMap::new();
+    let Some(s) = r.get(KEY) else {
+        return out;
+    };
+    let legal = |t: &str| {
+        !t.is_empty()
+            && t.len() <= 249
+            && t != "."
+            && t != ".."
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    let mut remotes = std::collections::BTreeSet::new();
+    for item in crate::filter::split_list(&s.value) {
+        let problem = match item.split_once(':') {
+            Some((from, to)) if legal(from.trim()) && legal(to.trim()) => {
+                let (from, to) = (from.trim().to_string(), to.trim().to_string());
+                match out.entry(from) {
+                    std::collections::btree_map::Entry::Occupied(e) => {
+                        Some(format!("'{item}': {} is renamed twice", e.key()))
+                    }
+                    std::collections::btree_map::Entry::Vacant(_) if remotes.contains(&to) => {
+                        Some(format!("'{item}': two topics would be renamed to {to}"))
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        remotes.insert(to.clone());
+                        e.insert(to);
+                        None
+                    }
+                }
+            }
+            _ => Some(format!(
+                "'{item}': expected source:remote, two topic names (a-z, A-Z, 0-9, '.', '_', '-'), e.g. orders:orders-from-a"
+            )),
+        };
+        if let Some(p) = problem {
+            r.error(KEY, &p);
+            return std::collections::BTreeMap::new();
+        }
+    }
+    out
 }

@@ -116,6 +116,8 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.sharing.session.timeout.ms",
     "kmirror.sharing.rebalance.timeout.ms",
     "kmirror.sharing.instance.id",
+    // kmirror's own: remote names for listed topics instead of the policy's (topologies.md).
+    "kmirror.topics.rename",
     // kmirror's own: the bound on one batch's decoded records (issue 19).
     "kmirror.batch.max.decompressed.bytes",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).

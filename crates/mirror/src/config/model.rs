@@ -194,6 +194,11 @@ pub struct FlowConfig {
     /// `kmirror.sync.group.acls.enabled`: with ACL sync, also copy consumer-group READ ACLs of
     /// groups matching `groups` (default off).
     pub sync_group_acls: bool,
+    /// `kmirror.topics.rename` (kmirror's own, default none): source topic -> remote name for
+    /// the topics listed, instead of the replication policy's (docs/topologies.md). Left out of
+    /// what is serialised when empty, so members of an older version compare equal.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub renames: std::collections::BTreeMap<String, String>,
     /// `transforms` / `predicates` (Connect's SMT syntax; no renaming in MM2 mode): any
     /// transform makes the flow copy in record mode.
     pub transforms: crate::transform::Chain,

@@ -697,7 +697,7 @@ impl Control {
                 .claim(&target, remote, &flow.id.to_string(), &d.source)
             {
                 let e = KafkaError::Config(format!(
-                    "remote topic {remote} on {target} is written by flow {} (its topic {}) already: two flows cannot write one remote topic, their records and positions would mix (IdentityReplicationPolicy fan-in); exclude the topic from one flow's topics, or use DefaultReplicationPolicy",
+                    "remote topic {remote} on {target} is written by flow {} (its topic {}) already: two flows cannot write one remote topic, their records and positions would mix (IdentityReplicationPolicy fan-in); exclude the topic from one flow's topics, rename it in one (kmirror.topics.rename), or use DefaultReplicationPolicy",
                     held.flow, held.source_topic
                 ));
                 self.report(&d.source, "topic_conflict", &e);
