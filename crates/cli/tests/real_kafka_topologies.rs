@@ -46,6 +46,39 @@ async fn committed(k: &KafkaCluster, group: &str, topic: &str) -> BTreeMap<i32, 
         .unwrap_or_default()
 }
 
+/// Waits until `topic` on `k` holds exactly `want`, per partition, in order.
+async fn arrives(k: &KafkaCluster, topic: &str, want: &[Vec<String>]) {
+    eventually(90, &format!("{topic} complete"), || async {
+        let _ = k.refresh_metadata(None).await;
+        values(k, topic).await == want
+    })
+    .await;
+}
+
+/// Waits until `group` is committed on `k` for `topic` at exactly `want`.
+async fn lands(k: &KafkaCluster, group: &str, topic: &str, want: &BTreeMap<i32, i64>) {
+    eventually(90, &format!("{group}'s position on {topic}"), || async {
+        committed(k, group, topic).await == *want
+    })
+    .await;
+}
+
+/// `kmirror plan` of a configuration: what it prints, warnings included.
+fn plan(config: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("plan")
+        .arg(config)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "plan:\n{text}");
+    text
+}
+
 /// An MM2 file for clusters A, B and C with these flows, every interval short.
 fn properties(ca: &Cluster, cb: &Cluster, cc: &Cluster, flows: &[&str]) -> String {
     let enabled: String = flows
@@ -186,17 +219,7 @@ async fn many_clusters_into_one_and_a_chain_in_one_process() {
         properties(&ca, &cb, &cc, &["A->B", "B->C", "A->C"]),
     )
     .unwrap();
-    let cfg = config.to_str().unwrap();
-    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .args(["plan", cfg])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&plan.stdout);
-    assert!(
-        plan.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&plan.stderr)
-    );
+    let text = plan(&config);
     for flow in ["Flow A->B", "Flow B->C", "Flow A->C"] {
         assert!(text.contains(flow), "plan shows {flow}:\n{text}");
     }
@@ -211,23 +234,12 @@ async fn many_clusters_into_one_and_a_chain_in_one_process() {
         (&c, "B.orders", &from_b),
         (&c, "B.A.orders", &from_a),
     ] {
-        eventually(90, &format!("{topic} complete"), || async {
-            let _ = k.refresh_metadata(None).await;
-            values(k, topic).await == *want
-        })
-        .await;
+        arrives(k, topic, want).await;
     }
     // The group's position, hop by hop: A->B syncs it to B (A.orders); B->C checkpoints and
     // syncs B's position to C (B.A.orders); A->C syncs it to C directly (A.orders).
-    for (k, topic, hop) in [
-        (&b, "A.orders", "A->B"),
-        (&c, "A.orders", "A->C"),
-        (&c, "B.A.orders", "A->B->C"),
-    ] {
-        eventually(90, &format!("billing's position through {hop}"), || async {
-            committed(k, "billing", topic).await == want
-        })
-        .await;
+    for (k, topic) in [(&b, "A.orders"), (&c, "A.orders"), (&c, "B.A.orders")] {
+        lands(k, "billing", topic, &want).await;
     }
     assert!(
         committed(&c, "billing", "B.orders").await.is_empty(),
@@ -266,20 +278,13 @@ async fn many_clusters_into_one_from_separate_processes() {
     ];
     let (va, vb) = (values(&a, "orders").await, values(&b, "orders").await);
     for (topic, want) in [("A.orders", &va), ("B.orders", &vb)] {
-        eventually(90, &format!("{topic} complete on C"), || async {
-            let _ = c.refresh_metadata(None).await;
-            values(&c, topic).await == *want
-        })
-        .await;
+        arrives(&c, topic, want).await;
     }
     for (group, topic, want) in [
         ("billing", "A.orders", &billing),
         ("shipping", "B.orders", &shipping),
     ] {
-        eventually(90, &format!("{group}'s position on C"), || async {
-            committed(&c, group, topic).await == *want
-        })
-        .await;
+        lands(&c, group, topic, want).await;
     }
     for r in runs {
         let status = r.terminate();
@@ -300,16 +305,7 @@ async fn identity_fan_in_never_mixes_two_sources_in_one_topic() {
             + "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n",
     )
     .unwrap();
-    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .arg("plan")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&plan.stdout),
-        String::from_utf8_lossy(&plan.stderr)
-    );
+    let text = plan(&config);
     assert!(
         text.contains("flows A->C and B->C both copy into C with IdentityReplicationPolicy"),
         "plan warns:\n{text}"
@@ -352,12 +348,7 @@ async fn identity_fan_in_with_a_rename_takes_both_sources_in() {
                B->C.kmirror.topics.rename = orders:orders-from-b\n",
     )
     .unwrap();
-    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .arg("plan")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&plan.stdout);
+    let text = plan(&config);
     assert!(
         text.contains("renamed (kmirror.topics.rename): 'orders' becomes 'orders-from-b'"),
         "plan shows the rename:\n{text}"
@@ -365,23 +356,14 @@ async fn identity_fan_in_with_a_rename_takes_both_sources_in() {
     let run = run(&config, &dir.path().join("kmirror.log"));
     let (va, vb) = (values(&a, "orders").await, values(&b, "orders").await);
     for (topic, want) in [("orders", &va), ("orders-from-b", &vb)] {
-        eventually(90, &format!("{topic} complete on C"), || async {
-            let _ = c.refresh_metadata(None).await;
-            values(&c, topic).await == *want
-        })
-        .await;
+        arrives(&c, topic, want).await;
     }
     // Checkpoints and the group offset sync follow the rename.
     for (group, topic, want) in [
         ("billing", "orders", &billing),
         ("shipping", "orders-from-b", &shipping),
     ] {
-        eventually(
-            90,
-            &format!("{group}'s position on C's {topic}"),
-            || async { committed(&c, group, topic).await == *want },
-        )
-        .await;
+        lands(&c, group, topic, want).await;
     }
     let status = run.terminate();
     assert!(status.success(), "exit after SIGTERM: {status}");
