@@ -54,6 +54,9 @@ pub struct GroupMember {
     member_id: String,
     generation: i32,
     leader: bool,
+    /// KIP-814: this leader was told to keep the coordinator's assignment (a static leader back
+    /// in a stable group) rather than compute one.
+    skipped_assignment: bool,
     assignment: Bytes,
     /// When the SyncGroup that gave the current assignment was sent: the coordinator counts the
     /// member alive for a session timeout from its arrival, however long the join took before.
@@ -80,6 +83,7 @@ impl GroupMember {
             member_id: String::new(),
             generation: -1,
             leader: false,
+            skipped_assignment: false,
             assignment: Bytes::new(),
             synced_at: std::time::Instant::now(),
         };
@@ -108,6 +112,10 @@ impl GroupMember {
     }
     pub fn is_leader(&self) -> bool {
         self.leader
+    }
+    /// Whether this leader kept the coordinator's assignment instead of computing one (KIP-814).
+    pub fn skipped_assignment(&self) -> bool {
+        self.skipped_assignment
     }
     pub fn assignment(&self) -> &Bytes {
         &self.assignment
@@ -172,13 +180,18 @@ impl GroupMember {
                 .with_name(s(self.assignor.protocol()))
                 .with_metadata(self.assignor.metadata())]);
         let version = self.coordinator.version::<JoinGroupRequest>()?;
-        if self.config.instance_id.is_some() && version < 5 {
-            // Silently joining as a dynamic member would lose what the user asked for.
-            return Err(KafkaError::Config(format!(
-                "static group membership (an instance id for group {}) needs JoinGroup v5 (Kafka 2.3, KIP-345); the coordinator {} speaks v{version}",
-                self.config.group_id,
-                self.coordinator.broker()
-            )));
+        if self.config.instance_id.is_some() && version < 9 {
+            // Silently joining as a dynamic member would lose what the user asked for. v5
+            // (Kafka 2.3) carries the instance id, but before v9 (Kafka 3.2, KIP-814) a static
+            // leader that comes back is told the old leader's id, and no member leads.
+            return Err(KafkaError::UnsupportedVersion {
+                broker: self.coordinator.broker().into(),
+                api: ApiKey::JoinGroup,
+                ours: format!(
+                    "v9+ for static membership (an instance id for group {}), Kafka 3.2+; this coordinator speaks v{version}",
+                    self.config.group_id
+                ),
+            });
         }
         // The coordinator holds JoinGroup until every member rejoined (up to the rebalance timeout).
         let wait = self.config.rebalance_timeout + Duration::from_secs(5);
@@ -207,6 +220,7 @@ impl GroupMember {
         self.leader = resp.leader == resp.member_id;
         // KIP-814: a static leader that came back to a stable group is told it leads, but the
         // coordinator keeps the assignment it has; one sent now would not reach the others.
+        self.skipped_assignment = self.leader && resp.skip_assignment;
         let assignments = if self.leader && !resp.skip_assignment {
             let members: Vec<(String, Bytes)> = resp
                 .members

@@ -77,6 +77,12 @@ pub enum FailoverError {
         active: Vec<(String, usize, String)>,
         target: String,
     },
+    #[error("committing group '{group}' failed: {source}; committed before it: {}; not committed: '{group}' and the groups after it", if .committed.is_empty() { "none".to_string() } else { quoted(.committed) })]
+    Partial {
+        group: String,
+        committed: Vec<String>,
+        source: KafkaError,
+    },
 }
 
 fn quoted(groups: &[String]) -> String {
@@ -111,10 +117,23 @@ pub async fn translate_groups(
         from: flow.id.source.to_string(),
         target: flow.id.target.to_string(),
     };
+    let none_matching = || FailoverError::NoneMatching {
+        patterns: select
+            .matching
+            .as_ref()
+            .map(|p| p.items().join(", "))
+            .unwrap_or_default(),
+        topic: topic.clone(),
+        target: flow.id.target.to_string(),
+    };
     if !target.metadata().topics.contains_key(&topic) {
         target.refresh_metadata(Some(&[&topic])).await?;
         if !target.metadata().topics.contains_key(&topic) {
-            return Err(no_checkpoints(select.named.clone()));
+            return Err(if select.named.is_empty() {
+                none_matching()
+            } else {
+                no_checkpoints(select.named.clone())
+            });
         }
     }
     let (records, _) = read_to_end(target, &topic, 0, None).await?;
@@ -134,15 +153,7 @@ pub async fn translate_groups(
         return Err(no_checkpoints(missing));
     }
     if newest.is_empty() {
-        return Err(FailoverError::NoneMatching {
-            patterns: select
-                .matching
-                .as_ref()
-                .map(|p| p.items().join(", "))
-                .unwrap_or_default(),
-            topic,
-            target: flow.id.target.to_string(),
-        });
+        return Err(none_matching());
     }
     let mut rows = Vec::new();
     for (group, checkpoints) in newest {
@@ -206,9 +217,11 @@ pub async fn apply(
     Ok(apply_groups(flow, target, &rows).await?.values().sum())
 }
 
-/// Commits the rows marked `set`, group by group, once none of their groups has active members
-/// on the target: one active group refuses them all, so a failover is not left half done.
-/// Returns the partitions committed per group.
+/// Commits the rows marked `set`, group by group, once none of the groups with something to
+/// commit has active members on the target: one active group refuses them all, so a failover is
+/// not left half done. (A group with nothing to set is not asked: its consumers may be running
+/// on the target already.) Returns the partitions committed per group; a commit failing part
+/// way says which groups were committed before it.
 pub async fn apply_groups(
     flow: &FlowConfig,
     target: &KafkaCluster,
@@ -230,7 +243,10 @@ pub async fn apply_groups(
         }
     }
     let mut active = Vec::new();
-    for group in commits.keys() {
+    for (group, commit) in &commits {
+        if commit.is_empty() {
+            continue;
+        }
         let desc = target.describe_group(group).await?;
         if desc.members > 0 {
             active.push((group.to_string(), desc.members, desc.state));
@@ -246,7 +262,17 @@ pub async fn apply_groups(
     for (group, commit) in commits {
         let n = commit.values().map(|m| m.len()).sum();
         if n > 0 {
-            target.commit_group_offsets(group, &commit).await?;
+            if let Err(source) = target.commit_group_offsets(group, &commit).await {
+                return Err(FailoverError::Partial {
+                    group: group.to_string(),
+                    committed: done
+                        .iter()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(g, _): (&String, _)| g.clone())
+                        .collect(),
+                    source,
+                });
+            }
         }
         done.insert(group.to_string(), n);
     }
@@ -364,6 +390,17 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("nothing was committed, for any group"), "{m}");
+        let e = FailoverError::Partial {
+            group: "c".into(),
+            committed: vec!["a".into(), "b".into()],
+            source: KafkaError::Disconnected { broker: "1".into() },
+        };
+        assert!(
+            e.to_string().contains(
+                "committed before it: 'a', 'b'; not committed: 'c' and the groups after it"
+            ),
+            "{e}"
+        );
         let e = FailoverError::NoCheckpoints {
             groups: vec!["a".into(), "b".into()],
             topic: "A.checkpoints.internal".into(),

@@ -193,6 +193,12 @@ impl Transaction {
         let Some((topic, partition)) = missing.first().cloned() else {
             return Ok(());
         };
+        if self.identity() != identity {
+            // A caller of an earlier epoch: its partitions must not join the next transaction.
+            return Err(KafkaError::StaleProducer {
+                transactional_id: self.id.to_string(),
+            });
+        }
         self.wanted
             .lock()
             .unwrap_or_else(|p| p.into_inner())

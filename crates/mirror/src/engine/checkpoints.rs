@@ -44,6 +44,9 @@ pub(super) struct CheckpointTask {
     /// Where the flow's processes publish their runs (with sharing): exact translation of the
     /// partitions other processes copy.
     pub(super) positions_topic: String,
+    /// The remote topics the process's flows write: a topic another flow writes is not this
+    /// flow's to checkpoint (`remote_claims`).
+    pub(super) claims: Arc<super::remote_claims::RemoteClaims>,
 }
 
 struct State {
@@ -289,6 +292,10 @@ impl CheckpointTask {
             .pop()
             .and_then(|d| d.remote)
         {
+            let (target, flow) = (self.flow.id.target.to_string(), self.flow.id.to_string());
+            if self.claims.claim(&target, &remote, &flow, topic).is_err() {
+                return None;
+            }
             return Some((remote, false));
         }
         let policy = &self.flow.policy;

@@ -286,6 +286,7 @@ async fn replicate(
                 labels: labels.clone(),
                 runs: runs.clone(),
                 positions_topic: positions_topic.clone(),
+                claims: process.claims.clone(),
             };
             Some(helpers.spawn(
                 "checkpoints",
@@ -385,6 +386,7 @@ async fn replicate(
             replicated: replicated.clone(),
             metrics: metrics.clone(),
             labels: labels.clone(),
+            claims: process.claims.clone(),
         };
         helpers.spawn(
             "topic sync",
@@ -435,6 +437,7 @@ async fn replicate(
         slots,
         shutdown: shutdown.clone(),
         claims: process.claims,
+        conflicts: HashSet::new(),
     };
     if control.sharing.is_none() {
         if let Some(k) = &mut control.slots {
@@ -665,6 +668,8 @@ struct Control {
     shutdown: Shutdown,
     /// The remote topics every flow of this process writes (`remote_claims`).
     claims: Arc<super::remote_claims::RemoteClaims>,
+    /// Source topics skipped because another flow writes their remote name (reported once).
+    conflicts: HashSet<String>,
 }
 
 /// With sharing: what the membership and the control loop share, and the partitions assigned
@@ -700,7 +705,15 @@ impl Control {
                     "remote topic {remote} on {target} is written by flow {} (its topic {}) already: two flows cannot write one remote topic, their records and positions would mix (IdentityReplicationPolicy fan-in); exclude the topic from one flow's topics, rename it in one (kmirror.topics.rename), or use DefaultReplicationPolicy",
                     held.flow, held.source_topic
                 ));
-                self.report(&d.source, "topic_conflict", &e);
+                // Logged and counted once per conflict; kept out of `reported`, which
+                // holds retriable problems (and shortens the topic refresh while any is).
+                if self.conflicts.insert(d.source.clone()) {
+                    tracing::error!(flow = %flow.id, topic = %d.source, error = %e, "topic skipped");
+                    ctx.metrics
+                        .errors
+                        .get_or_create(&ctx.labels.error("topic_conflict"))
+                        .inc();
+                }
                 d.remote = None;
             }
         }

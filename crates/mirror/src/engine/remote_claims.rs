@@ -2,7 +2,10 @@
 //! target must not write one remote topic: with `IdentityReplicationPolicy`, `orders` of A and
 //! `orders` of B would both be C's `orders`, mixing the two sources' records, and each flow's
 //! positions and offset syncs would describe a log the other also writes (docs/topologies.md).
-//! The first flow to claim a name keeps it; the other skips that topic and says why.
+//! The first flow to claim a name keeps it; the other skips that topic and says why. Within
+//! one flow, two source topics cannot take one name either (a rename onto another topic's
+//! remote name). The flow's checkpoints and ACL sync respect the claims too, so the flow that
+//! lost a name never writes checkpoints, group offsets or ACLs for the other's topic.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -34,11 +37,20 @@ impl RemoteClaims {
                 flow: flow.to_string(),
                 source_topic: source_topic.to_string(),
             });
-        if held.flow == flow {
+        if held.flow == flow && held.source_topic == source_topic {
             Ok(())
         } else {
             Err(held.clone())
         }
+    }
+
+    /// Whether another flow holds `remote` on `target`.
+    pub(crate) fn taken_by_other(&self, target: &str, remote: &str, flow: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(target.to_string(), remote.to_string()))
+            .is_some_and(|c| c.flow != flow)
     }
 }
 
@@ -61,5 +73,10 @@ mod tests {
         // Another target, or another name: no conflict.
         assert_eq!(c.claim("D", "orders", "B->D", "orders"), Ok(()));
         assert_eq!(c.claim("C", "B.orders", "B->C", "orders"), Ok(()));
+        // One flow, two source topics onto one name (a rename onto another's remote name).
+        assert!(c.claim("C", "B.orders", "B->C", "payments").is_err());
+        assert!(c.taken_by_other("C", "orders", "B->C"));
+        assert!(!c.taken_by_other("C", "orders", "A->C"));
+        assert!(!c.taken_by_other("C", "nobody", "A->C"));
     }
 }

@@ -26,6 +26,8 @@ pub(super) struct TopicSync {
     pub(super) replicated: Replicated,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
+    /// The remote topics the process's flows write (`remote_claims`).
+    pub(super) claims: Arc<super::remote_claims::RemoteClaims>,
 }
 
 #[derive(Default)]
@@ -234,9 +236,18 @@ impl TopicSync {
                 return;
             }
         };
+        // Never the ACLs of this flow's topic onto a topic another flow writes.
+        let (target, flow) = (self.flow.id.target.to_string(), self.flow.id.to_string());
         let missing: Vec<AclBinding> = wanted
             .into_iter()
             .filter(|b| !existing.contains(b))
+            .filter(|b| {
+                !(b.resource_type == acl::RESOURCE_TOPIC
+                    && b.pattern_type == acl::PATTERN_LITERAL
+                    && b.resource_name
+                        .as_deref()
+                        .is_some_and(|r| self.claims.taken_by_other(&target, r, &flow)))
+            })
             .collect();
         if missing.is_empty() {
             return;

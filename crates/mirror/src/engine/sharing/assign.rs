@@ -62,6 +62,19 @@ pub struct Assignment {
     /// group in `status` (a member of an older version ignores it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub group: Vec<Share>,
+    /// The settings the group agreed on (hashes, as members offer them). A static member that
+    /// came back is handed its old assignment without a rebalance, so no leader compared its
+    /// settings: it compares them itself ([`differs`]) and rejoins if they differ, so the leader
+    /// refuses it with the reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
+}
+
+/// Whether `mine` differs from the group's agreed settings in a setting both know (a setting
+/// only one version has is not compared, as in [`assign`]).
+pub fn differs(mine: &BTreeMap<String, String>, agreed: &BTreeMap<String, String>) -> bool {
+    mine.iter()
+        .any(|(k, v)| agreed.get(k).is_some_and(|a| a != v))
 }
 
 /// One member's share of the flow, in the group view every member is sent.
@@ -232,6 +245,7 @@ pub fn assign(
                 Assignment {
                     partitions: BTreeMap::new(),
                     group: Vec::new(),
+                    settings: BTreeMap::new(),
                     refused: Some(format!(
                         "this process's flow settings differ from those of the {agreeing} other process(es) serving the flow: {} (start every process with the same configuration)",
                         diff.join(", ")
@@ -290,6 +304,7 @@ pub fn assign(
                 partitions: by_topic(&mine),
                 refused: None,
                 group: Vec::new(),
+                settings: winner.clone(),
             },
         );
     }
@@ -467,6 +482,22 @@ mod tests {
         );
         assert!(a["m3"].partitions.is_empty());
         assert_eq!(of(&a, "m1").len() + of(&a, "m2").len(), 4);
+    }
+
+    #[test]
+    fn a_member_compares_only_the_settings_both_know() {
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let agreed = m(&[("topics", "1"), ("policy", "2")]);
+        assert!(!differs(&m(&[("topics", "1"), ("policy", "2")]), &agreed));
+        assert!(differs(&m(&[("topics", "9"), ("policy", "2")]), &agreed));
+        // A setting one version adds, or an assignment from a version that sends none.
+        assert!(!differs(&m(&[("topics", "1"), ("renames", "3")]), &agreed));
+        assert!(!differs(&m(&[("topics", "9")]), &BTreeMap::new()));
     }
 
     #[test]

@@ -50,6 +50,8 @@ struct Inner {
     leader: bool,
     /// Members of the last assignment this process computed as leader.
     members: usize,
+    /// Partitions in the group view of the last assignment (every member's share), if any.
+    assigned_total: Option<usize>,
     /// When the last heartbeat (or join) the coordinator answered was sent: the coordinator
     /// counts this member alive for a session timeout from its arrival.
     last_ok: Option<Instant>,
@@ -144,6 +146,14 @@ impl Shared {
         m.last_ok = Some(m.last_ok.map_or(sent, |t| t.max(sent)));
     }
 
+    /// This process is no longer a member for sure (another took its instance id): writes
+    /// stop at once rather than at the end of the lease.
+    fn expire(&self) {
+        let mut m = self.lock();
+        m.last_ok = None;
+        m.joining_since = None;
+    }
+
     fn joining(&self, since: Option<Instant>) {
         self.lock().joining_since = since;
     }
@@ -168,8 +178,12 @@ impl Shared {
     pub(crate) fn set_eligible(&self, eligible: BTreeSet<Key>) {
         let mut m = self.lock();
         if m.eligible != eligible {
+            let first = m.eligible.is_empty();
             m.eligible = eligible;
-            if m.leader {
+            // A leader's first look that finds what the group already serves (a static leader
+            // back with the assignment the coordinator kept) changes nothing.
+            let covered = first && m.assigned_total == Some(m.eligible.len());
+            if m.leader && !covered {
                 self.rebalance.notify_one();
             }
         }
@@ -332,7 +346,30 @@ impl Membership {
                         ..Assignment::default()
                     },
                 };
+                let mut assignment = assignment;
+                if assign::differs(&self.shared.settings, &assignment.settings) {
+                    // A static member handed its old assignment without a rebalance: no leader
+                    // compared its settings. It serves nothing and rejoins, so the leader does.
+                    tracing::warn!(flow = %self.flow, "this process's flow settings differ from the group's; rejoining so the group's leader compares them");
+                    assignment.partitions.clear();
+                    self.shared.ask_rejoin();
+                }
                 self.show_group(&assignment.group);
+                let assigned: usize = assignment.group.iter().map(|s| s.partitions).sum();
+                let counted = self.shared.protocol == PROTOCOL && !assignment.group.is_empty();
+                let eligible = {
+                    let mut m = self.shared.lock();
+                    m.assigned_total = counted.then_some(assigned);
+                    m.eligible.len()
+                };
+                // Only then: an assignment this leader computed may leave partitions out on
+                // purpose (a cooperative rebalance's first round, its revoked partitions).
+                if member.skipped_assignment() && counted && eligible > 0 && assigned != eligible {
+                    // A static leader that came back leads the assignment the coordinator kept
+                    // (KIP-814): partitions that became eligible meanwhile are in no one's
+                    // share, and a change of `eligible` seen before it led asked no one.
+                    self.shared.rebalance.notify_one();
+                }
                 if let Some(reason) = assignment.refused {
                     tracing::error!(flow = %self.flow, group = %self.config.group_id, reason = %reason, "refused by the flow's group");
                     self.show_group(&[]);
@@ -395,7 +432,9 @@ impl Membership {
                                 Ok(true) => rejoin = true,
                                 Ok(false) => self.shared.renewed(sent),
                                 Err(e) if is_fenced(&e) => {
-                                    // Its partitions stop with the hand-over under way.
+                                    // Writes stop at once; its partitions stop once the
+                                    // hand-over under way is applied.
+                                    self.shared.expire();
                                     let _ = (&mut applied).await;
                                     return self.fenced_out().await;
                                 }
@@ -520,6 +559,7 @@ impl Membership {
             self.config.instance_id.as_deref().unwrap_or("?")
         );
         tracing::error!(flow = %self.flow, reason = %reason, "replaced in the flow's group");
+        self.shared.expire();
         self.lost().await;
         let _ = self.events.send(Event::Refused(reason)).await;
     }
@@ -569,7 +609,10 @@ fn refusal_hint(e: &kmirror_kafka::KafkaError, group: &str) -> Option<String> {
             ..
         } => Some(format!("another client (a Connect worker, a consumer, or a kmirror version with no group protocol in common) uses the group id {group}: set kmirror.sharing.group.id")),
         e if is_fenced(e) => Some("another process joined with the same kmirror.sharing.instance.id at the same moment: give every process its own".into()),
-        kmirror_kafka::KafkaError::Config(_) => Some("leave kmirror.sharing.instance.id unset for this coordinator".into()),
+        kmirror_kafka::KafkaError::UnsupportedVersion {
+            api: kafka_protocol::messages::ApiKey::JoinGroup,
+            ..
+        } => Some("leave kmirror.sharing.instance.id unset with this Kafka version".into()),
         _ => None,
     }
 }
