@@ -201,6 +201,12 @@ pub struct Metrics {
     /// Partitions this process was given, and gave up, in rebalances.
     pub partitions_added: Family<FlowLabels, Counter>,
     pub partitions_revoked: Family<FlowLabels, Counter>,
+    /// Loop prevention (docs/topologies.md): producer ids registered on the target, records
+    /// left out because kmirror copied them from the flow's target, and whether checkpoints
+    /// are held back because the pair copies both ways under identity names.
+    pub producer_ids_registered: Family<FlowLabels, Counter>,
+    pub loop_records_skipped: Family<FlowLabels, Counter>,
+    pub checkpoints_both_ways: Family<FlowLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -264,6 +270,9 @@ impl Metrics {
             rebalance_ms: Family::default(),
             partitions_added: Family::default(),
             partitions_revoked: Family::default(),
+            producer_ids_registered: Family::default(),
+            loop_records_skipped: Family::default(),
+            checkpoints_both_ways: Family::default(),
         };
         registry.register(
             "record_count",
@@ -456,6 +465,21 @@ impl Metrics {
             "producer_new_ids",
             "Times a target partition started its sequences over under a new producer id (the target lost or fenced its producer state)",
             m.producer_new_ids.clone(),
+        );
+        registry.register(
+            "producer_ids_registered",
+            "Loop prevention: producer ids this flow registered in the target's kmirror-producers.internal before writing with them",
+            m.producer_ids_registered.clone(),
+        );
+        registry.register(
+            "loop_records_skipped",
+            "Loop prevention: source records not copied because kmirror copied them into the source from this flow's target",
+            m.loop_records_skipped.clone(),
+        );
+        registry.register(
+            "checkpoints_both_ways",
+            "1 while this flow emits no checkpoints and syncs no group offsets because its target also copies into its source under identity names",
+            m.checkpoints_both_ways.clone(),
         );
         registry.register(
             "target_truncated_offsets",

@@ -6,6 +6,7 @@ use crate::config::model::{
     ExactlyOnce, FlowConfig, IgnoredKey, MirrorConfig, Periodic, Side, Source, StartPosition,
 };
 use crate::policy::PolicyKind;
+use crate::wire::producers::PRODUCERS_TOPIC;
 use kmirror_kafka::{ClientSettings, TrustMaterial};
 use serde::Serialize;
 use std::fmt::Write;
@@ -98,8 +99,12 @@ fn naming(f: &FlowConfig) -> String {
             "DefaultReplicationPolicy (separator \"{}\"): '{example}' on {} becomes '{remote}' on {}",
             f.policy.separator, f.id.source, f.id.target
         ),
+        PolicyKind::Identity if f.loop_prevention => format!(
+            "IdentityReplicationPolicy: '{example}' on {} stays '{remote}' on {}; loop prevention on (kmirror.loop.prevention.enabled): the producer ids this flow writes with are registered in {}'s {}, and batches kmirror copied into {} from {} are left out, so {}->{} may copy the same names back; with both ways, checkpoints and group offset sync are held back (a position has no equivalent across)",
+            f.id.source, f.id.target, f.id.target, PRODUCERS_TOPIC, f.id.source, f.id.target, f.id.target, f.id.source
+        ),
         PolicyKind::Identity => format!(
-            "IdentityReplicationPolicy: '{example}' on {} stays '{remote}' on {} (no cycle detection: never use it for {}->{} as well)",
+            "IdentityReplicationPolicy: '{example}' on {} stays '{remote}' on {} (no cycle detection: never use it for {}->{} as well unless kmirror.loop.prevention.enabled = true for both)",
             f.id.source, f.id.target, f.id.target, f.id.source
         ),
     };
@@ -130,6 +135,15 @@ fn internal_topics(f: &FlowConfig) -> Vec<InternalTopic> {
                 partitions: 1,
                 replication_factor: f.internal.checkpoints_replication_factor,
                 purpose: "consumer-group checkpoints (MM2 format)",
+            });
+        }
+        if f.loop_prevention {
+            out.push(InternalTopic {
+                topic: PRODUCERS_TOPIC.into(),
+                cluster: tgt.clone(),
+                partitions: 1,
+                replication_factor: f.internal.positions_replication_factor,
+                purpose: "producer ids kmirror writes with, for loop prevention (kmirror's own)",
             });
         }
         out.push(InternalTopic {

@@ -204,6 +204,37 @@ fn java_split<'a>(input: &'a str, sep: &str) -> Vec<&'a str> {
     parts
 }
 
+/// A ring of three or more clusters in `edges` (source, target), as the aliases along it with
+/// the first repeated at the end; pairs (A->B->A) are not rings here. A few aliases at most, so
+/// every simple path is tried.
+pub fn ring_of_three_or_more(edges: &[(&str, &str)]) -> Option<Vec<String>> {
+    fn walk<'a>(edges: &[(&'a str, &'a str)], path: &mut Vec<&'a str>) -> Option<Vec<String>> {
+        let last = *path.last()?;
+        for &(s, t) in edges {
+            if s != last {
+                continue;
+            }
+            if t == path[0] && path.len() >= 3 {
+                let mut ring: Vec<String> = path.iter().map(|a| a.to_string()).collect();
+                ring.push(t.to_string());
+                return Some(ring);
+            }
+            if !path.contains(&t) {
+                path.push(t);
+                if let Some(r) = walk(edges, path) {
+                    return Some(r);
+                }
+                path.pop();
+            }
+        }
+        None
+    }
+    let mut starts: Vec<&str> = edges.iter().map(|e| e.0).collect();
+    starts.sort();
+    starts.dedup();
+    starts.into_iter().find_map(|s| walk(edges, &mut vec![s]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +374,23 @@ mod tests {
             ..p
         };
         assert_eq!(without_alias.topic_source("orders"), None);
+    }
+
+    #[test]
+    fn rings_of_three_are_found_and_pairs_are_not() {
+        assert_eq!(ring_of_three_or_more(&[("A", "B"), ("B", "A")]), None);
+        assert_eq!(
+            ring_of_three_or_more(&[("A", "B"), ("B", "A"), ("A", "C"), ("C", "A")]),
+            None
+        );
+        assert_eq!(
+            ring_of_three_or_more(&[("B", "C"), ("A", "B"), ("C", "A"), ("B", "A")]),
+            Some(vec!["A".into(), "B".into(), "C".into(), "A".into()])
+        );
+        assert_eq!(
+            ring_of_three_or_more(&[("A", "B"), ("B", "C"), ("A", "C")]),
+            None
+        );
     }
 
     #[test]

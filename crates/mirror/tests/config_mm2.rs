@@ -731,3 +731,51 @@ fn renames_are_pairs_of_topic_names_each_side_once() {
         );
     }
 }
+
+#[test]
+fn identity_both_ways_needs_loop_prevention_on_both_flows_and_rings_are_refused() {
+    const ID: &str =
+        "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n";
+    // On for both: accepted, and each flow carries it.
+    let c = ok(&format!(
+        "{AB}A->B.enabled = true\nB->A.enabled = true\n{ID}kmirror.loop.prevention.enabled = true\n"
+    ));
+    assert!(c.flows.iter().all(|f| f.loop_prevention));
+    // Off for one of them: refused, naming the key.
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nB->A.enabled = true\n{ID}A->B.kmirror.loop.prevention.enabled = true\n"
+    ));
+    assert!(
+        errs.iter().any(
+            |e| e.contains("both replicate with IdentityReplicationPolicy")
+                && e.contains("set kmirror.loop.prevention.enabled = true (for both flows)")
+        ),
+        "{errs:?}"
+    );
+    // Default off, and not a boolean: refused by name.
+    assert!(!ok(&format!("{AB}A->B.enabled = true\n")).flows[0].loop_prevention);
+    let errs = errors(&format!(
+        "{AB}A->B.enabled = true\nkmirror.loop.prevention.enabled = maybe\n"
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("kmirror.loop.prevention.enabled")),
+        "{errs:?}"
+    );
+    // A ring of three goes round for ever even with loop prevention.
+    let abc = "clusters = A, B, C\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nC.bootstrap.servers = c:1\n";
+    let errs = errors(&format!(
+        "{abc}A->B.enabled = true\nB->C.enabled = true\nC->A.enabled = true\n{ID}kmirror.loop.prevention.enabled = true\n"
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e
+                .contains("flows A->B->C->A replicate with IdentityReplicationPolicy in a ring")),
+        "{errs:?}"
+    );
+    // A star of pairs is fine.
+    let c = ok(&format!(
+        "{abc}A->B.enabled = true\nB->A.enabled = true\nA->C.enabled = true\nC->A.enabled = true\n{ID}kmirror.loop.prevention.enabled = true\n"
+    ));
+    assert_eq!(c.flows.iter().filter(|f| f.replication).count(), 4);
+}

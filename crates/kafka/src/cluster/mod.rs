@@ -48,6 +48,19 @@ pub struct KafkaCluster {
     /// Brokers that recently let a request or a connection attempt time out, and when: asked
     /// last for metadata and admin requests (see [`KafkaCluster::any_broker`]).
     silent: Mutex<HashMap<i32, std::time::Instant>>,
+    /// Told of each producer id this cluster hands a producer of this process.
+    producer_ids: Mutex<Option<Arc<dyn ProducerIdHook>>>,
+}
+
+/// Learns every producer id a producer of this process gets from the cluster, before the
+/// producer writes with it: kmirror's loop prevention records them, so the flow reading this
+/// cluster back knows which batches kmirror itself wrote (docs/topologies.md, "Identity names
+/// both ways"). An error fails the producer's initialisation.
+pub trait ProducerIdHook: Send + Sync + std::fmt::Debug {
+    fn obtained(
+        &self,
+        producer_id: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + '_>>;
 }
 
 pub(crate) fn broker_error(
@@ -76,6 +89,7 @@ impl KafkaCluster {
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
             silent: Mutex::new(HashMap::new()),
+            producer_ids: Mutex::new(None),
         };
         // A broker that just started (or restarted) may refuse connections or answer metadata
         // without its listeners for a moment: go round the bootstrap list with backoff until
@@ -113,6 +127,25 @@ impl KafkaCluster {
 
     pub fn settings(&self) -> &ClientSettings {
         &self.settings
+    }
+
+    /// Sets the hook told of producer ids (see [`ProducerIdHook`]); set it before making
+    /// producers.
+    pub fn set_producer_id_hook(&self, hook: Arc<dyn ProducerIdHook>) {
+        *self.producer_ids.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Tells the hook, if any, of `producer_id`.
+    pub(crate) async fn producer_id_obtained(&self, producer_id: i64) -> Result<()> {
+        let hook = self
+            .producer_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match hook {
+            Some(h) => h.obtained(producer_id).await,
+            None => Ok(()),
+        }
     }
 
     /// Runs `f` again after a metadata refresh while it fails with stale leadership (and, when

@@ -190,6 +190,7 @@ mod tests {
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
             silent: Mutex::new(HashMap::new()),
+            producer_ids: Mutex::new(None),
         }
     }
 

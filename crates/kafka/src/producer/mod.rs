@@ -119,6 +119,7 @@ impl IdempotentProducer {
             .cluster
             .retrying("", true, || self.init_id_once())
             .await?;
+        self.cluster.producer_id_obtained(id.0).await?;
         *self.identity.lock().await = id;
         tracing::debug!(
             producer_id = id.0,

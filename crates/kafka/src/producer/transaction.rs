@@ -158,6 +158,7 @@ impl Transaction {
             })
             .await?;
         let id = (resp.producer_id.0, resp.producer_epoch);
+        self.cluster.producer_id_obtained(id.0).await?;
         *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = id;
         self.added.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.wanted

@@ -165,6 +165,7 @@ pub fn build(
     let merge_small_batches = r.bool("kmirror.batch.merge.enabled", true);
     let positions_interval = r.millis("kmirror.positions.interval.ms", 250);
     let resume_from_target = r.bool("kmirror.resume.from.target.enabled", true);
+    let loop_prevention = r.bool("kmirror.loop.prevention.enabled", false);
     let sharing = Sharing {
         enabled: r.bool("kmirror.sharing.enabled", true),
         group_id: Some(r.string("kmirror.sharing.group.id", ""))
@@ -363,6 +364,7 @@ pub fn build(
         merge_small_batches,
         positions_interval,
         resume_from_target,
+        loop_prevention,
         max_decompressed_bytes,
         sharing,
         clients: FlowClients {
@@ -585,6 +587,27 @@ pub fn refuse_loops(flows: &[FlowConfig], diags: &mut Diagnostics) {
                 format!("flow {}: source and target share the address {}: replicating a cluster into itself would copy its data forever", f.id, shared.join(", ")),
             );
         }
+    }
+}
+
+/// Identity flows that form a ring of three or more clusters (A->B->C->A): a record would go
+/// round for ever, and loop prevention only knows the cluster a batch was copied from, so it
+/// cannot stop them (docs/topologies.md). Pairs are handled in `config/mm2.rs`.
+pub fn refuse_identity_rings(flows: &[FlowConfig], diags: &mut Diagnostics) {
+    let edges: Vec<(&str, &str)> = flows
+        .iter()
+        .filter(|f| f.replication && f.policy.kind == crate::policy::PolicyKind::Identity)
+        .map(|f| (f.id.source.as_str(), f.id.target.as_str()))
+        .collect();
+    if let Some(ring) = crate::policy::ring_of_three_or_more(&edges) {
+        diags.error(
+            None,
+            None,
+            format!(
+                "flows {} replicate with IdentityReplicationPolicy in a ring: records would go round it forever (loop prevention covers pairs A->B, B->A only); break the ring or use DefaultReplicationPolicy (docs/topologies.md)",
+                ring.join("->")
+            ),
+        );
     }
 }
 

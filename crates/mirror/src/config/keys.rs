@@ -108,6 +108,7 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     // target for what was copied after its stored position (docs/engine.md).
     "kmirror.positions.interval.ms",
     "kmirror.resume.from.target.enabled",
+    "kmirror.loop.prevention.enabled",
     // kmirror's own: processes serving a flow share its partitions (docs/sharing.md).
     "kmirror.sharing.enabled",
     // kmirror's own: an exactly-once transaction is committed early at this size.

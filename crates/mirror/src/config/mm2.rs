@@ -189,7 +189,8 @@ pub fn load(
     }
 
     // Identity naming in both directions copies every record back and forth forever
-    // (mm2-spec §4: the identity policy has no cycle detection).
+    // (mm2-spec §4: the identity policy has no cycle detection), unless both flows leave out
+    // what kmirror copied (docs/topologies.md, "Identity names both ways").
     for f in flows
         .iter()
         .filter(|f| f.replication && f.policy.kind == crate::policy::PolicyKind::Identity)
@@ -199,15 +200,17 @@ pub fn load(
                 && g.id.source == f.id.target
                 && g.id.target == f.id.source
                 && g.policy.kind == crate::policy::PolicyKind::Identity
+                && !(f.loop_prevention && g.loop_prevention)
         }) && f.id.source < f.id.target
         {
             diags.error(
                 all.get("replication.policy.class").map(|s| &s.origin),
                 None,
-                format!("flows {} and {}->{} both replicate with IdentityReplicationPolicy: topics would be copied back and forth forever; use DefaultReplicationPolicy for active-active", f.id, f.id.target, f.id.source),
+                format!("flows {} and {}->{} both replicate with IdentityReplicationPolicy: topics would be copied back and forth forever; set kmirror.loop.prevention.enabled = true (for both flows) so each leaves out what kmirror copied from the other, or use DefaultReplicationPolicy (docs/topologies.md)", f.id, f.id.target, f.id.source),
             );
         }
     }
+    flow::refuse_identity_rings(&flows, &mut diags);
     flow::refuse_loops(&flows, &mut diags);
     flow::warn_identity_fan_in(&flows, &mut diags);
     if diags.has_errors() {

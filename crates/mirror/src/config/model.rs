@@ -223,6 +223,13 @@ pub struct FlowConfig {
     /// starts with a stored position first looks on the target for what was copied after it
     /// (docs/engine.md, "Resuming from what the target holds").
     pub resume_from_target: bool,
+    /// `kmirror.loop.prevention.enabled` (default false): register the producer ids written
+    /// into the target, and leave out the source's batches kmirror copied from the target, so
+    /// IdentityReplicationPolicy may run both ways (docs/topologies.md, "Identity names both
+    /// ways"). Left out of what is serialised when off, so members of an older version compare
+    /// equal.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub loop_prevention: bool,
     /// `kmirror.batch.max.decompressed.bytes`: the most one source batch may decompress to when
     /// its records are decoded (record mode; merging forwards a larger run as it is). Default: the
     /// source consumer's `fetch.max.bytes` (or `max.partition.fetch.bytes` if larger), so a

@@ -47,6 +47,9 @@ pub(super) struct CheckpointTask {
     /// The remote topics the process's flows write: a topic another flow writes is not this
     /// flow's to checkpoint (`remote_claims`).
     pub(super) claims: Arc<super::remote_claims::RemoteClaims>,
+    /// Loop prevention: tells whether the target also copies into the source under identity
+    /// names, which leaves a group's position with no equivalent on the target.
+    pub(super) loop_guard: Option<Arc<super::loop_guard::LoopGuard>>,
 }
 
 struct State {
@@ -148,6 +151,9 @@ impl CheckpointTask {
     }
 
     async fn tick(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
+        if self.held_back().await? {
+            return Ok(());
+        }
         self.read_syncs(state).await?;
         if self.flow.sharing.enabled {
             // Best effort: without them, other processes' partitions go through the syncs.
@@ -287,6 +293,29 @@ impl CheckpointTask {
     /// remote name, translated with this flow's syncs; a topic that came from the target
     /// (`B.t` on A for A->B) goes back to its name there (`t`), translated with the opposite
     /// flow's syncs inverted. None: not checkpointed.
+    /// Identity names both ways (docs/topologies.md, "Checkpoints both ways"): a topic on the
+    /// source then holds records written there and records copied from the target, in an order
+    /// the target's copy does not share, so no target offset stands for a group's position
+    /// without skipping records the group has not read or re-reading ones it has. Checkpoints
+    /// and the group offset sync are held back rather than written wrong.
+    async fn held_back(&self) -> Result<bool, KafkaError> {
+        let Some(guard) = &self.loop_guard else {
+            return Ok(false);
+        };
+        let both = guard.both_ways().await?;
+        let gauge = self
+            .metrics
+            .checkpoints_both_ways
+            .get_or_create(&self.labels)
+            .clone();
+        let was = gauge.get() == 1;
+        gauge.set(both as i64);
+        if both && !was {
+            tracing::warn!(flow = %self.flow.id, "checkpoints and group offset sync held back: {} also copies into {} under the same topic names, so a group's position on {} has no exact equivalent on {}; move consumers by timestamp instead (docs/topologies.md)", self.flow.id.target, self.flow.id.source, self.flow.id.source, self.flow.id.target);
+        }
+        Ok(both)
+    }
+
     fn route(&self, topic: &str) -> Option<(String, bool)> {
         if let Some(remote) = discovery::decide(&self.flow, [topic])
             .pop()

@@ -198,6 +198,28 @@ async fn replicate(
         source,
     };
     let positions_topic = flow.internal.positions_topic.clone();
+    // Loop prevention: every producer id the target hands this flow is registered there before
+    // it writes (the hook runs inside each InitProducerId), and the batches kmirror copied into
+    // the source from the target are left out (docs/topologies.md, "Identity names both ways").
+    let loop_guard = flow.loop_prevention.then(|| {
+        super::loop_guard::Registrar::install(
+            &target,
+            flow,
+            metrics
+                .producer_ids_registered
+                .get_or_create(labels)
+                .clone(),
+        );
+        let guard = super::loop_guard::LoopGuard::new;
+        (
+            Arc::new(guard(source.clone(), flow.id.target.clone())),
+            Arc::new(guard(target.clone(), flow.id.source.clone())),
+        )
+    });
+    let (loop_guard, own_copies) = match loop_guard {
+        Some((s, t)) => (Some(s), Some(t)),
+        None => (None, None),
+    };
     // Transient failures here (a broker restarting, a coordinator loading) are retried with
     // backoff; only what retrying cannot fix ends the flow.
     let mut attempt = 0;
@@ -287,6 +309,7 @@ async fn replicate(
                 runs: runs.clone(),
                 positions_topic: positions_topic.clone(),
                 claims: process.claims.clone(),
+                loop_guard: loop_guard.clone(),
             };
             Some(helpers.spawn(
                 "checkpoints",
@@ -333,6 +356,8 @@ async fn replicate(
         _ => None,
     };
     let ctx = Arc::new(Context {
+        loop_guard,
+        own_copies,
         resume,
         slots: slots.as_ref().map(|k| k.table.clone()),
         lease: shared.clone(),

@@ -197,6 +197,7 @@ pub(super) struct Gauges {
     record_mode: Counter,
     merged_mode: Counter,
     buffered: Gauge,
+    loop_skipped: Counter,
 }
 
 impl Gauges {
@@ -212,7 +213,9 @@ impl Gauges {
         let record_mode = m.batches.get_or_create(&flow.mode("record")).clone();
         let merged_mode = m.batches.get_or_create(&flow.mode("merged")).clone();
         let buffered = m.buffered_bytes.get_or_create(flow).clone();
+        let loop_skipped = m.loop_records_skipped.get_or_create(flow).clone();
         Gauges {
+            loop_skipped,
             records,
             bytes,
             age,
@@ -244,6 +247,8 @@ pub(super) struct Forwarder<'a> {
     pub(super) stop: &'a Shutdown,
     /// With sharing: hold writes while membership is in doubt (see `Shared::may_write`).
     pub(super) lease: Option<&'a super::sharing::Shared>,
+    /// Loop prevention: leaves out what kmirror copied into the source from the target.
+    pub(super) loop_guard: Option<&'a super::loop_guard::LoopGuard>,
     /// Exactly-once: the slot whose transactions this partition writes in.
     pub(super) slot: Option<&'a Arc<Slot>>,
     pub(super) g: &'a Gauges,
@@ -531,6 +536,20 @@ impl Forwarder<'_> {
                 IsolationLevel::ReadUncommitted => {
                     f.batches.iter().filter(|b| !b.is_control()).collect()
                 }
+            };
+            // Left out like aborted data: the position passes them with the next batch copied,
+            // or at the end of the response.
+            let batches = match self.loop_guard {
+                Some(guard) => match guard.keep(batches, self.stop).await {
+                    Some((kept, skipped)) => {
+                        if skipped > 0 {
+                            g.loop_skipped.inc_by(skipped);
+                        }
+                        kept
+                    }
+                    None => break,
+                },
+                None => batches,
             };
             let forwardable = |b: &RawBatch| {
                 flow.batch_mode
@@ -1127,6 +1146,7 @@ mod tests {
                 limiters: &[],
                 stop: &self.stop,
                 lease: None,
+                loop_guard: None,
                 slot: None,
                 g: &self.g,
             }

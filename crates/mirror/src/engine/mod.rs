@@ -26,6 +26,7 @@ mod flow;
 mod forward;
 mod heartbeats;
 mod log_reader;
+mod loop_guard;
 mod offset_syncs;
 mod orphans;
 mod partition;

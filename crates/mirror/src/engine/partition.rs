@@ -49,6 +49,11 @@ pub(super) struct Context {
     /// At-least-once with offset syncs: what a starting partition reads to find the records
     /// after its stored position that are on the target already (`engine/resume.rs`).
     pub(super) resume: Option<Arc<super::resume::SyncIndex>>,
+    /// Loop prevention: which of the source's batches kmirror copied from the target.
+    pub(super) loop_guard: Option<Arc<super::loop_guard::LoopGuard>>,
+    /// Loop prevention: which of the target's batches this flow wrote (the resume walk leaves
+    /// out what the target's own producers wrote in between).
+    pub(super) own_copies: Option<Arc<super::loop_guard::LoopGuard>>,
 }
 
 pub(super) struct PartitionTask {
@@ -138,6 +143,7 @@ impl PartitionTask {
             limiters: &self.ctx.limiters,
             stop: &self.stop,
             lease: self.ctx.lease.as_deref(),
+            loop_guard: self.ctx.loop_guard.as_deref(),
             slot,
             g,
         }

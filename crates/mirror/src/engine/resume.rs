@@ -201,9 +201,16 @@ async fn walk_from(
 ) -> Result<Resume, Fallback> {
     let error = |what: &str, e: KafkaError| read_failed(ctx, p, what, e);
     let _walk = index.walks.acquire().await.map_err(|_| Fallback::Error)?;
-    let (target, timestamps) = read_target(&ctx.target, p.remote, p.partition, anchor.1, end)
-        .await
-        .map_err(|e| e.fallback(|e| error("the target", e)))?;
+    let (target, timestamps) = read_target(
+        &ctx.target,
+        p.remote,
+        p.partition,
+        anchor.1,
+        end,
+        ctx.own_copies.as_deref(),
+    )
+    .await
+    .map_err(|e| e.fallback(|e| error("the target", e)))?;
     if target.is_empty() {
         return Err(Fallback::AnchorGone);
     }
@@ -215,6 +222,7 @@ async fn walk_from(
         anchor.0,
         target.len(),
         isolation,
+        ctx.loop_guard.as_deref(),
     )
     .await
     .map_err(|e| {
@@ -309,6 +317,7 @@ async fn read_target(
     partition: i32,
     from: i64,
     end: i64,
+    own_copies: Option<&super::loop_guard::LoopGuard>,
 ) -> Result<(Vec<Record>, bool), ReadError> {
     let iso = IsolationLevel::ReadUncommitted;
     let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
@@ -330,8 +339,35 @@ async fn read_target(
         if f.batches.is_empty() {
             break;
         }
-        for b in &f.batches {
-            offset = b.last_offset() + 1;
+        let batches: Vec<&_> = f.batches.iter().collect();
+        // Loop prevention (identity both ways): the target's own producers write between this
+        // flow's copies; the walk compares the copies only. Markers stay (they close
+        // transactions for the view).
+        let batches = match own_copies {
+            Some(g) => {
+                let data = batches
+                    .iter()
+                    .copied()
+                    .filter(|b| !b.is_control())
+                    .collect();
+                let mine: std::collections::HashSet<i64> = g
+                    .copies(data, &super::Shutdown::default())
+                    .await
+                    .ok_or(ReadError::Bound)?
+                    .iter()
+                    .map(|b| b.base_offset())
+                    .collect();
+                batches
+                    .into_iter()
+                    .filter(|b| b.is_control() || mine.contains(&b.base_offset()))
+                    .collect()
+            }
+            None => batches,
+        };
+        if let Some(last) = f.batches.last() {
+            offset = last.last_offset() + 1;
+        }
+        for b in batches {
             read += b.bytes().len();
             producer_times &= b.is_control() || !b.is_log_append_time();
             let mut keep = |r: Record| {
@@ -357,6 +393,7 @@ async fn read_source(
     from: i64,
     want: usize,
     isolation: IsolationLevel,
+    loop_guard: Option<&super::loop_guard::LoopGuard>,
 ) -> Result<Vec<Record>, ReadError> {
     let mut out = Vec::new();
     let mut offset = from;
@@ -377,6 +414,14 @@ async fn read_source(
             IsolationLevel::ReadUncommitted => {
                 f.batches.iter().filter(|b| !b.is_control()).collect()
             }
+        };
+        // As the flow copies them: without what kmirror copied here from the target.
+        let batches = match loop_guard {
+            Some(g) => match g.keep(batches, &super::Shutdown::default()).await {
+                Some((kept, _)) => kept,
+                None => return Err(ReadError::Bound),
+            },
+            None => batches,
         };
         for b in batches {
             read += b.bytes().len();

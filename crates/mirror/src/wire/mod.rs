@@ -4,3 +4,4 @@
 
 pub mod internal;
 pub mod positions;
+pub mod producers;

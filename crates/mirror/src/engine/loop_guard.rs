@@ -1,0 +1,371 @@
+//! Loop prevention for identity names both ways (docs/topologies.md, "Identity names both
+//! ways"): a flow A->B records every producer id it writes into B with in B's
+//! `kmirror-producers.internal` ([`Registrar`]), before it writes a batch with it; the flow B->A
+//! reads that topic ([`LoopGuard`]) and leaves out the batches on B whose producer id came from
+//! A. Batches keep being forwarded as they are: the producer id is in the batch header.
+//!
+//! Why a batch is never judged too early: the producer id is registered (acks=all) before any
+//! batch carries it, so once a reader holds such a batch, reading the topic to its end finds the
+//! id. A reader therefore reads the topic again whenever a batch shows a producer id it has not
+//! seen, and an id still absent then belongs to some other producer, for good (brokers never
+//! hand one id out twice).
+
+use super::{remote_topics, Shutdown};
+use crate::config::model::FlowConfig;
+use crate::names::ClusterAlias;
+use crate::wire::producers::{ProducerEntry, PRODUCERS_TOPIC};
+use bytes::Bytes;
+use kmirror_kafka::batch::RawBatch;
+use kmirror_kafka::cluster::{KafkaCluster, NewTopic, ProducerIdHook};
+use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+use kmirror_kafka::KafkaError;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Producer ids known not to be kmirror's, kept up to this many (each costs one read of the
+/// topic when first seen; past the bound they are forgotten and read about again).
+const MAX_OTHERS: usize = 1_000_000;
+
+/// What a reader knows of one cluster's producer ids: pure, so the rules are unit-tested.
+#[derive(Debug, Default)]
+pub(crate) struct Origins {
+    /// kmirror's producer ids on this cluster, and the cluster each copies from.
+    kmirror: HashMap<i64, Arc<str>>,
+    /// Ids found absent after a read of the topic that began after they were seen.
+    others: HashSet<i64>,
+}
+
+/// What to do with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Copy,
+    /// kmirror copied it here from the cluster the flow writes to.
+    Skip,
+    /// Not known yet: read the topic again.
+    Unknown,
+}
+
+impl Origins {
+    pub(crate) fn learn(&mut self, e: &ProducerEntry) {
+        self.others.remove(&e.producer_id);
+        self.kmirror
+            .insert(e.producer_id, Arc::from(e.source.as_str()));
+    }
+
+    /// The verdict for a batch of `producer_id` read by a flow that writes into `target`.
+    pub(crate) fn verdict(&self, producer_id: i64, target: &str) -> Verdict {
+        // Producers that are not idempotent write no id; kmirror always writes with one.
+        if producer_id < 0 || self.others.contains(&producer_id) {
+            return Verdict::Copy;
+        }
+        match self.kmirror.get(&producer_id) {
+            Some(source) if &**source == target => Verdict::Skip,
+            Some(_) => Verdict::Copy,
+            None => Verdict::Unknown,
+        }
+    }
+
+    /// After a read of the whole topic that began after `producer_id` was seen.
+    pub(crate) fn settle(&mut self, producer_id: i64) {
+        if producer_id >= 0 && !self.kmirror.contains_key(&producer_id) {
+            if self.others.len() >= MAX_OTHERS {
+                self.others.clear();
+            }
+            self.others.insert(producer_id);
+        }
+    }
+
+    /// Whether some flow copies into this cluster from `source`.
+    pub(crate) fn copies_from(&self, source: &str) -> bool {
+        self.kmirror.values().any(|s| &**s == source)
+    }
+}
+
+/// The reading side: tells which batches of one cluster kmirror copied there from another
+/// (`from`). A flow's source guard leaves out the copies from its target; its target guard
+/// picks out its own copies, for the resume walk.
+#[derive(Debug)]
+pub(crate) struct LoopGuard {
+    cluster: Arc<KafkaCluster>,
+    from: ClusterAlias,
+    origins: Mutex<Origins>,
+    /// Where the next read of the topic starts, and when the last one began.
+    reads: tokio::sync::Mutex<(Option<i64>, Option<Instant>)>,
+}
+
+impl LoopGuard {
+    pub(crate) fn new(cluster: Arc<KafkaCluster>, from: ClusterAlias) -> LoopGuard {
+        LoopGuard {
+            cluster,
+            from,
+            origins: Mutex::default(),
+            reads: tokio::sync::Mutex::new((None, None)),
+        }
+    }
+
+    fn origins(&self) -> std::sync::MutexGuard<'_, Origins> {
+        self.origins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The batches kmirror did not copy from `from`, in order, and the records left out.
+    /// Reads the topic again (retrying until it can, or `stop`) when a batch shows an unknown
+    /// producer id; None when stopped first.
+    pub(crate) async fn keep<'b>(
+        &self,
+        batches: Vec<&'b RawBatch>,
+        stop: &Shutdown,
+    ) -> Option<(Vec<&'b RawBatch>, u64)> {
+        self.split(batches, false, stop).await
+    }
+
+    /// The batches kmirror copied from `from`, in order.
+    pub(crate) async fn copies<'b>(
+        &self,
+        batches: Vec<&'b RawBatch>,
+        stop: &Shutdown,
+    ) -> Option<Vec<&'b RawBatch>> {
+        self.split(batches, true, stop).await.map(|(kept, _)| kept)
+    }
+
+    async fn split<'b>(
+        &self,
+        batches: Vec<&'b RawBatch>,
+        copies: bool,
+        stop: &Shutdown,
+    ) -> Option<(Vec<&'b RawBatch>, u64)> {
+        let seen = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let unknown: Vec<i64> = {
+                let o = self.origins();
+                batches
+                    .iter()
+                    .map(|b| b.producer_id())
+                    .filter(|&p| o.verdict(p, self.from.as_str()) == Verdict::Unknown)
+                    .collect()
+            };
+            if unknown.is_empty() {
+                break;
+            }
+            match self.read_since(seen).await {
+                Ok(()) => {
+                    let mut o = self.origins();
+                    for p in unknown {
+                        o.settle(p);
+                    }
+                }
+                Err(e) => {
+                    if attempt == 0 {
+                        tracing::warn!(topic = PRODUCERS_TOPIC, error = %e, "loop prevention: cannot read kmirror's producer ids; holding the partition until it can");
+                    }
+                    if stop.sleep(super::backoff(attempt)).await {
+                        return None;
+                    }
+                    attempt += 1;
+                }
+            }
+        }
+        let o = self.origins();
+        let mut skipped = 0;
+        let kept = batches
+            .into_iter()
+            .filter(|b| {
+                let copy = o.verdict(b.producer_id(), self.from.as_str()) == Verdict::Skip;
+                if copy != copies {
+                    skipped += b.record_count() as u64;
+                }
+                copy == copies
+            })
+            .collect();
+        Some((kept, skipped))
+    }
+
+    /// Whether some flow copies into this cluster from `from` (for a flow's source guard: the
+    /// pair copies both ways).
+    pub(crate) async fn both_ways(&self) -> Result<bool, KafkaError> {
+        self.read_since(Instant::now()).await?;
+        Ok(self.origins().copies_from(self.from.as_str()))
+    }
+
+    /// Reads the topic to its end, unless a read that began at or after `seen` has finished
+    /// meanwhile (it saw everything written before `seen`).
+    async fn read_since(&self, seen: Instant) -> Result<(), KafkaError> {
+        let mut reads = self.reads.lock().await;
+        if reads.1.is_some_and(|began| began >= seen) {
+            return Ok(());
+        }
+        let began = Instant::now();
+        let k = &self.cluster;
+        if !k.metadata().topics.contains_key(PRODUCERS_TOPIC) {
+            k.refresh_metadata(Some(&[PRODUCERS_TOPIC])).await?;
+            if !k.metadata().topics.contains_key(PRODUCERS_TOPIC) {
+                // Nobody registered anything here yet.
+                reads.1 = Some(began);
+                return Ok(());
+            }
+        }
+        let (records, next) =
+            super::log_reader::read_to_end(k, PRODUCERS_TOPIC, 0, reads.0).await?;
+        let mut o = self.origins();
+        for r in records {
+            let (Some(key), Some(value)) = (r.key.as_deref(), r.value.as_deref()) else {
+                continue;
+            };
+            match ProducerEntry::decode(key, value) {
+                Ok(e) => o.learn(&e),
+                Err(e) => {
+                    tracing::warn!(topic = PRODUCERS_TOPIC, offset = r.offset, error = %e, "loop prevention: ignoring a record that is not a producer entry")
+                }
+            }
+        }
+        *reads = (Some(next), Some(began));
+        Ok(())
+    }
+}
+
+/// The writing side, on a flow's target cluster: every producer id the cluster hands this
+/// process is recorded before it is used.
+#[derive(Debug)]
+pub(crate) struct Registrar {
+    cluster: std::sync::Weak<KafkaCluster>,
+    source: String,
+    target: String,
+    flow: String,
+    replication_factor: i16,
+    registered: Mutex<HashSet<i64>>,
+    created: std::sync::atomic::AtomicBool,
+    count: prometheus_client::metrics::counter::Counter,
+}
+
+impl Registrar {
+    /// Hooks a registrar onto `target` (kept weakly: the cluster holds the hook).
+    pub(crate) fn install(
+        target: &Arc<KafkaCluster>,
+        flow: &FlowConfig,
+        count: prometheus_client::metrics::counter::Counter,
+    ) {
+        target.set_producer_id_hook(Arc::new(Registrar {
+            cluster: Arc::downgrade(target),
+            source: flow.id.source.to_string(),
+            target: flow.id.target.to_string(),
+            flow: flow.id.to_string(),
+            replication_factor: flow.internal.positions_replication_factor,
+            registered: Mutex::default(),
+            created: Default::default(),
+            count,
+        }));
+    }
+
+    async fn register(&self, producer_id: i64) -> Result<(), KafkaError> {
+        use std::sync::atomic::Ordering;
+        if self
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&producer_id)
+        {
+            return Ok(());
+        }
+        let Some(k) = self.cluster.upgrade() else {
+            return Err(KafkaError::Config("the target cluster was closed".into()));
+        };
+        if !self.created.load(Ordering::Relaxed) {
+            remote_topics::create_internal(
+                &k,
+                NewTopic {
+                    name: PRODUCERS_TOPIC.into(),
+                    partitions: 1,
+                    replication_factor: self.replication_factor,
+                    configs: vec![("cleanup.policy".into(), "compact".into())],
+                },
+            )
+            .await?;
+            k.refresh_metadata(Some(&[PRODUCERS_TOPIC])).await?;
+            self.created.store(true, Ordering::Relaxed);
+        }
+        let now = super::now_ms();
+        let entry = ProducerEntry {
+            producer_id,
+            version: 1,
+            source: self.source.clone(),
+            target: self.target.clone(),
+            flow: self.flow.clone(),
+            registered_ms: now,
+        };
+        let record = Record {
+            offset: 0,
+            timestamp: now,
+            key: Some(Bytes::from(entry.key())),
+            value: Some(Bytes::from(entry.value())),
+            headers: vec![],
+        };
+        let batch = encode_batch(&[record], &BatchOptions::default())
+            .map_err(|e| KafkaError::Config(e.to_string()))?;
+        // acks=all: once this returns, a reader that later sees a batch of this id finds it.
+        k.produce(PRODUCERS_TOPIC, 0, &batch).await?;
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(producer_id);
+        self.count.inc();
+        tracing::debug!(flow = %self.flow, producer_id, "loop prevention: producer id registered");
+        Ok(())
+    }
+}
+
+impl ProducerIdHook for Registrar {
+    fn obtained(
+        &self,
+        producer_id: i64,
+    ) -> Pin<Box<dyn Future<Output = kmirror_kafka::Result<()>> + Send + '_>> {
+        Box::pin(self.register(producer_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: i64, source: &str) -> ProducerEntry {
+        ProducerEntry {
+            producer_id: id,
+            version: 1,
+            source: source.into(),
+            target: "A".into(),
+            flow: format!("{source}->A"),
+            registered_ms: 0,
+        }
+    }
+
+    #[test]
+    fn only_batches_copied_from_the_flows_target_are_skipped() {
+        let mut o = Origins::default();
+        o.learn(&entry(7, "B"));
+        o.learn(&entry(8, "C"));
+        // Flow A->B reading A.
+        assert_eq!(o.verdict(7, "B"), Verdict::Skip);
+        // Copied from C: B has not seen them (a star of pairs stays loop-free).
+        assert_eq!(o.verdict(8, "B"), Verdict::Copy);
+        // Producers without idempotence write no id.
+        assert_eq!(o.verdict(-1, "B"), Verdict::Copy);
+        assert_eq!(o.verdict(9, "B"), Verdict::Unknown);
+        o.settle(9);
+        assert_eq!(o.verdict(9, "B"), Verdict::Copy);
+        // Settling a known id changes nothing.
+        o.settle(7);
+        assert_eq!(o.verdict(7, "B"), Verdict::Skip);
+        assert!(o.copies_from("B") && o.copies_from("C") && !o.copies_from("D"));
+    }
+
+    #[test]
+    fn an_id_registered_after_it_was_settled_is_still_learnt() {
+        // Cannot happen with brokers that never reuse ids, but a registry entry always wins.
+        let mut o = Origins::default();
+        o.settle(5);
+        o.learn(&entry(5, "B"));
+        assert_eq!(o.verdict(5, "B"), Verdict::Skip);
+    }
+}
