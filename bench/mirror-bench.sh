@@ -41,6 +41,9 @@
 #                                  serving its flows without the flow's group) next to the default
 #        TOOLS="kmirror kmirror-noresume" bench/mirror-bench.sh   kmirror without looking on the target
 #                                  for what was copied after a stored position (issue 23) next to with
+#        TOOLS="kmirror kmirror-loop" bench/mirror-bench.sh   kmirror with loop prevention (producer ids
+#                                  registered on the target, every source batch's producer id
+#                                  checked; docs/topologies.md) next to without
 #        TOOLS="kmirror kmirror-nomerge" bench/mirror-bench.sh   kmirror with small batches forwarded
 #                                  one by one (kmirror.batch.merge.enabled = false) next to merging
 #        TOOLS="kmirror kmirror-eos" bench/mirror-bench.sh   exactly-once (MM2's switch on:
@@ -198,7 +201,7 @@ EOF
 KMIRROR_METRICS="${KMIRROR_METRICS:-127.0.0.1:0}"
 start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
   case $1 in
-    kmirror | kmirror-record | kmirror-nomerge | kmirror-noresume | kmirror-alone | kmirror-eos)
+    kmirror | kmirror-record | kmirror-nomerge | kmirror-noresume | kmirror-alone | kmirror-eos | kmirror-loop)
       $K run "$2" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
     kmirror-x2 | kmirror-eos-x2)  # two processes sharing the flow (its group divides the work)
@@ -237,6 +240,7 @@ backlog() {
   [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
   [[ $tool == kmirror-noresume ]] && extra="kmirror.resume.from.target.enabled = false"
   [[ $tool == kmirror-alone ]] && extra="kmirror.sharing.enabled = false"
+  [[ $tool == kmirror-loop ]] && extra="kmirror.loop.prevention.enabled = true"
   # Exactly-once (MM2's switch): transactions; the end is when the committed positions cover
   # every record (end offsets would count transaction markers and aborted batches).
   # Both with tasks.max = cores (config below): MM2's tasks, kmirror's slots. MM2's exactly-once
