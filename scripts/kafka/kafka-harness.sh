@@ -4,7 +4,7 @@
 #
 #   kafka-harness.sh fetch [--force]        resolve jars into the cache (idempotent)
 #   kafka-harness.sh start NAME PORT [--sasl] [--scram] [--acl] [--ssl] [--mtls]
-#                          [--quorum static|dynamic] [--brokers N] [--prop key=value]...
+#                          [--quorum static|dynamic] [--brokers N] [--prop key=value]... [--jvm-opt -Dkey=value]... (kept for restarts)
 #                                           format + start one node on 127.0.0.1:PORT,
 #                                           controller on PORT+1 (always PLAINTEXT);
 #                                           waits until ready; prints bootstrap. On failure
@@ -774,6 +774,12 @@ launch_broker() {  # launch_broker DIR
   local -a jvm=(-Xms128m "-Xmx${KAFKA_HEAP:-512m}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
                 -Djava.awt.headless=true) extra=()
   if [[ -n "${KAFKA_BROKER_OPTS:-}" ]]; then read -r -a extra <<<"$KAFKA_BROKER_OPTS"; fi
+  # --jvm-opt values given at start, kept for restarts (one per line)
+  local cluster_dir opt f
+  cluster_dir="$(dirname "$dir")"
+  for f in "$dir/jvm-opts" "$cluster_dir/jvm-opts"; do
+    if [[ -f "$f" ]]; then while IFS= read -r opt; do [[ -n "$opt" ]] && extra+=("$opt"); done <"$f"; break; fi
+  done
   mkdir -p "$dir/logs"
   # keep the previous run's logs aside so readiness does not match a stale "started" line
   local f
@@ -865,12 +871,12 @@ wait_ready() {  # wait_ready NODE_DIR PORT CLIENT_CONFIG
 }
 
 cmd_start() {
-  [[ $# -ge 2 ]] || die "usage: start NAME PORT [--sasl] [--scram] [--acl] [--ssl] [--mtls] [--quorum static|dynamic] [--prop k=v]..."
+  [[ $# -ge 2 ]] || die "usage: start NAME PORT [--sasl] [--scram] [--acl] [--ssl] [--mtls] [--quorum static|dynamic] [--prop k=v]... [--jvm-opt -Dk=v]..."
   local name="$1" port="$2"; shift 2
   check_name "$name"
   if ! [[ "$port" =~ ^[0-9]+$ ]] || ((port < 1024 || port > 65534)); then die "bad PORT '$port'"; fi
   local sasl="" acl="" scram="" ssl="" mtls="" quorum=static nodes=1 abase=""
-  local -a props=()
+  local -a props=() jvm_opts=()
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --sasl) sasl=1 ;;
@@ -880,6 +886,7 @@ cmd_start() {
       --mtls) mtls=1; ssl=1 ;;
       --quorum) [[ "${2:-}" =~ ^(static|dynamic)$ ]] || die "--quorum static|dynamic"; quorum="$2"; shift ;;
       --prop) [[ "${2:-}" == *=* ]] || die "--prop key=value"; props+=("$2"); shift ;;
+      --jvm-opt) [[ "${2:-}" == -* ]] || die "--jvm-opt -Dkey=value"; jvm_opts+=("$2"); shift ;;
       --brokers) [[ "${2:-}" =~ ^[1-5]$ ]] || die "--brokers N (1 to 5), got '${2:-}'"; nodes="$2"; shift ;;
       --advertise-base) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--advertise-base PORT"; abase="$2"; shift ;;
       *) die "unknown option $1" ;;
@@ -900,6 +907,7 @@ cmd_start() {
     if port_open $((port + k)); then die "port $((port + k)) is already in use"; fi
   done
   rm -rf "$dir"; mkdir -p "$dir/logs"
+  if ((${#jvm_opts[@]})); then printf '%s\n' "${jvm_opts[@]}" >"$dir/jvm-opts"; fi
   local voters=""
   for ((k = 1; k <= nodes; k++)); do voters+="${voters:+,}$k@127.0.0.1:$((port + 2 * (k - 1) + 1))"; done
   local lsn=PLAINTEXT

@@ -28,6 +28,15 @@ pub enum KafkaError {
         mechanism: &'static str,
         message: String,
     },
+    /// No OAuth token could be had from the token endpoint (KIP-768). Never holds the client
+    /// secret or a token.
+    #[error("OAuth token endpoint {endpoint}: {message}")]
+    Token {
+        endpoint: String,
+        message: String,
+        /// The endpoint could not be reached or answered 5xx/429: asking again may help.
+        retriable: bool,
+    },
     /// No answer in time.
     #[error("broker {broker}: {api:?} timed out after {after:?}")]
     Timeout {
@@ -138,6 +147,7 @@ impl KafkaError {
             KafkaError::Io { .. }
             | KafkaError::Timeout { .. }
             | KafkaError::Disconnected { .. } => true,
+            KafkaError::Token { retriable, .. } => *retriable,
             // CONCURRENT_TRANSACTIONS: the previous transaction is still completing; the Java
             // producer retries it too.
             // CORRUPT_MESSAGE is retriable for Kafka (the bytes may have been damaged on the

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod group;
+pub mod oauth;
 mod offset_lookup;
 pub mod partitioner;
 pub mod producer;

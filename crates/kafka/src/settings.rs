@@ -70,8 +70,8 @@ impl SecurityProtocol {
     }
 }
 
-/// Kafka's `sasl.mechanism`, limited to the mechanisms kmirror implements. OAUTHBEARER and
-/// GSSAPI are recognised by the configuration layer and rejected with a clear error.
+/// Kafka's `sasl.mechanism`, limited to the mechanisms kmirror implements. GSSAPI is recognised
+/// by the configuration layer and rejected with a clear error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum SaslMechanism {
     #[serde(rename = "PLAIN")]
@@ -80,10 +80,12 @@ pub enum SaslMechanism {
     ScramSha256,
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 impl SaslMechanism {
-    pub const NAMES: [&'static str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+    pub const NAMES: [&'static str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
     /// Parses the mechanism name; Kafka compares these case-sensitively.
     pub fn parse(s: &str) -> Option<Self> {
@@ -91,6 +93,7 @@ impl SaslMechanism {
             "PLAIN" => Some(Self::Plain),
             "SCRAM-SHA-256" => Some(Self::ScramSha256),
             "SCRAM-SHA-512" => Some(Self::ScramSha512),
+            "OAUTHBEARER" => Some(Self::OAuthBearer),
             _ => None,
         }
     }
@@ -100,16 +103,89 @@ impl SaslMechanism {
             Self::Plain => "PLAIN",
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
 
-/// Username and password for PLAIN or SCRAM.
+/// Username and password for PLAIN or SCRAM; for OAUTHBEARER, where tokens come from (the
+/// username then names the principal or client id, for messages; the password is empty).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SaslCredentials {
     pub mechanism: SaslMechanism,
     pub username: String,
     pub password: Secret,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthBearer>,
+}
+
+/// SASL/OAUTHBEARER (KIP-255, KIP-768): where the tokens come from and when to renew them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OAuthBearer {
+    pub source: TokenSource,
+    /// SASL extensions sent with the token (`unsecuredLoginExtension_<name>` or
+    /// `extension_<name>` in the JAAS line).
+    pub extensions: Vec<(String, String)>,
+    pub refresh: TokenRefresh,
+    /// The current token, shared by every clone of these settings (not configuration).
+    #[serde(skip)]
+    pub cache: crate::oauth::TokenCache,
+}
+
+/// Where OAUTHBEARER tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TokenSource {
+    /// `OAuthBearerLoginModule` with no login callback handler: an unsecured JWS (`alg` none)
+    /// that Kafka's default validator accepts; for test and development setups only.
+    Unsecured {
+        principal_claim: String,
+        principal: String,
+        lifetime_secs: u64,
+        scope_claim: String,
+        scope: Vec<String>,
+    },
+    /// OIDC client credentials at `sasl.oauthbearer.token.endpoint.url` (KIP-768).
+    ClientCredentials {
+        endpoint: String,
+        client_id: String,
+        client_secret: Secret,
+        scope: Option<String>,
+        /// TLS to an `https` endpoint: the `ssl.*` options of the JAAS line, as Java reads them.
+        tls: Option<TlsSettings>,
+        #[serde(with = "millis")]
+        connect_timeout: Duration,
+        #[serde(with = "millis")]
+        read_timeout: Duration,
+        #[serde(with = "millis")]
+        retry_backoff: Duration,
+        #[serde(with = "millis")]
+        retry_backoff_max: Duration,
+    },
+}
+
+/// `sasl.login.refresh.*`: when a token is renewed (Java's defaults: between 80 % and 85 % of
+/// its lifetime, at least 60 s after it was had, at least 300 s before it expires, as far as
+/// the lifetime allows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenRefresh {
+    pub window_factor_permille: u16,
+    pub window_jitter_permille: u16,
+    #[serde(with = "millis")]
+    pub min_period: Duration,
+    #[serde(with = "millis")]
+    pub buffer: Duration,
+}
+
+impl Default for TokenRefresh {
+    fn default() -> Self {
+        TokenRefresh {
+            window_factor_permille: 800,
+            window_jitter_permille: 50,
+            min_period: Duration::from_secs(60),
+            buffer: Duration::from_secs(300),
+        }
+    }
 }
 
 /// Where the certificates that the client trusts come from.

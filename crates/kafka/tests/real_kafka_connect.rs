@@ -31,6 +31,7 @@ fn sasl(mechanism: SaslMechanism, user: &str, password: &str) -> Option<SaslCred
         mechanism,
         username: user.into(),
         password: Secret::new(password),
+        oauth: None,
     })
 }
 

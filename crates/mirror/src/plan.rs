@@ -51,14 +51,54 @@ pub struct PlanFlow {
 /// Describes a cluster's security in one line; secrets masked.
 pub fn describe_security(c: &ClientSettings) -> String {
     let mut s = c.security_protocol.as_str().to_string();
-    if let Some(sasl) = &c.sasl {
-        let _ = write!(
-            s,
-            " {} user={} password={}",
-            sasl.mechanism.as_str(),
-            sasl.username,
-            sasl.password
-        );
+    match c.sasl.as_ref().map(|s| (s, s.oauth.as_ref())) {
+        Some((sasl, None)) => {
+            let _ = write!(
+                s,
+                " {} user={} password={}",
+                sasl.mechanism.as_str(),
+                sasl.username,
+                sasl.password
+            );
+        }
+        Some((_, Some(o))) => {
+            use kmirror_kafka::settings::TokenSource;
+            let r = &o.refresh;
+            let refresh = format!(
+                "renewed at {}-{} % of its lifetime (min period {} s, buffer {} s)",
+                r.window_factor_permille / 10,
+                (r.window_factor_permille + r.window_jitter_permille) / 10,
+                r.min_period.as_secs(),
+                r.buffer.as_secs()
+            );
+            match &o.source {
+                TokenSource::Unsecured {
+                    principal,
+                    lifetime_secs,
+                    ..
+                } => {
+                    let _ = write!(s, " OAUTHBEARER unsecured JWS (test setups only) principal={principal} lifetime={lifetime_secs}s, {refresh}");
+                }
+                TokenSource::ClientCredentials {
+                    endpoint,
+                    client_id,
+                    client_secret,
+                    scope,
+                    ..
+                } => {
+                    let _ = write!(
+                        s,
+                        " OAUTHBEARER OIDC client credentials at {endpoint} client={client_id} secret={client_secret} scope={}, {refresh}",
+                        scope.as_deref().unwrap_or("(none)")
+                    );
+                }
+            }
+            if !o.extensions.is_empty() {
+                let names: Vec<&str> = o.extensions.iter().map(|(k, _)| k.as_str()).collect();
+                let _ = write!(s, " extensions={}", names.join(","));
+            }
+        }
+        None => {}
     }
     if let Some(tls) = &c.tls {
         let trust = match &tls.trust {

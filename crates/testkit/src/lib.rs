@@ -10,6 +10,7 @@
 //!   the harness's message (which includes the tail of the broker log).
 
 pub mod netfault;
+pub mod oidc;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -246,7 +247,17 @@ impl Cluster {
         brokers: u16,
         props: &[&str],
     ) -> Result<Cluster, HarnessError> {
-        Cluster::start_inner(name, security, brokers, props, false)
+        Cluster::start_inner(name, security, brokers, props, &[], false)
+    }
+
+    /// One node with extra broker JVM options (`-Dkey=value`, kept across restarts).
+    pub fn start_with_jvm(
+        name: &str,
+        security: Security,
+        props: &[&str],
+        jvm: &[&str],
+    ) -> Result<Cluster, HarnessError> {
+        Cluster::start_inner(name, security, 1, props, jvm, false)
     }
 
     /// A PLAINTEXT cluster of `brokers` nodes whose clients reach each broker through a
@@ -258,7 +269,7 @@ impl Cluster {
         brokers: u16,
         props: &[&str],
     ) -> Result<Cluster, HarnessError> {
-        Cluster::start_inner(name, Security::Plaintext, brokers, props, true)
+        Cluster::start_inner(name, Security::Plaintext, brokers, props, &[], true)
     }
 
     fn start_inner(
@@ -266,6 +277,7 @@ impl Cluster {
         security: Security,
         brokers: u16,
         props: &[&str],
+        jvm: &[&str],
         proxied: bool,
     ) -> Result<Cluster, HarnessError> {
         let t0 = Instant::now();
@@ -303,6 +315,9 @@ impl Cluster {
             args.extend(security.flags());
             for p in props {
                 args.extend(["--prop", p]);
+            }
+            for j in jvm {
+                args.extend(["--jvm-opt", j]);
             }
             match check(
                 &format!("kafka-harness start {unique}"),
@@ -773,6 +788,7 @@ impl Cluster {
                 mechanism: SaslMechanism::Plain,
                 username: name.to_string(),
                 password: Secret::new(password),
+                oauth: None,
             }
         });
         let tls = protocol.uses_tls().then(|| TlsSettings {

@@ -65,6 +65,30 @@ pub struct Connection {
     /// process, a black-holed path), which the pool remembers to ask other brokers first.
     silent: Arc<AtomicBool>,
     reader: tokio::task::JoinHandle<()>,
+    /// SASL: what to re-authenticate with before the broker's session ends (KIP-368).
+    reauth: Option<Reauth>,
+}
+
+/// A SASL session's renewal: the broker gave it a lifetime (`connections.max.reauth.ms`, or a
+/// token's expiry), after which it closes the connection at the next request that is not a
+/// re-authentication.
+struct Reauth {
+    creds: SaslCredentials,
+    at: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Reauth {
+    fn due(&self) -> bool {
+        lock(&self.at).is_some_and(|t| tokio::time::Instant::now() >= t)
+    }
+
+    /// As Java's client: at 85 % to 95 % of the session, so requests never meet its end.
+    fn schedule(&self, lifetime: Option<Duration>) {
+        *lock(&self.at) = lifetime.map(|l| {
+            let share = 0.85 + 0.10 * rand::random::<f64>();
+            tokio::time::Instant::now() + l.mul_f64(share)
+        });
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -302,8 +326,19 @@ impl Connection {
             timeout,
         };
         let versions = hs.api_versions().await?;
+        let mut reauth = None;
         if let Some(creds) = &settings.sasl {
-            hs.authenticate(creds, &versions).await?;
+            let token = match &creds.oauth {
+                Some(o) => Some(o.token().await?),
+                None => None,
+            };
+            let lifetime = authenticate(&mut hs, &broker, creds, &versions, token.as_ref()).await?;
+            let r = Reauth {
+                creds: creds.clone(),
+                at: Mutex::new(None),
+            };
+            r.schedule(lifetime);
+            reauth = Some(r);
         }
         let correlation = hs.correlation;
         let (read, write) = tokio::io::split(stream);
@@ -326,6 +361,7 @@ impl Connection {
             closed,
             silent: Arc::new(AtomicBool::new(false)),
             reader,
+            reauth,
         })
     }
 
@@ -376,14 +412,63 @@ impl Connection {
 
     /// Writes a request now (in call order) and returns the response to await later.
     pub async fn submit<R: Request>(&self, req: &R, version: i16) -> Result<ResponseFuture<R>> {
-        let api = api_of::<R>();
         if self.is_closed() {
             return Err(KafkaError::Disconnected {
                 broker: self.broker.clone(),
             });
         }
-        let (tx, rx) = oneshot::channel();
+        if let Some(r) = self.reauth.as_ref().filter(|r| r.due()) {
+            self.reauthenticate(r).await?;
+        }
         let mut writer = self.writer.lock().await;
+        self.write_locked(&mut writer, req, version).await
+    }
+
+    /// Re-authenticates on this connection (KIP-368), holding the writer so that nothing else
+    /// is sent between SaslHandshake and the end of SaslAuthenticate; requests already sent
+    /// are answered first (a broker answers in order). A failure closes the connection.
+    async fn reauthenticate(&self, r: &Reauth) -> Result<()> {
+        let token = match &r.creds.oauth {
+            Some(o) => Some(o.token().await?),
+            None => None,
+        };
+        let mut writer = self.writer.lock().await;
+        if !r.due() || self.is_closed() {
+            return Ok(());
+        }
+        let mut t = Pipelined {
+            conn: self,
+            writer: &mut writer,
+        };
+        match authenticate(
+            &mut t,
+            &self.broker,
+            &r.creds,
+            &self.versions,
+            token.as_ref(),
+        )
+        .await
+        {
+            Ok(lifetime) => {
+                r.schedule(lifetime);
+                tracing::debug!(broker = %self.broker, session_ms = lifetime.map(|l| l.as_millis() as u64), "SASL session re-authenticated");
+                Ok(())
+            }
+            Err(e) => {
+                self.closed.store(true, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_locked<R: Request>(
+        &self,
+        writer: &mut WriteHalf<Stream>,
+        req: &R,
+        version: i16,
+    ) -> Result<ResponseFuture<R>> {
+        let api = api_of::<R>();
+        let (tx, rx) = oneshot::channel();
         let correlation_id = self.next_correlation.fetch_add(1, Ordering::SeqCst);
         let header = RequestHeader::default()
             .with_request_api_key(R::KEY)
@@ -622,60 +707,132 @@ impl Handshake<'_> {
             return Ok(map);
         }
     }
+}
+
+/// Sends SASL requests and reads their answers: during the handshake, on the bare stream; to
+/// re-authenticate, through the pipelined connection.
+trait SaslTransport {
+    async fn handshake(
+        &mut self,
+        req: &SaslHandshakeRequest,
+        version: i16,
+    ) -> Result<SaslHandshakeResponse>;
+    async fn authenticate(
+        &mut self,
+        req: &SaslAuthenticateRequest,
+        version: i16,
+    ) -> Result<SaslAuthenticateResponse>;
+}
+
+impl SaslTransport for Handshake<'_> {
+    async fn handshake(
+        &mut self,
+        req: &SaslHandshakeRequest,
+        version: i16,
+    ) -> Result<SaslHandshakeResponse> {
+        let body = self.round_trip(req, version).await?;
+        decode_body(self.broker, ApiKey::SaslHandshake, version, body)
+    }
 
     async fn authenticate(
         &mut self,
-        creds: &SaslCredentials,
-        versions: &HashMap<i16, (i16, i16)>,
-    ) -> Result<()> {
-        let mechanism = creds.mechanism.as_str();
-        let auth_err = |message: String| KafkaError::Authentication {
-            broker: self.broker.to_string(),
-            mechanism,
-            message,
-        };
-        let hs_version = negotiate(versions, SaslHandshakeRequest::KEY, 1, 1)
-            .ok_or_else(|| auth_err("the broker does not support SaslHandshake v1".into()))?;
-        let body = self
-            .round_trip(
-                &SaslHandshakeRequest::default()
-                    .with_mechanism(StrBytes::from_static_str(mechanism)),
-                hs_version,
-            )
-            .await?;
-        let hs: SaslHandshakeResponse =
-            decode_body(self.broker, ApiKey::SaslHandshake, hs_version, body)?;
-        if hs.error_code.err().is_some() {
-            let enabled: Vec<&str> = hs.mechanisms.iter().map(|m| m.as_str()).collect();
-            return Err(auth_err(format!(
-                "the broker does not enable this mechanism (it enables: {})",
-                enabled.join(", ")
-            )));
-        }
-        let auth_version = negotiate(
-            versions,
-            SaslAuthenticateRequest::KEY,
-            0,
-            SaslAuthenticateRequest::VERSIONS.max,
+        req: &SaslAuthenticateRequest,
+        version: i16,
+    ) -> Result<SaslAuthenticateResponse> {
+        let body = self.round_trip(req, version).await?;
+        decode_body(self.broker, ApiKey::SaslAuthenticate, version, body)
+    }
+}
+
+/// The connection's writer, held for the whole re-authentication.
+struct Pipelined<'a> {
+    conn: &'a Connection,
+    writer: &'a mut WriteHalf<Stream>,
+}
+
+impl SaslTransport for Pipelined<'_> {
+    async fn handshake(
+        &mut self,
+        req: &SaslHandshakeRequest,
+        version: i16,
+    ) -> Result<SaslHandshakeResponse> {
+        self.conn
+            .write_locked(self.writer, req, version)
+            .await?
+            .wait()
+            .await
+    }
+
+    async fn authenticate(
+        &mut self,
+        req: &SaslAuthenticateRequest,
+        version: i16,
+    ) -> Result<SaslAuthenticateResponse> {
+        self.conn
+            .write_locked(self.writer, req, version)
+            .await?
+            .wait()
+            .await
+    }
+}
+
+/// One SASL exchange (SaslHandshake, then SaslAuthenticate until done); returns the session
+/// lifetime the broker gave (SaslAuthenticate v1+; none when it sets no limit).
+async fn authenticate<T: SaslTransport>(
+    t: &mut T,
+    broker: &str,
+    creds: &SaslCredentials,
+    versions: &HashMap<i16, (i16, i16)>,
+    token: Option<&crate::Secret>,
+) -> Result<Option<Duration>> {
+    let mechanism = creds.mechanism.as_str();
+    let auth_err = |message: String| KafkaError::Authentication {
+        broker: broker.to_string(),
+        mechanism,
+        message,
+    };
+    let hs_version = negotiate(versions, SaslHandshakeRequest::KEY, 1, 1)
+        .ok_or_else(|| auth_err("the broker does not support SaslHandshake v1".into()))?;
+    let hs = t
+        .handshake(
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)),
+            hs_version,
         )
-        .ok_or_else(|| auth_err("the broker does not support SaslAuthenticate".into()))?;
-        let mut exchange = sasl::Exchange::new(creds);
-        let mut token = exchange.start();
-        loop {
-            let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
-            let body = self.round_trip(&req, auth_version).await?;
-            let resp: SaslAuthenticateResponse =
-                decode_body(self.broker, ApiKey::SaslAuthenticate, auth_version, body)?;
-            if resp.error_code.err().is_some() {
-                let msg = resp
-                    .error_message
-                    .map(|m| m.to_string())
-                    .unwrap_or_else(|| "rejected".into());
-                return Err(auth_err(msg));
+        .await?;
+    if hs.error_code.err().is_some() {
+        let enabled: Vec<&str> = hs.mechanisms.iter().map(|m| m.as_str()).collect();
+        return Err(auth_err(format!(
+            "the broker does not enable this mechanism (it enables: {})",
+            enabled.join(", ")
+        )));
+    }
+    let auth_version = negotiate(
+        versions,
+        SaslAuthenticateRequest::KEY,
+        0,
+        SaslAuthenticateRequest::VERSIONS.max,
+    )
+    .ok_or_else(|| auth_err("the broker does not support SaslAuthenticate".into()))?;
+    let mut exchange = sasl::Exchange::new(creds, token);
+    let mut bytes = exchange.start();
+    loop {
+        let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
+        let resp = t.authenticate(&req, auth_version).await?;
+        if resp.error_code.err().is_some() {
+            let mut msg = resp
+                .error_message
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "rejected".into());
+            if let Some(r) = exchange.refusal() {
+                msg = format!("{msg} ({r})");
             }
-            match exchange.next(&resp.auth_bytes).map_err(|e| auth_err(e.0))? {
-                sasl::Step::Send(next) => token = next,
-                sasl::Step::Done => return Ok(()),
+            return Err(auth_err(msg));
+        }
+        match exchange.next(&resp.auth_bytes).map_err(|e| auth_err(e.0))? {
+            sasl::Step::Send(next) => bytes = next,
+            sasl::Step::Done => {
+                let ms = resp.session_lifetime_ms;
+                return Ok((ms > 0).then(|| Duration::from_millis(ms as u64)));
             }
         }
     }

@@ -1,5 +1,6 @@
-//! SASL client exchanges, as pure state machines: PLAIN (RFC 4616) and SCRAM-SHA-256/512
-//! (RFC 5802, RFC 7677). The connection sends the tokens through SaslAuthenticate.
+//! SASL client exchanges, as pure state machines: PLAIN (RFC 4616), SCRAM-SHA-256/512
+//! (RFC 5802, RFC 7677) and OAUTHBEARER (RFC 7628, with a token had beforehand). The connection
+//! sends the tokens through SaslAuthenticate.
 
 use crate::settings::{SaslCredentials, SaslMechanism};
 use base64::engine::general_purpose::STANDARD as B64;
@@ -31,13 +32,36 @@ pub enum Step {
 /// A client exchange for one mechanism.
 #[derive(Debug)]
 pub enum Exchange {
-    Plain { token: Option<Vec<u8>> },
+    Plain {
+        token: Option<Vec<u8>>,
+    },
     Scram(Scram),
+    /// The server answers an accepted token with nothing, a refused one with a JSON error, to
+    /// which the client answers `\x01` before the server fails the exchange (RFC 7628 §3.2.2).
+    OAuth {
+        initial: Option<Vec<u8>>,
+        refusal: Option<String>,
+    },
 }
 
 impl Exchange {
-    pub fn new(creds: &SaslCredentials) -> Self {
+    /// An exchange; OAUTHBEARER needs its `token`.
+    pub fn new(creds: &SaslCredentials, token: Option<&crate::Secret>) -> Self {
         match creds.mechanism {
+            SaslMechanism::OAuthBearer => {
+                let extensions = creds
+                    .oauth
+                    .as_ref()
+                    .map(|o| o.extensions.as_slice())
+                    .unwrap_or_default();
+                Exchange::OAuth {
+                    initial: Some(crate::oauth::initial_response(
+                        token.unwrap_or(&crate::Secret::default()),
+                        extensions,
+                    )),
+                    refusal: None,
+                }
+            }
             SaslMechanism::Plain => {
                 let mut t = Vec::new();
                 t.push(0);
@@ -57,6 +81,15 @@ impl Exchange {
         match self {
             Exchange::Plain { token } => token.take().unwrap_or_default(),
             Exchange::Scram(s) => s.client_first(),
+            Exchange::OAuth { initial, .. } => initial.take().unwrap_or_default(),
+        }
+    }
+
+    /// What the server said when it refused a token, for the error message.
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            Exchange::OAuth { refusal, .. } => refusal.as_deref(),
+            _ => None,
         }
     }
 
@@ -65,6 +98,22 @@ impl Exchange {
         match self {
             Exchange::Plain { .. } => Ok(Step::Done),
             Exchange::Scram(s) => s.next(server),
+            Exchange::OAuth { refusal, .. } => {
+                if server.is_empty() {
+                    return Ok(Step::Done);
+                }
+                if let Some(r) = refusal {
+                    return Err(SaslError(format!("the server refused the token: {r}")));
+                }
+                // Bytes from the server, shown in an error: printable and bounded.
+                let text: String = String::from_utf8_lossy(server)
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(300)
+                    .collect();
+                *refusal = Some(text);
+                Ok(Step::Send(b"\x01".to_vec()))
+            }
         }
     }
 }
@@ -273,12 +322,13 @@ mod tests {
             mechanism,
             username: user.into(),
             password: Secret::new(pw),
+            oauth: None,
         }
     }
 
     #[test]
     fn plain_token() {
-        let mut e = Exchange::new(&creds(SaslMechanism::Plain, "alice", "pw"));
+        let mut e = Exchange::new(&creds(SaslMechanism::Plain, "alice", "pw"), None);
         assert_eq!(e.start(), b"\0alice\0pw");
         assert_eq!(e.next(b""), Ok(Step::Done));
     }
@@ -322,6 +372,22 @@ mod tests {
         let e = s.next(b"v=AAAA").unwrap_err();
         assert!(e.0.contains("does not match"));
         assert!(!format!("{s:?}").contains('p') || !format!("{s:?}").contains("password"));
+    }
+
+    #[test]
+    fn oauthbearer_sends_the_token_and_answers_a_refusal_as_kafka_does() {
+        let c = creds(SaslMechanism::OAuthBearer, "", "");
+        let mut e = Exchange::new(&c, Some(&Secret::new("tok")));
+        assert_eq!(e.start(), b"n,,\x01auth=Bearer tok\x01\x01");
+        assert_eq!(e.next(b""), Ok(Step::Done));
+        let mut e = Exchange::new(&c, Some(&Secret::new("tok")));
+        e.start();
+        assert_eq!(
+            e.next(br#"{"status":"invalid_token"}"#),
+            Ok(Step::Send(b"\x01".to_vec()))
+        );
+        assert_eq!(e.refusal(), Some(r#"{"status":"invalid_token"}"#));
+        assert!(e.next(b"x").unwrap_err().0.contains("invalid_token"));
     }
 
     #[test]

@@ -123,7 +123,7 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
             Some(m) => m,
             None => {
                 let v = s.value.trim();
-                let why = if v == "GSSAPI" || v == "OAUTHBEARER" {
+                let why = if v == "GSSAPI" {
                     format!(
                         "{v} is not supported yet: kmirror supports {}",
                         SaslMechanism::NAMES.join(", ")
@@ -150,6 +150,9 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
         );
         return None;
     };
+    if mechanism == SaslMechanism::OAuthBearer {
+        return super::oauth::credentials(r, jaas);
+    }
     match parse_jaas(&jaas.value, mechanism) {
         Ok(c) => Some(c),
         Err(why) => {
@@ -169,6 +172,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
     let expected_module = match mechanism {
         SaslMechanism::Plain => PLAIN_MODULE,
         SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_MODULE,
+        SaslMechanism::OAuthBearer => super::oauth::MODULE,
     };
     let malformed = |why: &str| {
         format!(
@@ -247,7 +251,53 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         mechanism,
         username,
         password: Secret::new(password),
+        oauth: None,
     })
+}
+
+/// The login module of a JAAS line and its options, in order. Errors never contain option
+/// values (they may be passwords).
+pub(super) fn jaas_options(text: &str) -> Result<(String, Vec<(String, String)>), String> {
+    let mut tokens = JaasTokens {
+        chars: text.trim().chars().collect(),
+        pos: 0,
+    };
+    let module = tokens.word().ok_or("no login module")?;
+    let flag = tokens
+        .word()
+        .ok_or("no control flag after the login module")?;
+    if !["required", "requisite", "sufficient", "optional"]
+        .contains(&flag.to_ascii_lowercase().as_str())
+    {
+        return Err("the control flag must be required, requisite, sufficient or optional".into());
+    }
+    let mut options = Vec::new();
+    loop {
+        tokens.skip_ws();
+        match tokens.peek() {
+            Some(';') => {
+                tokens.pos += 1;
+                break;
+            }
+            None => return Err("missing ';' at the end".into()),
+            _ => {}
+        }
+        let name = tokens.word().ok_or("expected option=value")?;
+        tokens.skip_ws();
+        if tokens.peek() != Some('=') {
+            return Err("an option has no '=value'".into());
+        }
+        tokens.pos += 1;
+        let value = tokens
+            .value()
+            .ok_or("an option has an unterminated or missing value")?;
+        options.push((name, value));
+    }
+    tokens.skip_ws();
+    if tokens.peek().is_some() {
+        return Err("more than one login module; kmirror uses exactly one".into());
+    }
+    Ok((module, options))
 }
 
 struct JaasTokens {
@@ -307,7 +357,7 @@ impl JaasTokens {
     }
 }
 
-fn tls(r: &mut Reader<'_>) -> Option<TlsSettings> {
+pub(super) fn tls(r: &mut Reader<'_>) -> Option<TlsSettings> {
     let verify_hostname = match r.get("ssl.endpoint.identification.algorithm") {
         None => true,
         Some(s) => match s.value.trim().to_ascii_lowercase().as_str() {

@@ -27,6 +27,17 @@ pub const SECURITY_KEYS: &[&str] = &[
     "ssl.keystore.certificate.chain",
     "ssl.key.password",
     "ssl.endpoint.identification.algorithm",
+    // OAUTHBEARER (config/oauth.rs)
+    "sasl.login.callback.handler.class",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
+    "sasl.login.connect.timeout.ms",
+    "sasl.login.read.timeout.ms",
+    "sasl.login.retry.backoff.ms",
+    "sasl.login.retry.backoff.max.ms",
 ];
 
 /// For a client key: `None` if it is not one; `Some(None)` if kmirror reads it; otherwise why it

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod legacy;
 pub mod mm2;
 pub mod model;
+pub mod oauth;
 pub mod properties;
 pub mod providers;
 pub mod values;

@@ -1,0 +1,414 @@
+//! OAUTHBEARER tokens (KIP-255, KIP-768): an unsecured JWS for test setups, or OIDC client
+//! credentials from a token endpoint; each kept until its refresh time (Java's rule, see
+//! [`refresh_after`]) and shared by every connection made from the same settings. A renewed
+//! token does not touch open connections: each takes it when it next re-authenticates (KIP-368,
+//! `conn`).
+
+use crate::error::{KafkaError, Result};
+use crate::settings::{OAuthBearer, TokenRefresh, TokenSource};
+use crate::Secret;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A token and when to renew it.
+#[derive(Clone)]
+struct Held {
+    value: Secret,
+    renew_at: Instant,
+}
+
+/// The current token of one set of OAUTHBEARER settings. Clones share it; it is not part of
+/// the configuration (equal whatever it holds).
+#[derive(Clone, Default)]
+pub struct TokenCache(Arc<tokio::sync::Mutex<Option<Held>>>);
+
+impl PartialEq for TokenCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for TokenCache {}
+
+impl std::fmt::Debug for TokenCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenCache")
+    }
+}
+
+impl OAuthBearer {
+    /// The token to authenticate with: the one held, or a new one once it is due.
+    pub async fn token(&self) -> Result<Secret> {
+        let mut held = self.cache.0.lock().await;
+        if let Some(h) = held.as_ref().filter(|h| Instant::now() < h.renew_at) {
+            return Ok(h.value.clone());
+        }
+        let (value, expires_ms) = match &self.source {
+            TokenSource::Unsecured { .. } => unsecured(&self.source, now_ms()),
+            TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await?,
+        };
+        let now = now_ms();
+        let after = refresh_after(now, expires_ms, &self.refresh, rand::random::<f64>());
+        tracing::info!(
+            source = self.source.describe(),
+            expires_in_s = (expires_ms - now) / 1000,
+            renew_in_s = after.as_secs(),
+            "OAuth token obtained"
+        );
+        *held = Some(Held {
+            value: value.clone(),
+            renew_at: Instant::now() + after,
+        });
+        Ok(value)
+    }
+}
+
+impl TokenSource {
+    /// For logs: where tokens come from, no secret.
+    pub fn describe(&self) -> String {
+        match self {
+            TokenSource::Unsecured { principal, .. } => format!("unsecured JWS for '{principal}'"),
+            TokenSource::ClientCredentials {
+                endpoint,
+                client_id,
+                ..
+            } => format!("{endpoint} as client '{client_id}'"),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// When to renew a token had at `now_ms` that expires at `expires_ms`, as Java's
+/// `ExpiringCredentialRefreshingLogin` decides: at `factor + jitter * random` of the lifetime,
+/// but no later than `buffer` before expiry and no sooner than `min_period`, unless the
+/// lifetime is too short for both, when the fraction alone decides.
+pub fn refresh_after(now_ms: i64, expires_ms: i64, r: &TokenRefresh, random: f64) -> Duration {
+    let life = (expires_ms - now_ms).max(0);
+    let pct = (r.window_factor_permille as f64 + r.window_jitter_permille as f64 * random) / 1000.0;
+    let proposed = (life as f64 * pct) as i64;
+    let (min, buffer) = (r.min_period.as_millis() as i64, r.buffer.as_millis() as i64);
+    let at = if min + buffer > life {
+        proposed
+    } else {
+        proposed.min(life - buffer).max(min)
+    };
+    Duration::from_millis(at.max(0) as u64)
+}
+
+/// Kafka's unsecured JWS (`OAuthBearerUnsecuredLoginCallbackHandler`): header `{"alg":"none"}`,
+/// claims `iat`, `exp` (seconds), the principal claim and an optional scope list, no signature.
+fn unsecured(source: &TokenSource, now_ms: i64) -> (Secret, i64) {
+    let TokenSource::Unsecured {
+        principal_claim,
+        principal,
+        lifetime_secs,
+        scope_claim,
+        scope,
+    } = source
+    else {
+        return (Secret::default(), now_ms);
+    };
+    let iat = now_ms / 1000;
+    let exp = iat + *lifetime_secs as i64;
+    let mut claims = serde_json::Map::new();
+    claims.insert("iat".into(), iat.into());
+    claims.insert("exp".into(), exp.into());
+    claims.insert(principal_claim.clone(), principal.clone().into());
+    if !scope.is_empty() {
+        claims.insert(scope_claim.clone(), scope.clone().into());
+    }
+    let token = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#),
+        URL_SAFE_NO_PAD.encode(serde_json::Value::Object(claims).to_string())
+    );
+    (Secret::new(token), exp * 1000)
+}
+
+/// The `exp` claim (ms) of a JWT, if it has one: bytes from the token endpoint, checked.
+pub fn jwt_expiry(token: &str) -> Option<i64> {
+    let mut parts = token.split('.');
+    let (_, payload) = (parts.next()?, parts.next()?);
+    parts.next()?;
+    let bytes = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_f64()?;
+    (exp.is_finite() && exp > 0.0).then_some((exp * 1000.0) as i64)
+}
+
+/// KIP-768's client credentials grant: POST `grant_type=client_credentials` (and the scope)
+/// with HTTP Basic authentication, retried with backoff while the endpoint cannot be reached
+/// or answers 5xx/429, within `sasl.login.retry.backoff.max.ms`.
+async fn client_credentials(source: &TokenSource) -> Result<(Secret, i64)> {
+    let TokenSource::ClientCredentials {
+        endpoint,
+        retry_backoff,
+        retry_backoff_max,
+        ..
+    } = source
+    else {
+        return Err(KafkaError::Config("not a client credentials source".into()));
+    };
+    let started = Instant::now();
+    let mut wait = *retry_backoff;
+    loop {
+        match request_token(source).await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_retriable() && started.elapsed() + wait <= *retry_backoff_max => {
+                tracing::debug!(endpoint = %endpoint, error = %e, retry_in = ?wait, "OAuth token request failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(*retry_backoff_max);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
+    let TokenSource::ClientCredentials {
+        endpoint,
+        client_id,
+        client_secret,
+        scope,
+        tls,
+        connect_timeout,
+        read_timeout,
+        ..
+    } = source
+    else {
+        return Err(KafkaError::Config("not a client credentials source".into()));
+    };
+    let fail = |message: String, retriable: bool| KafkaError::Token {
+        endpoint: endpoint.clone(),
+        message,
+        retriable,
+    };
+    // reqwest asks for the process's default rustls provider even for http:// endpoints; ours is
+    // ring, as for broker connections (a second install is refused, which is fine).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(*connect_timeout)
+        .timeout(*connect_timeout + *read_timeout)
+        // The endpoint named is the one asked: a redirect could carry the credentials elsewhere.
+        .redirect(reqwest::redirect::Policy::none());
+    if endpoint.starts_with("https:") {
+        let settings = tls.clone().unwrap_or(crate::settings::TlsSettings {
+            trust: crate::settings::TrustMaterial::SystemRoots,
+            identity: None,
+            verify_hostname: true,
+        });
+        let config = crate::conn::tls::client_config(&settings)
+            .map_err(|e| fail(format!("TLS: {e}"), false))?;
+        builder = builder.use_preconfigured_tls((*config).clone());
+    }
+    let client = builder
+        .build()
+        .map_err(|e| fail(format!("HTTP client: {e}"), false))?;
+    let mut body = String::from("grant_type=client_credentials");
+    if let Some(scope) = scope.as_deref().filter(|s| !s.is_empty()) {
+        body.push_str("&scope=");
+        body.push_str(&form_encode(scope));
+    }
+    // RFC 7617: `id:secret` in standard base64, not URL-encoded first (Java's default).
+    let basic = STANDARD.encode(format!("{client_id}:{}", client_secret.expose()));
+    let resp = client
+        .post(endpoint)
+        .header("Authorization", format!("Basic {basic}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Accept", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| fail(format!("request failed: {}", without_url(&e)), true))?;
+    let status = resp.status();
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| fail(format!("reading the answer: {}", without_url(&e)), true))?;
+    if !status.is_success() {
+        // The answer of a refusal names the error (RFC 6749 §5.2), never a token.
+        let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+        let retriable = status.is_server_error() || status.as_u16() == 429;
+        return Err(fail(format!("HTTP {status}: {}", text.trim()), retriable));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|_| fail("the answer is not JSON".into(), false))?;
+    let token = v
+        .get("access_token")
+        .and_then(|t| t.as_str())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| fail("the answer has no access_token".into(), false))?;
+    let expires = jwt_expiry(token)
+        .or_else(|| {
+            v.get("expires_in")
+                .and_then(|e| e.as_i64())
+                .map(|s| now_ms() + s * 1000)
+        })
+        .ok_or_else(|| {
+            fail(
+                "the token has no exp claim and the answer no expires_in".into(),
+                false,
+            )
+        })?;
+    Ok((Secret::new(token), expires))
+}
+
+/// reqwest's errors name the URL; ours names the endpoint already, and a URL may carry
+/// credentials in its query.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), "the endpoint");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// `application/x-www-form-urlencoded` as Java's `URLEncoder` writes it.
+fn form_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'*' | b'_' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// SASL/OAUTHBEARER's client message (RFC 7628 §3.1, as Kafka writes it):
+/// `n,,\x01auth=Bearer <token>\x01<key>=<value>...\x01\x01`.
+pub fn initial_response(token: &Secret, extensions: &[(String, String)]) -> Vec<u8> {
+    let mut out = format!("n,,\x01auth=Bearer {}", token.expose());
+    for (k, v) in extensions {
+        out.push('\x01');
+        out.push_str(k);
+        out.push('=');
+        out.push_str(v);
+    }
+    out.push_str("\x01\x01");
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refresh() -> TokenRefresh {
+        TokenRefresh::default()
+    }
+
+    #[test]
+    fn an_hour_long_token_is_renewed_between_80_and_85_percent() {
+        let hour = 3_600_000;
+        assert_eq!(
+            refresh_after(0, hour, &refresh(), 0.0),
+            Duration::from_secs(2880)
+        );
+        assert_eq!(
+            refresh_after(0, hour, &refresh(), 1.0),
+            Duration::from_secs(3060)
+        );
+    }
+
+    #[test]
+    fn the_buffer_and_the_minimum_period_bound_the_renewal() {
+        // 10 minutes: 80 % is 8 min, but the 5-minute buffer wants it by 5 min.
+        assert_eq!(
+            refresh_after(0, 600_000, &refresh(), 0.0),
+            Duration::from_secs(300)
+        );
+        // 30 s: too short for both; the fraction alone decides.
+        assert_eq!(
+            refresh_after(0, 30_000, &refresh(), 0.0),
+            Duration::from_secs(24)
+        );
+        // Expired already: now.
+        assert_eq!(
+            refresh_after(10_000, 5_000, &refresh(), 0.5),
+            Duration::ZERO
+        );
+        let slow = TokenRefresh {
+            min_period: Duration::from_secs(400),
+            buffer: Duration::from_secs(60),
+            ..refresh()
+        };
+        // 20 minutes: 80 % is 16 min, within the buffer; 400 s minimum does not bind.
+        assert_eq!(
+            refresh_after(0, 1_200_000, &slow, 0.0),
+            Duration::from_secs(960)
+        );
+    }
+
+    #[test]
+    fn the_unsecured_token_is_kafkas_unsecured_jws() {
+        let source = TokenSource::Unsecured {
+            principal_claim: "sub".into(),
+            principal: "alice".into(),
+            lifetime_secs: 3600,
+            scope_claim: "scope".into(),
+            scope: vec!["a".into(), "b".into()],
+        };
+        let (token, exp) = unsecured(&source, 1_700_000_000_123);
+        assert_eq!(exp, 1_700_003_600_000);
+        let parts: Vec<&str> = token.expose().split('.').collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(parts[0]).unwrap(),
+            br#"{"alg":"none"}"#
+        );
+        assert_eq!(parts[2], "");
+        let claims: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(claims["sub"], "alice");
+        assert_eq!(claims["iat"], 1_700_000_000);
+        assert_eq!(claims["exp"], 1_700_003_600);
+        assert_eq!(claims["scope"], serde_json::json!(["a", "b"]));
+        assert_eq!(jwt_expiry(token.expose()), Some(1_700_003_600_000));
+    }
+
+    #[test]
+    fn jwt_expiry_takes_only_well_formed_tokens() {
+        let payload = URL_SAFE_NO_PAD.encode(r#"{"exp":12.5}"#);
+        assert_eq!(jwt_expiry(&format!("h.{payload}.s")), Some(12_500));
+        for bad in [
+            "",
+            "a.b",
+            "h.!!!.s",
+            &format!("h.{}.s", URL_SAFE_NO_PAD.encode("[]")),
+            &format!("h.{}.s", URL_SAFE_NO_PAD.encode(r#"{"exp":"soon"}"#)),
+            &format!("h.{}.s", URL_SAFE_NO_PAD.encode(r#"{"exp":-1}"#)),
+        ] {
+            assert_eq!(jwt_expiry(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_initial_response_is_kafkas() {
+        let t = Secret::new("tok");
+        assert_eq!(initial_response(&t, &[]), b"n,,\x01auth=Bearer tok\x01\x01");
+        assert_eq!(
+            initial_response(&t, &[("traceId".into(), "42".into())]),
+            b"n,,\x01auth=Bearer tok\x01traceId=42\x01\x01"
+        );
+    }
+
+    #[test]
+    fn scopes_are_form_encoded_as_java_does() {
+        assert_eq!(form_encode("kafka read:all"), "kafka+read%3Aall");
+    }
+}
