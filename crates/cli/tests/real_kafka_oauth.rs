@@ -53,11 +53,16 @@ async fn source_topic(c: &Cluster) -> KafkaCluster {
 }
 
 async fn write(k: &KafkaCluster, from: i64, n: i64) {
+    // Timestamps of now: older ones fall to the broker's time retention.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     for p in 0..2 {
         let records: Vec<Record> = (0..n)
             .map(|i| Record {
                 offset: i,
-                timestamp: 1_700_000_000_000 + from + i,
+                timestamp: now,
                 key: None,
                 value: Some(Bytes::from(format!("{p}:{}", from + i))),
                 headers: vec![],
@@ -138,6 +143,29 @@ fn plan(config: &Path) -> String {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "plan:\n{text}");
     text
+}
+
+async fn mm1_copied(b: &KafkaCluster, want: i64, log: &Path) {
+    let t0 = Instant::now();
+    loop {
+        let _ = b.refresh_metadata(None).await;
+        let mut total = 0;
+        for p in 0..2 {
+            total += b
+                .list_offset("orders", p, LATEST, IsolationLevel::ReadUncommitted)
+                .await
+                .unwrap_or(0);
+        }
+        if total == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "MM1 mode copied {total} of {want}:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +265,50 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
     );
     assert!(!text.contains("not-the-secret-99"), "{text}");
     assert!(idp.refused() >= 1);
+
+    // MM1's command line with the same lines in --consumer.config: `orders` into B's `orders`.
+    let consumer = dir.path().join("consumer.properties");
+    std::fs::write(
+        &consumer,
+        format!(
+            "bootstrap.servers={}
+group.id=mm1-oauth
+auto.offset.reset=earliest
+security.protocol=SASL_PLAINTEXT
+             sasl.mechanism=OAUTHBEARER
+sasl.login.callback.handler.class={HANDLER}
+sasl.oauthbearer.token.endpoint.url={}
+             sasl.jaas.config={MODULE} required clientId=\"kmirror\" clientSecret=\"{SECRET}\";\n",
+            ca.bootstrap(),
+            idp.token_url()
+        ),
+    )
+    .unwrap();
+    let producer = dir.path().join("producer.properties");
+    std::fs::write(&producer, format!("bootstrap.servers={}\n", cb.bootstrap())).unwrap();
+    let mm1_log = dir.path().join("mm1.log");
+    let before = idp.issued();
+    let mm1 = KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("legacy")
+            .args(["--consumer.config", consumer.to_str().unwrap()])
+            .args(["--producer.config", producer.to_str().unwrap()])
+            .args(["--whitelist", "orders"])
+            .args(["--log-level", "info,kmirror_kafka::conn=debug"])
+            .stdin(Stdio::null()),
+        &mm1_log,
+    );
+    mm1_copied(&b, 2 * written, &mm1_log).await;
+    // Past a session's end: the connections re-authenticate and go on.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    write(&a, written, 50).await;
+    mm1_copied(&b, 2 * (written + 50), &mm1_log).await;
+    let status = mm1.terminate();
+    let text = std::fs::read_to_string(&mm1_log).unwrap();
+    assert!(status.success(), "MM1 mode exit: {status}\n{text}");
+    assert!(idp.issued() > before, "MM1 mode took its own token");
+    assert!(text.contains("SASL session re-authenticated"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
