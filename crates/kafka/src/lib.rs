@@ -5,6 +5,7 @@
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
 pub mod admin;
+pub mod aws_iam;
 pub mod cluster;
 pub mod codec;
 pub mod committed;

@@ -82,10 +82,18 @@ pub enum SaslMechanism {
     ScramSha512,
     #[serde(rename = "OAUTHBEARER")]
     OAuthBearer,
+    #[serde(rename = "AWS_MSK_IAM")]
+    AwsMskIam,
 }
 
 impl SaslMechanism {
-    pub const NAMES: [&'static str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
+    pub const NAMES: [&'static str; 5] = [
+        "PLAIN",
+        "SCRAM-SHA-256",
+        "SCRAM-SHA-512",
+        "OAUTHBEARER",
+        "AWS_MSK_IAM",
+    ];
 
     /// Parses the mechanism name; Kafka compares these case-sensitively.
     pub fn parse(s: &str) -> Option<Self> {
@@ -94,6 +102,7 @@ impl SaslMechanism {
             "SCRAM-SHA-256" => Some(Self::ScramSha256),
             "SCRAM-SHA-512" => Some(Self::ScramSha512),
             "OAUTHBEARER" => Some(Self::OAuthBearer),
+            "AWS_MSK_IAM" => Some(Self::AwsMskIam),
             _ => None,
         }
     }
@@ -104,6 +113,7 @@ impl SaslMechanism {
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
             Self::OAuthBearer => "OAUTHBEARER",
+            Self::AwsMskIam => "AWS_MSK_IAM",
         }
     }
 }
@@ -117,6 +127,15 @@ pub struct SaslCredentials {
     pub password: Secret,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oauth: Option<OAuthBearer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsIam>,
+}
+
+/// SASL/AWS_MSK_IAM: where the AWS credentials come from (`crate::aws_iam`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwsIam {
+    /// `awsProfileName` in the JAAS line: that shared-file profile only.
+    pub profile: Option<String>,
 }
 
 /// SASL/OAUTHBEARER (KIP-255, KIP-768): where the tokens come from and when to renew them.

@@ -32,6 +32,7 @@ fn sasl(mechanism: SaslMechanism, user: &str, password: &str) -> Option<SaslCred
         username: user.into(),
         password: Secret::new(password),
         oauth: None,
+        aws: None,
     })
 }
 

@@ -52,6 +52,19 @@ pub struct PlanFlow {
 pub fn describe_security(c: &ClientSettings) -> String {
     let mut s = c.security_protocol.as_str().to_string();
     match c.sasl.as_ref().map(|s| (s, s.oauth.as_ref())) {
+        Some((sasl, None)) if sasl.aws.is_some() => {
+            let profile = sasl.aws.as_ref().and_then(|a| a.profile.as_deref());
+            let _ = write!(
+                s,
+                " AWS_MSK_IAM SigV4 credentials from {}",
+                match profile {
+                    Some(p) => format!("profile '{p}' (awsProfileName)"),
+                    None =>
+                        "the environment, else the shared files' profile (AWS_PROFILE or default)"
+                            .into(),
+                }
+            );
+        }
         Some((sasl, None)) => {
             let _ = write!(
                 s,

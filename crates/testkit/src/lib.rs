@@ -789,6 +789,7 @@ impl Cluster {
                 username: name.to_string(),
                 password: Secret::new(password),
                 oauth: None,
+                aws: None,
             }
         });
         let tls = protocol.uses_tls().then(|| TlsSettings {

@@ -73,6 +73,7 @@ pub struct Connection {
 /// token's expiry), after which it closes the connection at the next request that is not a
 /// re-authentication.
 struct Reauth {
+    host: String,
     creds: SaslCredentials,
     at: Mutex<Option<tokio::time::Instant>>,
 }
@@ -328,12 +329,10 @@ impl Connection {
         let versions = hs.api_versions().await?;
         let mut reauth = None;
         if let Some(creds) = &settings.sasl {
-            let token = match &creds.oauth {
-                Some(o) => Some(o.token().await?),
-                None => None,
-            };
+            let token = sasl_token(creds, host).await?;
             let lifetime = authenticate(&mut hs, &broker, creds, &versions, token.as_ref()).await?;
             let r = Reauth {
+                host: host.to_string(),
                 creds: creds.clone(),
                 at: Mutex::new(None),
             };
@@ -428,10 +427,7 @@ impl Connection {
     /// is sent between SaslHandshake and the end of SaslAuthenticate; requests already sent
     /// are answered first (a broker answers in order). A failure closes the connection.
     async fn reauthenticate(&self, r: &Reauth) -> Result<()> {
-        let token = match &r.creds.oauth {
-            Some(o) => Some(o.token().await?),
-            None => None,
-        };
+        let token = sasl_token(&r.creds, &r.host).await?;
         let mut writer = self.writer.lock().await;
         if !r.due() || self.is_closed() {
             return Ok(());
@@ -707,6 +703,32 @@ impl Handshake<'_> {
             return Ok(map);
         }
     }
+}
+
+/// What a mechanism sends that is had before the exchange: an OAUTHBEARER token, or the
+/// AWS_MSK_IAM document signed for `host` (the broker's name as dialled, which the broker checks).
+async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<Option<crate::Secret>> {
+    if let Some(o) = &creds.oauth {
+        return Ok(Some(o.token().await?));
+    }
+    if let Some(aws) = &creds.aws {
+        let keys = crate::aws_iam::credentials(aws)?;
+        let region = crate::aws_iam::region_of_host(host)
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .ok_or_else(|| {
+                KafkaError::Config(format!(
+                    "AWS_MSK_IAM: no region in the broker name {host} and AWS_REGION is not set"
+                ))
+            })?;
+        return Ok(Some(crate::aws_iam::payload(
+            host,
+            &region,
+            &keys,
+            std::time::SystemTime::now(),
+        )?));
+    }
+    Ok(None)
 }
 
 /// Sends SASL requests and reads their answers: during the handshake, on the bare stream; to

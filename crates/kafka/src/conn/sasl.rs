@@ -42,12 +42,19 @@ pub enum Exchange {
         initial: Option<Vec<u8>>,
         refusal: Option<String>,
     },
+    /// AWS_MSK_IAM: one signed document; the broker's answer (a JSON receipt) ends it.
+    AwsIam {
+        payload: Option<Vec<u8>>,
+    },
 }
 
 impl Exchange {
     /// An exchange; OAUTHBEARER needs its `token`.
     pub fn new(creds: &SaslCredentials, token: Option<&crate::Secret>) -> Self {
         match creds.mechanism {
+            SaslMechanism::AwsMskIam => Exchange::AwsIam {
+                payload: token.map(|t| t.expose().as_bytes().to_vec()),
+            },
             SaslMechanism::OAuthBearer => {
                 let extensions = creds
                     .oauth
@@ -82,6 +89,7 @@ impl Exchange {
             Exchange::Plain { token } => token.take().unwrap_or_default(),
             Exchange::Scram(s) => s.client_first(),
             Exchange::OAuth { initial, .. } => initial.take().unwrap_or_default(),
+            Exchange::AwsIam { payload } => payload.take().unwrap_or_default(),
         }
     }
 
@@ -96,7 +104,7 @@ impl Exchange {
     /// Feeds the server's answer; returns what to do next.
     pub fn next(&mut self, server: &[u8]) -> Result<Step, SaslError> {
         match self {
-            Exchange::Plain { .. } => Ok(Step::Done),
+            Exchange::Plain { .. } | Exchange::AwsIam { .. } => Ok(Step::Done),
             Exchange::Scram(s) => s.next(server),
             Exchange::OAuth { refusal, .. } => {
                 if server.is_empty() {
@@ -323,6 +331,7 @@ mod tests {
             username: user.into(),
             password: Secret::new(pw),
             oauth: None,
+            aws: None,
         }
     }
 

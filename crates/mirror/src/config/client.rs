@@ -153,6 +153,9 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
     if mechanism == SaslMechanism::OAuthBearer {
         return super::oauth::credentials(r, jaas);
     }
+    if mechanism == SaslMechanism::AwsMskIam {
+        return super::aws_iam::credentials(r, jaas);
+    }
     match parse_jaas(&jaas.value, mechanism) {
         Ok(c) => Some(c),
         Err(why) => {
@@ -173,6 +176,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         SaslMechanism::Plain => PLAIN_MODULE,
         SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_MODULE,
         SaslMechanism::OAuthBearer => super::oauth::MODULE,
+        SaslMechanism::AwsMskIam => super::aws_iam::MODULE,
     };
     let malformed = |why: &str| {
         format!(
@@ -252,6 +256,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         username,
         password: Secret::new(password),
         oauth: None,
+        aws: None,
     })
 }
 

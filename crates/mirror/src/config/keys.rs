@@ -38,6 +38,8 @@ pub const SECURITY_KEYS: &[&str] = &[
     "sasl.login.read.timeout.ms",
     "sasl.login.retry.backoff.ms",
     "sasl.login.retry.backoff.max.ms",
+    // AWS_MSK_IAM (config/aws_iam.rs)
+    "sasl.client.callback.handler.class",
 ];
 
 /// For a client key: `None` if it is not one; `Some(None)` if kmirror reads it; otherwise why it

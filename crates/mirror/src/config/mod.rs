@@ -1,5 +1,6 @@
 //! Configuration: reading MM2, connector and MM1 inputs into one validated model.
 
+pub mod aws_iam;
 pub mod client;
 pub mod connector;
 pub mod diagnostics;

@@ -175,6 +175,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         mechanism: SaslMechanism::OAuthBearer,
         username: principal,
         password: Secret::default(),
+        aws: None,
         oauth: Some(OAuthBearer {
             source,
             extensions,

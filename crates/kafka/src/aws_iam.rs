@@ -1,0 +1,446 @@
+//! SASL/AWS_MSK_IAM (Amazon MSK's IAM access control): the client sends one JSON document, the
+//! fields of a SigV4-presigned `GET https://<broker host>/?Action=kafka-cluster:Connect` for the
+//! service `kafka-cluster` (valid 15 minutes), plus `version`, `host` and `user-agent`; the
+//! broker answers with a JSON document of its own. This is the payload format of AWS's
+//! `aws-msk-iam-auth` library (docs/configuration.md, "AWS MSK IAM"). Signing is
+//! `aws-sigv4`'s, checked against AWS's published presigning example.
+//!
+//! Credentials, in this order: the JAAS line's `awsProfileName` (shared files only); the
+//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); the shared
+//! files' profile (`AWS_PROFILE`, else `default`). Web identity (IRSA), container and instance
+//! metadata credentials are not read yet.
+
+use crate::error::{KafkaError, Result};
+use crate::settings::AwsIam;
+use crate::Secret;
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
+};
+use aws_sigv4::sign::v4;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+const VERSION: &str = "2020_10_22";
+const SERVICE: &str = "kafka-cluster";
+const ACTION: &str = "kafka-cluster:Connect";
+const EXPIRES: Duration = Duration::from_secs(900);
+
+/// One set of AWS credentials; the secret parts never print.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AwsCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
+}
+
+impl std::fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn config_err(message: String) -> KafkaError {
+    KafkaError::Config(message)
+}
+
+/// The region in an MSK broker's host name (`b-1.c.x.c2.kafka.us-east-1.amazonaws.com`,
+/// `.amazonaws.com.cn` in China): the label before `amazonaws`.
+pub fn region_of_host(host: &str) -> Option<String> {
+    let labels: Vec<&str> = host.trim_end_matches('.').split('.').collect();
+    let i = labels
+        .iter()
+        .position(|l| l.eq_ignore_ascii_case("amazonaws"))?;
+    let region = labels.get(i.checked_sub(1)?)?;
+    let ok = region.len() >= 6
+        && region.contains('-')
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then(|| region.to_string())
+}
+
+/// The authentication payload for `host` (the broker's host name as the client dialled it).
+pub fn payload(
+    host: &str,
+    region: &str,
+    creds: &AwsCredentials,
+    now: SystemTime,
+) -> Result<Secret> {
+    let identity = Credentials::new(
+        creds.access_key_id.clone(),
+        creds.secret_access_key.expose().to_string(),
+        creds.session_token.as_ref().map(|t| t.expose().to_string()),
+        None,
+        "kmirror",
+    )
+    .into();
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(EXPIRES);
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name(SERVICE)
+        .time(now)
+        .settings(settings)
+        .build()
+        .map_err(|e| config_err(format!("AWS_MSK_IAM signing parameters: {e}")))?
+        .into();
+    let url = format!("https://{host}/?Action=kafka-cluster%3AConnect");
+    let request = SignableRequest::new("GET", &url, std::iter::empty(), SignableBody::Bytes(&[]))
+        .map_err(|e| config_err(format!("AWS_MSK_IAM request for {host}: {e}")))?;
+    let (instructions, _) = sign(request, &params)
+        .map_err(|e| config_err(format!("AWS_MSK_IAM signing: {e}")))?
+        .into_parts();
+    let mut doc = BTreeMap::new();
+    doc.insert("version".to_string(), VERSION.to_string());
+    doc.insert("host".to_string(), host.to_string());
+    doc.insert(
+        "user-agent".to_string(),
+        format!("kmirror/{}", env!("CARGO_PKG_VERSION")),
+    );
+    doc.insert("action".to_string(), ACTION.to_string());
+    for (k, v) in instructions.params() {
+        doc.insert(k.to_ascii_lowercase(), v.to_string());
+    }
+    let text = serde_json::to_string(&doc).unwrap_or_default();
+    Ok(Secret::new(text))
+}
+
+/// Credentials from the configured profile, the environment or the shared files.
+pub fn credentials(settings: &AwsIam) -> Result<AwsCredentials> {
+    credentials_from(settings, &|k| std::env::var(k).ok())
+}
+
+fn credentials_from(
+    settings: &AwsIam,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AwsCredentials> {
+    if let Some(profile) = &settings.profile {
+        return profile_credentials(profile, env)?.ok_or_else(|| {
+            config_err(format!(
+                "AWS_MSK_IAM: profile '{profile}' (awsProfileName) has no aws_access_key_id and aws_secret_access_key in {} or {}",
+                credentials_file(env).display(),
+                config_file(env).display()
+            ))
+        });
+    }
+    if let (Some(id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+        if !id.is_empty() && !secret.is_empty() {
+            return Ok(AwsCredentials {
+                access_key_id: id,
+                secret_access_key: Secret::new(secret),
+                session_token: env("AWS_SESSION_TOKEN")
+                    .filter(|t| !t.is_empty())
+                    .map(Secret::new),
+            });
+        }
+    }
+    let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
+    profile_credentials(&profile, env)?.ok_or_else(|| {
+        config_err(format!(
+            "AWS_MSK_IAM: no credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and profile '{profile}' is not in {} or {} (web identity and instance metadata credentials are not supported yet)",
+            credentials_file(env).display(),
+            config_file(env).display()
+        ))
+    })
+}
+
+fn home(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    PathBuf::from(env("HOME").unwrap_or_default())
+}
+
+fn credentials_file(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    env("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home(env).join(".aws/credentials"))
+}
+
+fn config_file(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    env("AWS_CONFIG_FILE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home(env).join(".aws/config"))
+}
+
+/// A profile's static keys: the credentials file's `[name]`, then the config file's
+/// `[profile name]` (`[default]` in both for the default profile).
+fn profile_credentials(
+    profile: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<AwsCredentials>> {
+    let config_section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    for (path, section) in [
+        (credentials_file(env), profile.to_string()),
+        (config_file(env), config_section),
+    ] {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(config_err(format!(
+                    "AWS_MSK_IAM: cannot read {}: {e}",
+                    path.display()
+                )))
+            }
+        };
+        let keys = ini_section(&text, &section);
+        if let (Some(id), Some(secret)) = (
+            keys.get("aws_access_key_id"),
+            keys.get("aws_secret_access_key"),
+        ) {
+            return Ok(Some(AwsCredentials {
+                access_key_id: id.clone(),
+                secret_access_key: Secret::new(secret.clone()),
+                session_token: keys.get("aws_session_token").cloned().map(Secret::new),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The `key = value` lines of `[section]` in an AWS shared file.
+fn ini_section(text: &str, section: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = name.split_whitespace().collect::<Vec<_>>().join(" ") == section;
+            continue;
+        }
+        if inside {
+            if let Some((k, v)) = line.split_once('=') {
+                out.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn aws_sigv4_presigns_as_awss_published_example() {
+        // docs.aws.amazon.com, "Authenticating Requests: Using Query Parameters (AWS Signature
+        // Version 4)": GET examplebucket/test.txt, 2013-05-24, 86400 s, UNSIGNED-PAYLOAD.
+        let identity = Credentials::new(
+            "AKIAIOSFODNN7EXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        )
+        .into();
+        let mut settings = SigningSettings::default();
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(Duration::from_secs(86400));
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region("us-east-1")
+            .name("s3")
+            .time(UNIX_EPOCH + Duration::from_secs(1_369_353_600))
+            .settings(settings)
+            .build()
+            .unwrap()
+            .into();
+        let req = SignableRequest::new(
+            "GET",
+            "https://examplebucket.s3.amazonaws.com/test.txt",
+            std::iter::empty(),
+            SignableBody::UnsignedPayload,
+        )
+        .unwrap();
+        let (_, signature) = sign(req, &params).unwrap().into_parts();
+        assert_eq!(
+            signature,
+            "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+        );
+    }
+
+    fn creds(token: Option<&str>) -> AwsCredentials {
+        AwsCredentials {
+            access_key_id: "AKIDEXAMPLE".into(),
+            secret_access_key: Secret::new("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"),
+            session_token: token.map(Secret::new),
+        }
+    }
+
+    #[test]
+    fn the_payload_has_the_msk_libraries_fields_and_a_checkable_signature() {
+        let host = "b-1.demo.abc123.c2.kafka.us-east-1.amazonaws.com";
+        let now = UNIX_EPOCH + Duration::from_secs(1_440_938_160); // 2015-08-30T12:36:00Z
+        let p = payload(host, "us-east-1", &creds(Some("session-token-x")), now).unwrap();
+        let doc: BTreeMap<String, String> = serde_json::from_str(p.expose()).unwrap();
+        let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "action",
+                "host",
+                "user-agent",
+                "version",
+                "x-amz-algorithm",
+                "x-amz-credential",
+                "x-amz-date",
+                "x-amz-expires",
+                "x-amz-security-token",
+                "x-amz-signature",
+                "x-amz-signedheaders",
+            ]
+        );
+        assert_eq!(doc["version"], "2020_10_22");
+        assert_eq!(doc["action"], "kafka-cluster:Connect");
+        assert_eq!(doc["host"], host);
+        assert_eq!(doc["x-amz-algorithm"], "AWS4-HMAC-SHA256");
+        assert_eq!(
+            doc["x-amz-credential"],
+            "AKIDEXAMPLE/20150830/us-east-1/kafka-cluster/aws4_request"
+        );
+        assert_eq!(doc["x-amz-date"], "20150830T123600Z");
+        assert_eq!(doc["x-amz-expires"], "900");
+        assert_eq!(doc["x-amz-signedheaders"], "host");
+        assert_eq!(doc["x-amz-security-token"], "session-token-x");
+        // The signature, worked out by hand from SigV4's definition (canonical request, string
+        // to sign, derived key), independently of the signing crate.
+        let canonical_query = "Action=kafka-cluster%3AConnect&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20150830%2Fus-east-1%2Fkafka-cluster%2Faws4_request&X-Amz-Date=20150830T123600Z&X-Amz-Expires=900&X-Amz-Security-Token=session-token-x&X-Amz-SignedHeaders=host";
+        let canonical = format!(
+            "GET\n/\n{canonical_query}\nhost:{host}\n\nhost\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/kafka-cluster/aws4_request\n{}",
+            hex(&sha256(canonical.as_bytes()))
+        );
+        let mut key = hmac(b"AWS4wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", b"20150830");
+        for part in ["us-east-1", "kafka-cluster", "aws4_request"] {
+            key = hmac(&key, part.as_bytes());
+        }
+        assert_eq!(doc["x-amz-signature"], hex(&hmac(&key, to_sign.as_bytes())));
+        // Without a session token, no token field.
+        let p = payload(host, "us-east-1", &creds(None), now).unwrap();
+        assert!(!p.expose().contains("x-amz-security-token"));
+        assert_eq!(format!("{p:?}"), "[hidden]");
+    }
+
+    fn sha256(data: &[u8]) -> Vec<u8> {
+        use sha2::Digest;
+        sha2::Sha256::digest(data).to_vec()
+    }
+
+    fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+        use hmac::Mac;
+        let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key).unwrap();
+        m.update(data);
+        m.finalize().into_bytes().to_vec()
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn regions_come_from_msk_host_names() {
+        assert_eq!(
+            region_of_host("b-1.demo.abc123.c2.kafka.eu-west-1.amazonaws.com").as_deref(),
+            Some("eu-west-1")
+        );
+        assert_eq!(
+            region_of_host("boot-x.c1.kafka-serverless.ap-southeast-2.amazonaws.com").as_deref(),
+            Some("ap-southeast-2")
+        );
+        assert_eq!(
+            region_of_host("b-1.x.kafka.cn-north-1.amazonaws.com.cn").as_deref(),
+            Some("cn-north-1")
+        );
+        assert_eq!(region_of_host("127.0.0.1"), None);
+        assert_eq!(region_of_host("amazonaws.com"), None);
+    }
+
+    #[test]
+    fn credentials_come_from_the_profile_the_environment_or_the_shared_files() {
+        let dir = std::env::temp_dir().join(format!("kmirror-aws-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let credentials = dir.join("credentials");
+        let config = dir.join("config");
+        std::fs::write(
+            &credentials,
+            "[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = s1\n\n[ops]\naws_access_key_id=AKIAOPS\naws_secret_access_key=s2\naws_session_token=t2\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &config,
+            "[profile other]\nregion = eu-west-1\naws_access_key_id = AKIAOTHER\naws_secret_access_key = s3\n",
+        )
+        .unwrap();
+        let files = |extra: &'static [(&'static str, &'static str)]| {
+            let (c, f) = (
+                credentials.display().to_string(),
+                config.display().to_string(),
+            );
+            move |k: &str| -> Option<String> {
+                match k {
+                    "AWS_SHARED_CREDENTIALS_FILE" => Some(c.clone()),
+                    "AWS_CONFIG_FILE" => Some(f.clone()),
+                    _ => extra
+                        .iter()
+                        .find(|(key, _)| *key == k)
+                        .map(|(_, v)| v.to_string()),
+                }
+            }
+        };
+        let none = AwsIam { profile: None };
+        let env = files(&[]);
+        assert_eq!(
+            credentials_from(&none, &env).unwrap().access_key_id,
+            "AKIADEFAULT"
+        );
+        let env = files(&[
+            ("AWS_ACCESS_KEY_ID", "AKIAENV"),
+            ("AWS_SECRET_ACCESS_KEY", "s0"),
+        ]);
+        assert_eq!(
+            credentials_from(&none, &env).unwrap().access_key_id,
+            "AKIAENV"
+        );
+        let env = files(&[("AWS_PROFILE", "other")]);
+        assert_eq!(
+            credentials_from(&none, &env).unwrap().access_key_id,
+            "AKIAOTHER"
+        );
+        let ops = AwsIam {
+            profile: Some("ops".into()),
+        };
+        let c = credentials_from(
+            &ops,
+            &files(&[
+                ("AWS_ACCESS_KEY_ID", "AKIAENV"),
+                ("AWS_SECRET_ACCESS_KEY", "s0"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.access_key_id, "AKIAOPS");
+        assert_eq!(c.session_token.as_ref().unwrap().expose(), "t2");
+        let missing = AwsIam {
+            profile: Some("nope".into()),
+        };
+        let e = credentials_from(&missing, &files(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("profile 'nope'"), "{e}");
+        assert!(!format!("{c:?}").contains("s2"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,132 @@
+//! SASL/AWS_MSK_IAM from the lines AWS's `aws-msk-iam-auth` library documents
+//! (docs/configuration.md, "AWS MSK IAM"): `sasl.jaas.config =
+//! software.amazon.msk.auth.iam.IAMLoginModule required [awsProfileName="..."];` with
+//! `sasl.client.callback.handler.class = software.amazon.msk.auth.iam.IAMClientCallbackHandler`.
+
+use super::values::{Reader, Setting};
+use kmirror_kafka::settings::AwsIam;
+use kmirror_kafka::{SaslCredentials, SaslMechanism, Secret};
+
+pub const MODULE: &str = "software.amazon.msk.auth.iam.IAMLoginModule";
+const HANDLER: &str = "software.amazon.msk.auth.iam.IAMClientCallbackHandler";
+
+pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCredentials> {
+    let mut bad = |why: String| {
+        r.diags.error(Some(&jaas.origin), Some(&jaas.value), why);
+        None
+    };
+    let (module, options) = match super::client::jaas_options(&jaas.value) {
+        Ok(p) => p,
+        Err(why) => {
+            return bad(format!(
+                "malformed JAAS configuration ({why}); expected: {MODULE} required;"
+            ))
+        }
+    };
+    if module != MODULE {
+        return bad(format!(
+            "login module {module} does not match sasl.mechanism=AWS_MSK_IAM: use {MODULE}"
+        ));
+    }
+    let option = |name: &str| {
+        options
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    if option("awsRoleArn").is_some() {
+        return bad(
+            "awsRoleArn (assuming a role through STS) is not supported yet: give the role's credentials through the environment or a shared-file profile (awsProfileName)".into(),
+        );
+    }
+    let profile = option("awsProfileName").filter(|p| !p.is_empty());
+    if let Some(h) = r.get("sasl.client.callback.handler.class") {
+        if h.value.trim() != HANDLER {
+            r.diags.error(
+                Some(&h.origin),
+                Some(&h.value),
+                format!("unsupported client callback handler for AWS_MSK_IAM: expected {HANDLER}"),
+            );
+            return None;
+        }
+    }
+    Some(SaslCredentials {
+        mechanism: SaslMechanism::AwsMskIam,
+        username: profile
+            .clone()
+            .unwrap_or_else(|| "(default credentials)".into()),
+        password: Secret::default(),
+        oauth: None,
+        aws: Some(AwsIam { profile }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::diagnostics::{Diagnostics, Origin};
+    use crate::config::values::SettingMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<SaslCredentials, Vec<String>> {
+        let m: SettingMap = pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    Setting {
+                        value: v.to_string(),
+                        origin: Origin {
+                            file: std::sync::Arc::from("f.properties"),
+                            line: 1,
+                            key: format!("A.{k}"),
+                        },
+                    },
+                )
+            })
+            .collect();
+        let mut d = Diagnostics::default();
+        let mut r = Reader::new(&m, &mut d);
+        let jaas = m["sasl.jaas.config"].clone();
+        match credentials(&mut r, &jaas) {
+            Some(c) if d.errors().count() == 0 => Ok(c),
+            _ => Err(d.errors().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn the_msk_library_lines_are_read_and_unsupported_ones_named() {
+        let c = parse(&[
+            ("sasl.jaas.config", &format!("{MODULE} required;")),
+            ("sasl.client.callback.handler.class", HANDLER),
+        ])
+        .unwrap();
+        assert_eq!(c.aws, Some(AwsIam { profile: None }));
+        let c = parse(&[(
+            "sasl.jaas.config",
+            &format!("{MODULE} required awsProfileName=\"ops\";"),
+        )])
+        .unwrap();
+        assert_eq!(c.aws.unwrap().profile.as_deref(), Some("ops"));
+        let e = parse(&[(
+            "sasl.jaas.config",
+            &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/x\";"),
+        )])
+        .unwrap_err();
+        assert!(e[0].contains("awsRoleArn"), "{e:?}");
+        let e = parse(&[
+            ("sasl.jaas.config", &format!("{MODULE} required;")),
+            ("sasl.client.callback.handler.class", "com.example.Other"),
+        ])
+        .unwrap_err();
+        assert!(e[0].contains(HANDLER), "{e:?}");
+        let e = parse(&[(
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"p\";",
+        )])
+        .unwrap_err();
+        assert!(
+            e[0].contains("does not match sasl.mechanism=AWS_MSK_IAM"),
+            "{e:?}"
+        );
+    }
+}
