@@ -70,6 +70,104 @@ pub fn payload(
     creds: &AwsCredentials,
     now: SystemTime,
 ) -> Result<Secret> {
+    let mut doc = BTreeMap::new();
+    doc.insert("version".to_string(), VERSION.to_string());
+    doc.insert("host".to_string(), host.to_string());
+    doc.insert("user-agent".to_string(), user_agent());
+    doc.insert("action".to_string(), ACTION.to_string());
+    for (k, v) in presign(host, region, creds, now)? {
+        doc.insert(k.to_ascii_lowercase(), v);
+    }
+    let text = serde_json::to_string(&doc).unwrap_or_default();
+    Ok(Secret::new(text))
+}
+
+/// MSK IAM's OAUTHBEARER token (`IAMOAuthBearerLoginCallbackHandler`): the URL presigned for
+/// `kafka.<region>.amazonaws.com` with `User-Agent` appended after signing, base64url without
+/// padding; it expires with the signature. Returns the token and its expiry (ms).
+pub fn oauth_token(settings: &AwsIam, now: SystemTime) -> Result<(Secret, i64)> {
+    let env = |k: &str| std::env::var(k).ok();
+    let region = region_from(settings, &env)?;
+    let creds = credentials(settings)?;
+    Ok(oauth_token_with(&region, &creds, now))
+}
+
+fn oauth_token_with(region: &str, creds: &AwsCredentials, now: SystemTime) -> (Secret, i64) {
+    use base64::Engine;
+    let host = format!("kafka.{region}.amazonaws.com");
+    let params = presign(&host, region, creds, now).unwrap_or_default();
+    let mut url = format!("https://{host}/?Action=kafka-cluster%3AConnect");
+    for (k, v) in params {
+        url.push('&');
+        url.push_str(&k);
+        url.push('=');
+        url.push_str(&query_encode(&v));
+    }
+    url.push_str("&User-Agent=");
+    url.push_str(&query_encode(&user_agent()));
+    let expires = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+        + EXPIRES.as_millis() as i64;
+    (
+        Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url)),
+        expires,
+    )
+}
+
+fn user_agent() -> String {
+    format!("kmirror/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// SigV4's URI encoding (RFC 3986 unreserved characters kept).
+fn query_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The region for the OAUTHBEARER form: `AWS_REGION`, `AWS_DEFAULT_REGION`, else the profile's
+/// `region` in the config file.
+fn region_from(settings: &AwsIam, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    if let Some(r) = env("AWS_REGION")
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .filter(|r| !r.is_empty())
+    {
+        return Ok(r);
+    }
+    let profile = settings
+        .profile
+        .clone()
+        .or_else(|| env("AWS_PROFILE"))
+        .unwrap_or_else(|| "default".into());
+    let section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    let text = std::fs::read_to_string(config_file(env)).unwrap_or_default();
+    ini_section(&text, &section).get("region").cloned().ok_or_else(|| {
+        config_err(format!(
+            "AWS_MSK_IAM (OAUTHBEARER): no region: set AWS_REGION or region in profile '{profile}' of {}",
+            config_file(env).display()
+        ))
+    })
+}
+
+/// The `X-Amz-*` query parameters of the presigned `GET https://<host>/?Action=...`.
+fn presign(
+    host: &str,
+    region: &str,
+    creds: &AwsCredentials,
+    now: SystemTime,
+) -> Result<Vec<(String, String)>> {
     let identity = Credentials::new(
         creds.access_key_id.clone(),
         creds.secret_access_key.expose().to_string(),
@@ -96,19 +194,11 @@ pub fn payload(
     let (instructions, _) = sign(request, &params)
         .map_err(|e| config_err(format!("AWS_MSK_IAM signing: {e}")))?
         .into_parts();
-    let mut doc = BTreeMap::new();
-    doc.insert("version".to_string(), VERSION.to_string());
-    doc.insert("host".to_string(), host.to_string());
-    doc.insert(
-        "user-agent".to_string(),
-        format!("kmirror/{}", env!("CARGO_PKG_VERSION")),
-    );
-    doc.insert("action".to_string(), ACTION.to_string());
-    for (k, v) in instructions.params() {
-        doc.insert(k.to_ascii_lowercase(), v.to_string());
-    }
-    let text = serde_json::to_string(&doc).unwrap_or_default();
-    Ok(Secret::new(text))
+    Ok(instructions
+        .params()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
 }
 
 /// Credentials from the configured profile, the environment or the shared files.
@@ -349,6 +439,61 @@ mod tests {
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn the_oauthbearer_token_is_the_presigned_url_with_the_user_agent() {
+        use base64::Engine;
+        let now = UNIX_EPOCH + Duration::from_secs(1_440_938_160);
+        let (token, expires) = oauth_token_with("eu-west-1", &creds(None), now);
+        assert_eq!(expires, 1_440_938_160_000 + 900_000);
+        let url = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(token.expose())
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            url.starts_with(
+                "https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&X-Amz-"
+            ),
+            "{url}"
+        );
+        for part in [
+            "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+            "X-Amz-Credential=AKIDEXAMPLE%2F20150830%2Feu-west-1%2Fkafka-cluster%2Faws4_request",
+            "X-Amz-Date=20150830T123600Z",
+            "X-Amz-Expires=900",
+            "X-Amz-SignedHeaders=host",
+            "X-Amz-Signature=",
+        ] {
+            assert!(url.contains(part), "{part} in {url}");
+        }
+        assert!(
+            url.ends_with(&format!(
+                "&User-Agent=kmirror%2F{}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{url}"
+        );
+        // The signature is the one the payload form computes for the same host and time.
+        let doc: BTreeMap<String, String> = serde_json::from_str(
+            payload(
+                "kafka.eu-west-1.amazonaws.com",
+                "eu-west-1",
+                &creds(None),
+                now,
+            )
+            .unwrap()
+            .expose(),
+        )
+        .unwrap();
+        assert!(url.contains(&format!("X-Amz-Signature={}", doc["x-amz-signature"])));
+        let env = |k: &str| (k == "AWS_REGION").then(|| "ap-south-1".to_string());
+        assert_eq!(
+            region_from(&AwsIam { profile: None }, &env).unwrap(),
+            "ap-south-1"
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ impl OAuthBearer {
         let (value, expires_ms) = match &self.source {
             TokenSource::Unsecured { .. } => unsecured(&self.source, now_ms()),
             TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await?,
+            TokenSource::AwsMskIam { aws } => crate::aws_iam::oauth_token(aws, SystemTime::now())?,
         };
         let now = now_ms();
         let after = refresh_after(now, expires_ms, &self.refresh, rand::random::<f64>());
@@ -74,6 +75,10 @@ impl TokenSource {
                 client_id,
                 ..
             } => format!("{endpoint} as client '{client_id}'"),
+            TokenSource::AwsMskIam { aws } => format!(
+                "AWS MSK IAM ({})",
+                aws.profile.as_deref().unwrap_or("default credentials")
+            ),
         }
     }
 }

@@ -164,6 +164,9 @@ pub enum TokenSource {
         scope_claim: String,
         scope: Vec<String>,
     },
+    /// Amazon MSK's IAM token (`IAMOAuthBearerLoginCallbackHandler`): a SigV4-presigned URL for
+    /// `kafka.<region>.amazonaws.com`, base64url-encoded (`crate::aws_iam`).
+    AwsMskIam { aws: AwsIam },
     /// OIDC client credentials at `sasl.oauthbearer.token.endpoint.url` (KIP-768).
     ClientCredentials {
         endpoint: String,

@@ -92,6 +92,16 @@ pub fn describe_security(c: &ClientSettings) -> String {
                 } => {
                     let _ = write!(s, " OAUTHBEARER unsecured JWS (test setups only) principal={principal} lifetime={lifetime_secs}s, {refresh}");
                 }
+                TokenSource::AwsMskIam { aws } => {
+                    let _ = write!(
+                        s,
+                        " OAUTHBEARER Amazon MSK IAM token, credentials from {}, {refresh}",
+                        aws.profile
+                            .as_deref()
+                            .map(|p| format!("profile '{p}'"))
+                            .unwrap_or_else(|| "the environment or the shared files".into())
+                    );
+                }
                 TokenSource::ClientCredentials {
                     endpoint,
                     client_id,

@@ -14,6 +14,7 @@ use kmirror_kafka::{SaslCredentials, SaslMechanism, Secret};
 use std::time::Duration;
 
 pub const MODULE: &str = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
+const MSK_HANDLER: &str = "software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler";
 const HANDLERS: [&str; 2] = [
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
     "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
@@ -102,6 +103,24 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
                 principal,
             )
         }
+        Some(h) if h.value.trim() == MSK_HANDLER => {
+            if option("awsRoleArn").is_some() {
+                return bad_jaas(
+                    r,
+                    "awsRoleArn (assuming a role through STS) is not supported yet: give the role's credentials through the environment or a shared-file profile (awsProfileName)".into(),
+                );
+            }
+            let profile = option("awsProfileName").filter(|p| !p.is_empty());
+            (
+                TokenSource::AwsMskIam {
+                    aws: kmirror_kafka::settings::AwsIam {
+                        profile: profile.clone(),
+                    },
+                },
+                vec![],
+                profile.unwrap_or_else(|| "(default AWS credentials)".into()),
+            )
+        }
         Some(h) if HANDLERS.contains(&h.value.trim()) => {
             let Some(endpoint) = r.get("sasl.oauthbearer.token.endpoint.url").cloned() else {
                 r.diags.error(
@@ -151,7 +170,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
                 Some(&h.origin),
                 Some(&h.value),
                 format!(
-                    "unsupported login callback handler: kmirror supports {} (OIDC client credentials) or none (the unsecured JWS)",
+                    "unsupported login callback handler: kmirror supports {} (OIDC client credentials), {MSK_HANDLER} (Amazon MSK IAM) or none (the unsecured JWS)",
                     HANDLERS[0]
                 ),
             );
@@ -391,6 +410,35 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e[0].contains("http:// or https://"), "{e:?}");
+    }
+
+    #[test]
+    fn the_msk_iam_handler_takes_aws_credentials() {
+        let c = parse(&[
+            (
+                "sasl.jaas.config",
+                &format!("{MODULE} required awsProfileName=\"ops\";"),
+            ),
+            ("sasl.login.callback.handler.class", MSK_HANDLER),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.oauth.unwrap().source,
+            TokenSource::AwsMskIam {
+                aws: kmirror_kafka::settings::AwsIam {
+                    profile: Some("ops".into())
+                }
+            }
+        );
+        let e = parse(&[
+            (
+                "sasl.jaas.config",
+                &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/r\";"),
+            ),
+            ("sasl.login.callback.handler.class", MSK_HANDLER),
+        ])
+        .unwrap_err();
+        assert!(e[0].contains("awsRoleArn"), "{e:?}");
     }
 
     #[test]
