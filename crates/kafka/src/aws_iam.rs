@@ -6,9 +6,9 @@
 //! `aws-sigv4`'s, checked against AWS's published presigning example.
 //!
 //! Credentials, in this order: the JAAS line's `awsProfileName` (shared files only); the
-//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); the shared
-//! files' profile (`AWS_PROFILE`, else `default`). Web identity (IRSA), container and instance
-//! metadata credentials are not read yet.
+//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); web identity
+//! (`crate::aws_web_identity`); the shared files' profile (`AWS_PROFILE`, else `default`).
+//! Container and instance metadata credentials are not read yet.
 
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsIam;
@@ -85,10 +85,10 @@ pub fn payload(
 /// MSK IAM's OAUTHBEARER token (`IAMOAuthBearerLoginCallbackHandler`): the URL presigned for
 /// `kafka.<region>.amazonaws.com` with `User-Agent` appended after signing, base64url without
 /// padding; it expires with the signature. Returns the token and its expiry (ms).
-pub fn oauth_token(settings: &AwsIam, now: SystemTime) -> Result<(Secret, i64)> {
+pub async fn oauth_token(settings: &AwsIam, now: SystemTime) -> Result<(Secret, i64)> {
     let env = |k: &str| std::env::var(k).ok();
     let region = region_from(settings, &env)?;
-    let creds = credentials(settings)?;
+    let creds = credentials(settings).await?;
     Ok(oauth_token_with(&region, &creds, now))
 }
 
@@ -202,8 +202,15 @@ fn presign(
 }
 
 /// Credentials from the configured profile, the environment or the shared files.
-pub fn credentials(settings: &AwsIam) -> Result<AwsCredentials> {
-    credentials_from(settings, &|k| std::env::var(k).ok())
+pub async fn credentials(settings: &AwsIam) -> Result<AwsCredentials> {
+    let env = |k: &str| std::env::var(k).ok();
+    // The SDKs' default chain: the environment's keys, then web identity, then the profile.
+    if settings.profile.is_none() && env("AWS_ACCESS_KEY_ID").is_none_or(|v| v.is_empty()) {
+        if let Some(c) = crate::aws_web_identity::credentials(&env).await? {
+            return Ok(c);
+        }
+    }
+    credentials_from(settings, &env)
 }
 
 fn credentials_from(
@@ -233,7 +240,7 @@ fn credentials_from(
     let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
     profile_credentials(&profile, env)?.ok_or_else(|| {
         config_err(format!(
-            "AWS_MSK_IAM: no credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and profile '{profile}' is not in {} or {} (web identity and instance metadata credentials are not supported yet)",
+            "AWS_MSK_IAM: no credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and profile '{profile}' is not in {} or {} (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN are not set either; instance metadata credentials are not supported yet)",
             credentials_file(env).display(),
             config_file(env).display()
         ))

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod aws_iam;
+pub mod aws_web_identity;
 pub mod cluster;
 pub mod codec;
 pub mod committed;

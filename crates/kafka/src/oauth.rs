@@ -47,7 +47,9 @@ impl OAuthBearer {
         let (value, expires_ms) = match &self.source {
             TokenSource::Unsecured { .. } => unsecured(&self.source, now_ms()),
             TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await?,
-            TokenSource::AwsMskIam { aws } => crate::aws_iam::oauth_token(aws, SystemTime::now())?,
+            TokenSource::AwsMskIam { aws } => {
+                crate::aws_iam::oauth_token(aws, SystemTime::now()).await?
+            }
         };
         let now = now_ms();
         let after = refresh_after(now, expires_ms, &self.refresh, rand::random::<f64>());

@@ -712,7 +712,7 @@ async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<Option<crate:
         return Ok(Some(o.token().await?));
     }
     if let Some(aws) = &creds.aws {
-        let keys = crate::aws_iam::credentials(aws)?;
+        let keys = crate::aws_iam::credentials(aws).await?;
         let region = crate::aws_iam::region_of_host(host)
             .or_else(|| std::env::var("AWS_REGION").ok())
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
