@@ -17,7 +17,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 struct Held {
     value: Secret,
     renew_at: Instant,
+    /// When the token expires (ms since the epoch).
+    expires_ms: i64,
 }
+
+/// After a failed renewal while the held token is still good, ask again after this long.
+const RETRY_RENEWAL: Duration = Duration::from_secs(10);
+
+/// The longest lifetime believed of a token (a hostile or broken endpoint may claim any).
+const MAX_LIFETIME_MS: i64 = 366 * 24 * 3600 * 1000;
 
 /// The current token of one set of OAUTHBEARER settings. Clones share it; it is not part of
 /// the configuration (equal whatever it holds).
@@ -44,14 +52,28 @@ impl OAuthBearer {
         if let Some(h) = held.as_ref().filter(|h| Instant::now() < h.renew_at) {
             return Ok(h.value.clone());
         }
-        let (value, expires_ms) = match &self.source {
-            TokenSource::Unsecured { .. } => unsecured(&self.source, now_ms()),
-            TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await?,
+        let fetched = match &self.source {
+            TokenSource::Unsecured { .. } => Ok(unsecured(&self.source, now_ms())),
+            TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await,
             TokenSource::AwsMskIam { aws } => {
-                crate::aws_iam::oauth_token(aws, SystemTime::now()).await?
+                crate::aws_iam::oauth_token(aws, SystemTime::now()).await
             }
         };
         let now = now_ms();
+        let (value, expires_ms) = match fetched {
+            Ok(t) => t,
+            // As Java's client: the token held serves until it expires, while renewal is
+            // retried.
+            Err(e) => match held.as_mut().filter(|h| now < h.expires_ms) {
+                Some(h) => {
+                    tracing::warn!(source = self.source.describe(), error = %e, expires_in_s = (h.expires_ms - now) / 1000, "OAuth token renewal failed; the current token serves until it expires");
+                    h.renew_at = Instant::now() + RETRY_RENEWAL;
+                    return Ok(h.value.clone());
+                }
+                None => return Err(e),
+            },
+        };
+        let expires_ms = expires_ms.clamp(now, now + MAX_LIFETIME_MS);
         let after = refresh_after(now, expires_ms, &self.refresh, rand::random::<f64>());
         tracing::info!(
             source = self.source.describe(),
@@ -62,6 +84,7 @@ impl OAuthBearer {
         *held = Some(Held {
             value: value.clone(),
             renew_at: Instant::now() + after,
+            expires_ms,
         });
         Ok(value)
     }
@@ -76,12 +99,30 @@ impl TokenSource {
                 endpoint,
                 client_id,
                 ..
-            } => format!("{endpoint} as client '{client_id}'"),
+            } => format!("{} as client '{client_id}'", redact(endpoint)),
             TokenSource::AwsMskIam { aws } => format!(
                 "AWS MSK IAM ({})",
                 aws.profile.as_deref().unwrap_or("default credentials")
             ),
         }
+    }
+}
+
+/// A URL without user information or query, which may carry credentials.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let rest = match rest.split_once('/') {
+        Some((authority, path)) => {
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{host}/{path}")
+        }
+        None => rest.rsplit_once('@').map_or(rest, |(_, h)| h).to_string(),
+    };
+    if scheme.is_empty() {
+        rest
+    } else {
+        format!("{scheme}://{rest}")
     }
 }
 
@@ -192,7 +233,7 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
         return Err(KafkaError::Config("not a client credentials source".into()));
     };
     let fail = |message: String, retriable: bool| KafkaError::Token {
-        endpoint: endpoint.clone(),
+        endpoint: redact(endpoint),
         message,
         retriable,
     };
@@ -234,10 +275,19 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
         .await
         .map_err(|e| fail(format!("request failed: {}", without_url(&e)), true))?;
     let status = resp.status();
-    let bytes = resp
-        .bytes()
+    // Bytes from the network: a token answer is a few KiB.
+    let mut resp = resp;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
         .await
-        .map_err(|e| fail(format!("reading the answer: {}", without_url(&e)), true))?;
+        .map_err(|e| fail(format!("reading the answer: {}", without_url(&e)), true))?
+    {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > 1 << 20 {
+            return Err(fail("the answer is larger than 1 MiB".into(), false));
+        }
+    }
     if !status.is_success() {
         // The answer of a refusal names the error (RFC 6749 §5.2), never a token.
         let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
@@ -251,11 +301,22 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
         .and_then(|t| t.as_str())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| fail("the answer has no access_token".into(), false))?;
+    // RFC 6750's b64token characters: anything else would break the SASL message's framing.
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b))
+    {
+        return Err(fail(
+            "the access_token has characters a bearer token cannot have".into(),
+            false,
+        ));
+    }
     let expires = jwt_expiry(token)
         .or_else(|| {
             v.get("expires_in")
                 .and_then(|e| e.as_i64())
-                .map(|s| now_ms() + s * 1000)
+                .filter(|s| *s > 0)
+                .map(|s| now_ms().saturating_add(s.min(MAX_LIFETIME_MS / 1000) * 1000))
         })
         .ok_or_else(|| {
             fail(
@@ -412,6 +473,15 @@ mod tests {
             initial_response(&t, &[("traceId".into(), "42".into())]),
             b"n,,\x01auth=Bearer tok\x01traceId=42\x01\x01"
         );
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_when_shown() {
+        assert_eq!(
+            redact("https://user:pw@idp.example/token?key=s3cret#x"),
+            "https://idp.example/token"
+        );
+        assert_eq!(redact("http://127.0.0.1:8080/t"), "http://127.0.0.1:8080/t");
     }
 
     #[test]

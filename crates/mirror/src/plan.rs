@@ -111,7 +111,8 @@ pub fn describe_security(c: &ClientSettings) -> String {
                 } => {
                     let _ = write!(
                         s,
-                        " OAUTHBEARER OIDC client credentials at {endpoint} client={client_id} secret={client_secret} scope={}, {refresh}",
+                        " OAUTHBEARER OIDC client credentials at {} client={client_id} secret={client_secret} scope={}, {refresh}",
+                        kmirror_kafka::oauth::redact(endpoint),
                         scope.as_deref().unwrap_or("(none)")
                     );
                 }

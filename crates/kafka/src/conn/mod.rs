@@ -69,6 +69,20 @@ pub struct Connection {
     reauth: Option<Reauth>,
 }
 
+/// Closes the connection when dropped before `done` is set.
+struct CloseUnlessDone<'a> {
+    closed: &'a AtomicBool,
+    done: bool,
+}
+
+impl Drop for CloseUnlessDone<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 /// A SASL session's renewal: the broker gave it a lifetime (`connections.max.reauth.ms`, or a
 /// token's expiry), after which it closes the connection at the next request that is not a
 /// re-authentication.
@@ -427,33 +441,51 @@ impl Connection {
     /// is sent between SaslHandshake and the end of SaslAuthenticate; requests already sent
     /// are answered first (a broker answers in order). A failure closes the connection.
     async fn reauthenticate(&self, r: &Reauth) -> Result<()> {
-        let token = sasl_token(&r.creds, &r.host).await?;
+        let token = match sasl_token(&r.creds, &r.host).await {
+            Ok(t) => t,
+            Err(e) => {
+                // No credentials to renew the session with: the session ends anyway, and a new
+                // connection reports the cause where it can be acted on.
+                self.closed.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         let mut writer = self.writer.lock().await;
-        if !r.due() || self.is_closed() {
+        if self.is_closed() {
+            return Err(KafkaError::Disconnected {
+                broker: self.broker.clone(),
+            });
+        }
+        if !r.due() {
             return Ok(());
         }
+        // Dropped half way (a caller's future cancelled between SaslHandshake and the end of
+        // SaslAuthenticate), the broker would be left mid-exchange: the connection is closed
+        // unless the exchange ends.
+        let mut unfinished = CloseUnlessDone {
+            closed: &self.closed,
+            done: false,
+        };
         let mut t = Pipelined {
             conn: self,
             writer: &mut writer,
         };
-        match authenticate(
+        let result = authenticate(
             &mut t,
             &self.broker,
             &r.creds,
             &self.versions,
             token.as_ref(),
         )
-        .await
-        {
+        .await;
+        match result {
             Ok(lifetime) => {
+                unfinished.done = true;
                 r.schedule(lifetime);
                 tracing::debug!(broker = %self.broker, session_ms = lifetime.map(|l| l.as_millis() as u64), "SASL session re-authenticated");
                 Ok(())
             }
-            Err(e) => {
-                self.closed.store(true, Ordering::SeqCst);
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 

@@ -590,21 +590,22 @@ pub fn refuse_loops(flows: &[FlowConfig], diags: &mut Diagnostics) {
     }
 }
 
-/// Identity flows that form a ring of three or more clusters (A->B->C->A): a record would go
-/// round for ever, and loop prevention only knows the cluster a batch was copied from, so it
-/// cannot stop them (docs/topologies.md). Pairs are handled in `config/mm2.rs`.
-pub fn refuse_identity_rings(flows: &[FlowConfig], diags: &mut Diagnostics) {
+/// Identity flows that form a ring of three or more clusters (A->B->C->A): a topic all of them
+/// copy would go round for ever, and loop prevention only knows the cluster a batch was copied
+/// from, so it cannot stop that (docs/topologies.md). Warned, not refused: rings whose topic
+/// filters do not overlap are fine. Pairs are handled in `config/mm2.rs`.
+pub fn warn_identity_rings(flows: &[FlowConfig], diags: &mut Diagnostics) {
     let edges: Vec<(&str, &str)> = flows
         .iter()
         .filter(|f| f.replication && f.policy.kind == crate::policy::PolicyKind::Identity)
         .map(|f| (f.id.source.as_str(), f.id.target.as_str()))
         .collect();
     if let Some(ring) = crate::policy::ring_of_three_or_more(&edges) {
-        diags.error(
+        diags.warning(
             None,
             None,
             format!(
-                "flows {} replicate with IdentityReplicationPolicy in a ring: records would go round it forever (loop prevention covers pairs A->B, B->A only); break the ring or use DefaultReplicationPolicy (docs/topologies.md)",
+                "flows {} replicate with IdentityReplicationPolicy in a ring: a topic every flow of the ring copies would go round it forever (loop prevention covers pairs A->B, B->A only); keep the flows' topic filters from overlapping round the ring, break the ring, or use DefaultReplicationPolicy (docs/topologies.md)",
                 ring.join("->")
             ),
         );

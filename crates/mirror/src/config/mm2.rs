@@ -210,7 +210,7 @@ pub fn load(
             );
         }
     }
-    flow::refuse_identity_rings(&flows, &mut diags);
+    flow::warn_identity_rings(&flows, &mut diags);
     flow::refuse_loops(&flows, &mut diags);
     flow::warn_identity_fan_in(&flows, &mut diags);
     if diags.has_errors() {

@@ -302,6 +302,11 @@ impl CheckpointTask {
         let Some(guard) = &self.loop_guard else {
             return Ok(false);
         };
+        // With prefixed names the two directions write different topics (`A.orders` is never
+        // copied back), so positions translate as always.
+        if self.flow.policy.kind != crate::policy::PolicyKind::Identity {
+            return Ok(false);
+        }
         let both = guard.both_ways().await?;
         let gauge = self
             .metrics

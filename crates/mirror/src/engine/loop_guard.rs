@@ -118,16 +118,32 @@ impl LoopGuard {
         batches: Vec<&'b RawBatch>,
         stop: &Shutdown,
     ) -> Option<(Vec<&'b RawBatch>, u64)> {
-        self.split(batches, false, stop).await
+        self.split(batches, false, stop, None).await
     }
 
-    /// The batches kmirror copied from `from`, in order.
-    pub(crate) async fn copies<'b>(
+    /// As [`LoopGuard::keep`], giving up (None) after `attempts` failed reads of the topic: for
+    /// the resume walk, which falls back to the stored position rather than wait.
+    pub(crate) async fn keep_within<'b>(
         &self,
         batches: Vec<&'b RawBatch>,
-        stop: &Shutdown,
+        attempts: u32,
     ) -> Option<Vec<&'b RawBatch>> {
-        self.split(batches, true, stop).await.map(|(kept, _)| kept)
+        let never = Shutdown::default();
+        self.split(batches, false, &never, Some(attempts))
+            .await
+            .map(|(kept, _)| kept)
+    }
+
+    /// The batches kmirror copied from `from`, in order; None after `attempts` failed reads.
+    pub(crate) async fn copies_within<'b>(
+        &self,
+        batches: Vec<&'b RawBatch>,
+        attempts: u32,
+    ) -> Option<Vec<&'b RawBatch>> {
+        let never = Shutdown::default();
+        self.split(batches, true, &never, Some(attempts))
+            .await
+            .map(|(kept, _)| kept)
     }
 
     async fn split<'b>(
@@ -135,6 +151,7 @@ impl LoopGuard {
         batches: Vec<&'b RawBatch>,
         copies: bool,
         stop: &Shutdown,
+        attempts: Option<u32>,
     ) -> Option<(Vec<&'b RawBatch>, u64)> {
         let seen = Instant::now();
         let mut attempt = 0;
@@ -158,10 +175,18 @@ impl LoopGuard {
                     }
                 }
                 Err(e) => {
+                    if attempts.is_some_and(|n| attempt + 1 >= n) {
+                        tracing::debug!(topic = PRODUCERS_TOPIC, error = %e, "loop prevention: cannot read kmirror's producer ids; giving up");
+                        return None;
+                    }
                     if attempt == 0 {
                         tracing::warn!(topic = PRODUCERS_TOPIC, error = %e, "loop prevention: cannot read kmirror's producer ids; holding the partition until it can");
                     }
-                    if stop.sleep(super::backoff(attempt)).await {
+                    let wait = match attempts {
+                        Some(_) => std::time::Duration::from_millis(200),
+                        None => super::backoff(attempt),
+                    };
+                    if stop.sleep(wait).await {
                         return None;
                     }
                     attempt += 1;
@@ -199,13 +224,21 @@ impl LoopGuard {
         }
         let began = Instant::now();
         let k = &self.cluster;
-        if !k.metadata().topics.contains_key(PRODUCERS_TOPIC) {
-            k.refresh_metadata(Some(&[PRODUCERS_TOPIC])).await?;
-            if !k.metadata().topics.contains_key(PRODUCERS_TOPIC) {
+        // A broker may answer before it has applied a topic just created (the first
+        // registration creates it): asked a few times before it counts as absent, since an
+        // absent topic settles every id seen as not kmirror's.
+        let mut asked = 0;
+        while !k.metadata().topics.contains_key(PRODUCERS_TOPIC) {
+            if asked == 3 {
                 // Nobody registered anything here yet.
                 reads.1 = Some(began);
                 return Ok(());
             }
+            if asked > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            k.refresh_metadata(Some(&[PRODUCERS_TOPIC])).await?;
+            asked += 1;
         }
         let (records, next) =
             super::log_reader::read_to_end(k, PRODUCERS_TOPIC, 0, reads.0).await?;

@@ -39,6 +39,8 @@ const FRESH: Duration = Duration::from_secs(1);
 /// Records held behind a transaction still open on the target (an MM2 with exactly-once left
 /// it): more, and the walk gives up (`bound`).
 const MAX_HELD: usize = 100_000;
+/// Reads of `kmirror-producers.internal` a walk tries before it falls back (loop prevention).
+const GUARD_ATTEMPTS: u32 = 3;
 
 /// The newest offset syncs of every source partition, read from the flow's syncs topic when
 /// partitions start (a partition taken over from another process finds that process's syncs).
@@ -339,6 +341,8 @@ async fn read_target(
         if f.batches.is_empty() {
             break;
         }
+        // Every byte fetched counts, kept or not: the bound is on the work, not on what matches.
+        read += f.batches.iter().map(|b| b.bytes().len()).sum::<usize>();
         let batches: Vec<&_> = f.batches.iter().collect();
         // Loop prevention (identity both ways): the target's own producers write between this
         // flow's copies; the walk compares the copies only. Markers stay (they close
@@ -351,7 +355,7 @@ async fn read_target(
                     .filter(|b| !b.is_control())
                     .collect();
                 let mine: std::collections::HashSet<i64> = g
-                    .copies(data, &super::Shutdown::default())
+                    .copies_within(data, GUARD_ATTEMPTS)
                     .await
                     .ok_or(ReadError::Bound)?
                     .iter()
@@ -368,7 +372,6 @@ async fn read_target(
             offset = last.last_offset() + 1;
         }
         for b in batches {
-            read += b.bytes().len();
             producer_times &= b.is_control() || !b.is_log_append_time();
             let mut keep = |r: Record| {
                 if r.offset >= from {
@@ -409,6 +412,7 @@ async fn read_source(
             IsolationLevel::ReadCommitted => f.last_stable_offset,
             IsolationLevel::ReadUncommitted => f.high_watermark,
         };
+        read += f.batches.iter().map(|b| b.bytes().len()).sum::<usize>();
         let batches: Vec<_> = match isolation {
             IsolationLevel::ReadCommitted => f.committed_batches(),
             IsolationLevel::ReadUncommitted => {
@@ -417,14 +421,13 @@ async fn read_source(
         };
         // As the flow copies them: without what kmirror copied here from the target.
         let batches = match loop_guard {
-            Some(g) => match g.keep(batches, &super::Shutdown::default()).await {
-                Some((kept, _)) => kept,
+            Some(g) => match g.keep_within(batches, GUARD_ATTEMPTS).await {
+                Some(kept) => kept,
                 None => return Err(ReadError::Bound),
             },
             None => batches,
         };
         for b in batches {
-            read += b.bytes().len();
             let records = decode_batch(b)
                 .map_err(|e| corrupt(topic, partition, b.base_offset(), e.to_string()))?;
             out.extend(records.into_iter().filter(|r| r.offset >= from));
