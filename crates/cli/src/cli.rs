@@ -130,6 +130,10 @@ pub(crate) enum OffsetsCmd {
         /// Show current and new offsets without committing.
         #[arg(long)]
         dry_run: bool,
+        /// Commit every group without active members on the target and list the others
+        /// (exit code 3 if any), instead of committing nothing when one group is active.
+        #[arg(long)]
+        skip_active: bool,
     },
 }
 

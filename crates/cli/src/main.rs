@@ -315,10 +315,15 @@ async fn verify_cmd(
 /// `kmirror offsets translate|apply`.
 async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
     use kmirror_mirror::failover;
-    let (args, apply, dry_run) = match cmd {
-        OffsetsCmd::Translate(a) => (a, false, false),
-        OffsetsCmd::Apply { args, dry_run } => (args, true, dry_run),
+    let (args, apply, dry_run, skip_active) = match cmd {
+        OffsetsCmd::Translate(a) => (a, false, false, false),
+        OffsetsCmd::Apply {
+            args,
+            dry_run,
+            skip_active,
+        } => (args, true, dry_run, skip_active),
     };
+    let started = std::time::Instant::now();
     let cfg = load(&args.config)?;
     preflight(&cfg)?;
     let wanted = format!("{}->{}", args.source, args.target);
@@ -348,19 +353,79 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
         Format::Text => print!("{}", failover::render(&rows)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
     }
+    // Named groups the checkpoints know nothing of.
+    let without: Vec<&String> = args
+        .group
+        .iter()
+        .filter(|g| !rows.iter().any(|r| &r.group == *g))
+        .collect();
+    let groups: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.group.as_str()).collect();
+    let mut code = ExitCode::SUCCESS;
     if apply {
         if dry_run {
             eprintln!("dry run: nothing committed");
         } else {
-            for (group, n) in failover::apply_groups(flow, &target, &rows).await? {
+            let applied = failover::apply_groups_with(flow, &target, &rows, skip_active).await?;
+            for (group, n) in &applied.committed {
                 eprintln!(
                     "committed {n} partition offset(s) for group {group} on {}",
                     args.target
                 );
             }
+            let moved = applied.committed.values().filter(|n| **n > 0).count();
+            let partitions: usize = applied.committed.values().sum();
+            eprintln!(
+                "summary: {} group(s) with checkpoints; {moved} moved ({partitions} partition offsets), {} already there, {} refused (active members on {}){}; {} named without a checkpoint{}; {:.1} s",
+                groups.len(),
+                applied.committed.len() - moved,
+                applied.refused.len(),
+                args.target,
+                if applied.refused.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ": {}",
+                        applied
+                            .refused
+                            .iter()
+                            .map(|(g, m, s)| format!("{g} ({m} members, {s})"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                without.len(),
+                if without.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", without.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "))
+                },
+                started.elapsed().as_secs_f64()
+            );
+            if !applied.refused.is_empty() {
+                code = ExitCode::from(3);
+            }
         }
+    } else {
+        eprintln!(
+            "summary: {} group(s) with checkpoints; {} named without a checkpoint{}; {:.1} s",
+            groups.len(),
+            without.len(),
+            if without.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    without
+                        .iter()
+                        .map(|g| g.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
+            started.elapsed().as_secs_f64()
+        );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
 /// Loads whichever configuration form the arguments name.

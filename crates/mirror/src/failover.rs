@@ -227,6 +227,29 @@ pub async fn apply_groups(
     target: &KafkaCluster,
     rows: &[Row],
 ) -> Result<BTreeMap<String, usize>, FailoverError> {
+    apply_groups_with(flow, target, rows, false)
+        .await
+        .map(|o| o.committed)
+}
+
+/// What [`apply_groups_with`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Partitions committed per group (0: the group was already at or past its translation).
+    pub committed: BTreeMap<String, usize>,
+    /// Groups left alone because they have active members on the target: group, members, state.
+    pub refused: Vec<(String, usize, String)>,
+}
+
+/// As [`apply_groups`]; with `skip_active`, groups with active members on the target are left
+/// alone and listed, and every other group is committed (a fleet failover goes on past the
+/// consumers that already moved).
+pub async fn apply_groups_with(
+    flow: &FlowConfig,
+    target: &KafkaCluster,
+    rows: &[Row],
+    skip_active: bool,
+) -> Result<Applied, FailoverError> {
     let mut commits: BTreeMap<&str, BTreeMap<String, BTreeMap<i32, CommittedOffset>>> =
         BTreeMap::new();
     for r in rows {
@@ -252,7 +275,7 @@ pub async fn apply_groups(
             active.push((group.to_string(), desc.members, desc.state));
         }
     }
-    if !active.is_empty() {
+    if !active.is_empty() && !skip_active {
         return Err(FailoverError::Active {
             active,
             target: flow.id.target.to_string(),
@@ -260,6 +283,9 @@ pub async fn apply_groups(
     }
     let mut done = BTreeMap::new();
     for (group, commit) in commits {
+        if active.iter().any(|(g, _, _)| g == group) {
+            continue;
+        }
         let n = commit.values().map(|m| m.len()).sum();
         if n > 0 {
             if let Err(source) = target.commit_group_offsets(group, &commit).await {
@@ -276,7 +302,10 @@ pub async fn apply_groups(
         }
         done.insert(group.to_string(), n);
     }
-    Ok(done)
+    Ok(Applied {
+        committed: done,
+        refused: active,
+    })
 }
 
 /// A plain table of rows.
