@@ -6,6 +6,9 @@
 //! the audit reads both clusters whole. Checkpoints are held back (a group's position on a topic
 //! of both origins has no equivalent across), which the metrics show.
 //!
+//! In the two-process test the processes name the clusters differently (A, B and east, west):
+//! registry entries carry cluster ids.
+//!
 //! `KMIRROR_ACTIVE_ACTIVE_SECS` sets how long the producers write (default 15; the issue's
 //! acceptance run used 120).
 
@@ -63,12 +66,23 @@ async fn pair(name: &str) -> (Cluster, Cluster, Arc<KafkaCluster>, Arc<KafkaClus
 }
 
 fn properties(ca: &Cluster, cb: &Cluster, flows: &[&str], extra: &str) -> String {
+    properties_named(("A", "B"), ca, cb, flows, extra)
+}
+
+/// As [`properties`], with other aliases for A and B.
+fn properties_named(
+    (na, nb): (&str, &str),
+    ca: &Cluster,
+    cb: &Cluster,
+    flows: &[&str],
+    extra: &str,
+) -> String {
     let enabled: String = flows
         .iter()
         .map(|f| format!("{f}.enabled = true\n"))
         .collect();
     format!(
-        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n{enabled}topics = orders\n\
+        "clusters = {na}, {nb}\n{na}.bootstrap.servers = {}\n{nb}.bootstrap.servers = {}\n{enabled}topics = orders\n\
          replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
          replication.factor = 1\noffset.storage.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
          offset-syncs.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
@@ -341,7 +355,12 @@ async fn identity_both_ways_in_two_processes_survives_kill_9_of_each() {
         dir.path().join("b-a.properties"),
     );
     std::fs::write(&ab, properties(&ca, &cb, &["A->B"], LOOP_PREVENTION)).unwrap();
-    std::fs::write(&ba, properties(&ca, &cb, &["B->A"], LOOP_PREVENTION)).unwrap();
+    // The second process calls the clusters by other names: the registry's cluster ids match.
+    std::fs::write(
+        &ba,
+        properties_named(("east", "west"), &ca, &cb, &["west->east"], LOOP_PREVENTION),
+    )
+    .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let streams = [
         stream(a.clone(), "A", stop.clone()),

@@ -202,9 +202,14 @@ async fn replicate(
     // it writes (the hook runs inside each InitProducerId), and the batches kmirror copied into
     // the source from the target are left out (docs/topologies.md, "Identity names both ways").
     let loop_guard = flow.loop_prevention.then(|| {
+        let (source_id, target_id) = (
+            source.metadata().cluster_id.clone(),
+            target.metadata().cluster_id.clone(),
+        );
         super::loop_guard::Registrar::install(
             &target,
             flow,
+            source_id.clone(),
             metrics
                 .producer_ids_registered
                 .get_or_create(labels)
@@ -212,8 +217,8 @@ async fn replicate(
         );
         let guard = super::loop_guard::LoopGuard::new;
         (
-            Arc::new(guard(source.clone(), flow.id.target.clone())),
-            Arc::new(guard(target.clone(), flow.id.source.clone())),
+            Arc::new(guard(source.clone(), &flow.id.target, target_id.as_deref())),
+            Arc::new(guard(target.clone(), &flow.id.source, source_id.as_deref())),
         )
     });
     let (loop_guard, own_copies) = match loop_guard {

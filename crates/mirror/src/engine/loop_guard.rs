@@ -29,11 +29,36 @@ use std::time::Instant;
 /// topic when first seen; past the bound they are forgotten and read about again).
 const MAX_OTHERS: usize = 1_000_000;
 
+/// A cluster as registry entries name it: the alias of the flow that wrote the entry, and the
+/// cluster's id when known. Ids decide when both sides have one (processes may use other
+/// aliases); aliases otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterName {
+    pub(crate) alias: Arc<str>,
+    pub(crate) id: Option<Arc<str>>,
+}
+
+impl ClusterName {
+    pub(crate) fn new(alias: &str, id: Option<&str>) -> ClusterName {
+        ClusterName {
+            alias: Arc::from(alias),
+            id: id.map(Arc::from),
+        }
+    }
+
+    fn same(&self, other: &ClusterName) -> bool {
+        match (&self.id, &other.id) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.alias == other.alias,
+        }
+    }
+}
+
 /// What a reader knows of one cluster's producer ids: pure, so the rules are unit-tested.
 #[derive(Debug, Default)]
 pub(crate) struct Origins {
     /// kmirror's producer ids on this cluster, and the cluster each copies from.
-    kmirror: HashMap<i64, Arc<str>>,
+    kmirror: HashMap<i64, ClusterName>,
     /// Ids found absent after a read of the topic that began after they were seen.
     others: HashSet<i64>,
 }
@@ -51,18 +76,20 @@ pub(crate) enum Verdict {
 impl Origins {
     pub(crate) fn learn(&mut self, e: &ProducerEntry) {
         self.others.remove(&e.producer_id);
-        self.kmirror
-            .insert(e.producer_id, Arc::from(e.source.as_str()));
+        self.kmirror.insert(
+            e.producer_id,
+            ClusterName::new(&e.source, e.source_cluster_id.as_deref()),
+        );
     }
 
     /// The verdict for a batch of `producer_id` read by a flow that writes into `target`.
-    pub(crate) fn verdict(&self, producer_id: i64, target: &str) -> Verdict {
+    pub(crate) fn verdict(&self, producer_id: i64, target: &ClusterName) -> Verdict {
         // Producers that are not idempotent write no id; kmirror always writes with one.
         if producer_id < 0 || self.others.contains(&producer_id) {
             return Verdict::Copy;
         }
         match self.kmirror.get(&producer_id) {
-            Some(source) if &**source == target => Verdict::Skip,
+            Some(source) if source.same(target) => Verdict::Skip,
             Some(_) => Verdict::Copy,
             None => Verdict::Unknown,
         }
@@ -79,8 +106,8 @@ impl Origins {
     }
 
     /// Whether some flow copies into this cluster from `source`.
-    pub(crate) fn copies_from(&self, source: &str) -> bool {
-        self.kmirror.values().any(|s| &**s == source)
+    pub(crate) fn copies_from(&self, source: &ClusterName) -> bool {
+        self.kmirror.values().any(|s| s.same(source))
     }
 }
 
@@ -90,17 +117,22 @@ impl Origins {
 #[derive(Debug)]
 pub(crate) struct LoopGuard {
     cluster: Arc<KafkaCluster>,
-    from: ClusterAlias,
+    from: ClusterName,
     origins: Mutex<Origins>,
     /// Where the next read of the topic starts, and when the last one began.
     reads: tokio::sync::Mutex<(Option<i64>, Option<Instant>)>,
 }
 
 impl LoopGuard {
-    pub(crate) fn new(cluster: Arc<KafkaCluster>, from: ClusterAlias) -> LoopGuard {
+    /// `from`: the cluster whose copies this guard recognises, and its id if known.
+    pub(crate) fn new(
+        cluster: Arc<KafkaCluster>,
+        from: &ClusterAlias,
+        from_id: Option<&str>,
+    ) -> LoopGuard {
         LoopGuard {
             cluster,
-            from,
+            from: ClusterName::new(from.as_str(), from_id),
             origins: Mutex::default(),
             reads: tokio::sync::Mutex::new((None, None)),
         }
@@ -161,7 +193,7 @@ impl LoopGuard {
                 batches
                     .iter()
                     .map(|b| b.producer_id())
-                    .filter(|&p| o.verdict(p, self.from.as_str()) == Verdict::Unknown)
+                    .filter(|&p| o.verdict(p, &self.from) == Verdict::Unknown)
                     .collect()
             };
             if unknown.is_empty() {
@@ -198,7 +230,7 @@ impl LoopGuard {
         let kept = batches
             .into_iter()
             .filter(|b| {
-                let copy = o.verdict(b.producer_id(), self.from.as_str()) == Verdict::Skip;
+                let copy = o.verdict(b.producer_id(), &self.from) == Verdict::Skip;
                 if copy != copies {
                     skipped += b.record_count() as u64;
                 }
@@ -212,7 +244,7 @@ impl LoopGuard {
     /// pair copies both ways).
     pub(crate) async fn both_ways(&self) -> Result<bool, KafkaError> {
         self.read_since(Instant::now()).await?;
-        Ok(self.origins().copies_from(self.from.as_str()))
+        Ok(self.origins().copies_from(&self.from))
     }
 
     /// Reads the topic to its end, unless a read that began at or after `seen` has finished
@@ -265,6 +297,7 @@ impl LoopGuard {
 pub(crate) struct Registrar {
     cluster: std::sync::Weak<KafkaCluster>,
     source: String,
+    source_cluster_id: Option<String>,
     target: String,
     flow: String,
     replication_factor: i16,
@@ -278,11 +311,13 @@ impl Registrar {
     pub(crate) fn install(
         target: &Arc<KafkaCluster>,
         flow: &FlowConfig,
+        source_cluster_id: Option<String>,
         count: prometheus_client::metrics::counter::Counter,
     ) {
         target.set_producer_id_hook(Arc::new(Registrar {
             cluster: Arc::downgrade(target),
             source: flow.id.source.to_string(),
+            source_cluster_id,
             target: flow.id.target.to_string(),
             flow: flow.id.to_string(),
             replication_factor: flow.internal.positions_replication_factor,
@@ -327,6 +362,7 @@ impl Registrar {
             target: self.target.clone(),
             flow: self.flow.clone(),
             registered_ms: now,
+            source_cluster_id: self.source_cluster_id.clone(),
         };
         let record = Record {
             offset: 0,
@@ -370,7 +406,34 @@ mod tests {
             target: "A".into(),
             flow: format!("{source}->A"),
             registered_ms: 0,
+            source_cluster_id: None,
         }
+    }
+
+    fn name(alias: &str) -> ClusterName {
+        ClusterName::new(alias, None)
+    }
+
+    #[test]
+    fn cluster_ids_decide_when_both_sides_know_them() {
+        let mut o = Origins::default();
+        o.learn(&ProducerEntry {
+            source_cluster_id: Some("id-b".into()),
+            ..entry(1, "B")
+        });
+        // Another process calls B "dr".
+        assert_eq!(
+            o.verdict(1, &ClusterName::new("dr", Some("id-b"))),
+            Verdict::Skip
+        );
+        // Another cluster that is also called B.
+        assert_eq!(
+            o.verdict(1, &ClusterName::new("B", Some("id-x"))),
+            Verdict::Copy
+        );
+        // No id on the reader's side: the alias decides.
+        assert_eq!(o.verdict(1, &name("B")), Verdict::Skip);
+        assert!(o.copies_from(&ClusterName::new("dr", Some("id-b"))));
     }
 
     #[test]
@@ -379,18 +442,20 @@ mod tests {
         o.learn(&entry(7, "B"));
         o.learn(&entry(8, "C"));
         // Flow A->B reading A.
-        assert_eq!(o.verdict(7, "B"), Verdict::Skip);
+        assert_eq!(o.verdict(7, &name("B")), Verdict::Skip);
         // Copied from C: B has not seen them (a star of pairs stays loop-free).
-        assert_eq!(o.verdict(8, "B"), Verdict::Copy);
+        assert_eq!(o.verdict(8, &name("B")), Verdict::Copy);
         // Producers without idempotence write no id.
-        assert_eq!(o.verdict(-1, "B"), Verdict::Copy);
-        assert_eq!(o.verdict(9, "B"), Verdict::Unknown);
+        assert_eq!(o.verdict(-1, &name("B")), Verdict::Copy);
+        assert_eq!(o.verdict(9, &name("B")), Verdict::Unknown);
         o.settle(9);
-        assert_eq!(o.verdict(9, "B"), Verdict::Copy);
+        assert_eq!(o.verdict(9, &name("B")), Verdict::Copy);
         // Settling a known id changes nothing.
         o.settle(7);
-        assert_eq!(o.verdict(7, "B"), Verdict::Skip);
-        assert!(o.copies_from("B") && o.copies_from("C") && !o.copies_from("D"));
+        assert_eq!(o.verdict(7, &name("B")), Verdict::Skip);
+        assert!(
+            o.copies_from(&name("B")) && o.copies_from(&name("C")) && !o.copies_from(&name("D"))
+        );
     }
 
     #[test]
@@ -399,6 +464,6 @@ mod tests {
         let mut o = Origins::default();
         o.settle(5);
         o.learn(&entry(5, "B"));
-        assert_eq!(o.verdict(5, "B"), Verdict::Skip);
+        assert_eq!(o.verdict(5, &name("B")), Verdict::Skip);
     }
 }

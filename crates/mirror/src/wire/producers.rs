@@ -5,7 +5,8 @@
 //! still forwarded as they are (no header to add, nothing re-encoded).
 //!
 //! Key: the producer id in decimal (compaction keeps one record per id). Value: compact JSON,
-//! `{"version":1,"source":"A","target":"B","flow":"A->B","registered_ms":1700000000000}`.
+//! `{"version":1,"source":"A","target":"B","flow":"A->B","registered_ms":1700000000000,
+//! "source_cluster_id":"..."}` (the id when the source reported one).
 //! Readers ignore fields they do not know, so later versions may add some.
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,10 @@ pub struct ProducerEntry {
     pub target: String,
     pub flow: String,
     pub registered_ms: i64,
+    /// The source cluster's id (Kafka's `cluster.id`), when known: flows in other processes may
+    /// name the cluster by another alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_id: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,6 +80,7 @@ mod tests {
             target: "B".into(),
             flow: "A->B".into(),
             registered_ms: 1_700_000_000_000,
+            source_cluster_id: None,
         }
     }
 
@@ -86,7 +92,18 @@ mod tests {
             String::from_utf8(e.value()).unwrap(),
             r#"{"version":1,"source":"A","target":"B","flow":"A->B","registered_ms":1700000000000}"#
         );
-        assert_eq!(ProducerEntry::decode(&e.key(), &e.value()), Ok(e));
+        assert_eq!(ProducerEntry::decode(&e.key(), &e.value()), Ok(e.clone()));
+        let with_id = ProducerEntry {
+            source_cluster_id: Some("MkU3OEVBNTcwNTJENDM2Qk".into()),
+            ..e
+        };
+        assert!(String::from_utf8(with_id.value())
+            .unwrap()
+            .ends_with(r#","source_cluster_id":"MkU3OEVBNTcwNTJENDM2Qk"}"#));
+        assert_eq!(
+            ProducerEntry::decode(&with_id.key(), &with_id.value()),
+            Ok(with_id)
+        );
     }
 
     #[test]
