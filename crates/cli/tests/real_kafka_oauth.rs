@@ -78,15 +78,19 @@ async fn write(k: &KafkaCluster, from: i64, n: i64) {
     }
 }
 
-/// Waits until the target holds `want` records; fails with kmirror's log if it does not.
+/// Waits until the target's `A.orders` holds `want` records; fails with kmirror's log if not.
 async fn copied(b: &KafkaCluster, want: i64, log: &Path) {
+    copied_to(b, "A.orders", want, log).await
+}
+
+async fn copied_to(b: &KafkaCluster, topic: &str, want: i64, log: &Path) {
     let t0 = Instant::now();
     loop {
         let _ = b.refresh_metadata(None).await;
         let mut total = 0;
         for p in 0..2 {
             total += b
-                .list_offset("A.orders", p, LATEST, IsolationLevel::ReadUncommitted)
+                .list_offset(topic, p, LATEST, IsolationLevel::ReadUncommitted)
                 .await
                 .unwrap_or(0);
         }
@@ -95,7 +99,7 @@ async fn copied(b: &KafkaCluster, want: i64, log: &Path) {
         }
         assert!(
             t0.elapsed() < Duration::from_secs(90),
-            "{total} of {want} records copied after 90 s; kmirror's log:\n{}",
+            "{total} of {want} records copied to {topic} after 90 s; kmirror's log:\n{}",
             std::fs::read_to_string(log).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -143,29 +147,6 @@ fn plan(config: &Path) -> String {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "plan:\n{text}");
     text
-}
-
-async fn mm1_copied(b: &KafkaCluster, want: i64, log: &Path) {
-    let t0 = Instant::now();
-    loop {
-        let _ = b.refresh_metadata(None).await;
-        let mut total = 0;
-        for p in 0..2 {
-            total += b
-                .list_offset("orders", p, LATEST, IsolationLevel::ReadUncommitted)
-                .await
-                .unwrap_or(0);
-        }
-        if total == want {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "MM1 mode copied {total} of {want}:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,11 +279,11 @@ sasl.oauthbearer.token.endpoint.url={}
             .stdin(Stdio::null()),
         &mm1_log,
     );
-    mm1_copied(&b, 2 * written, &mm1_log).await;
+    copied_to(&b, "orders", 2 * written, &mm1_log).await;
     // Past a session's end: the connections re-authenticate and go on.
     tokio::time::sleep(Duration::from_secs(9)).await;
     write(&a, written, 50).await;
-    mm1_copied(&b, 2 * (written + 50), &mm1_log).await;
+    copied_to(&b, "orders", 2 * (written + 50), &mm1_log).await;
     let status = mm1.terminate();
     let text = std::fs::read_to_string(&mm1_log).unwrap();
     assert!(status.success(), "MM1 mode exit: {status}\n{text}");

@@ -64,33 +64,9 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::diagnostics::{Diagnostics, Origin};
-    use crate::config::values::SettingMap;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<SaslCredentials, Vec<String>> {
-        let m: SettingMap = pairs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    Setting {
-                        value: v.to_string(),
-                        origin: Origin {
-                            file: std::sync::Arc::from("f.properties"),
-                            line: 1,
-                            key: format!("A.{k}"),
-                        },
-                    },
-                )
-            })
-            .collect();
-        let mut d = Diagnostics::default();
-        let mut r = Reader::new(&m, &mut d);
-        let jaas = m["sasl.jaas.config"].clone();
-        match credentials(&mut r, &jaas) {
-            Some(c) if d.errors().count() == 0 => Ok(c),
-            _ => Err(d.errors().map(|e| e.to_string()).collect()),
-        }
+        crate::config::client::parse_sasl_for_test(pairs, credentials)
     }
 
     #[test]

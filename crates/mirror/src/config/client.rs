@@ -305,6 +305,41 @@ pub(super) fn jaas_options(text: &str) -> Result<(String, Vec<(String, String)>)
     Ok((module, options))
 }
 
+/// Tests of a mechanism's settings: `pairs` as one client's keys (`A.` in messages) through
+/// `parse`, with the JAAS line under `sasl.jaas.config`.
+#[cfg(test)]
+pub(super) fn parse_sasl_for_test(
+    pairs: &[(&str, &str)],
+    parse: fn(&mut Reader<'_>, &super::values::Setting) -> Option<SaslCredentials>,
+) -> Result<SaslCredentials, Vec<String>> {
+    use super::diagnostics::Origin;
+    use super::values::Setting;
+    let m: SettingMap = pairs
+        .iter()
+        .map(|(k, v)| {
+            let origin = Origin {
+                file: std::sync::Arc::from("f.properties"),
+                line: 1,
+                key: format!("A.{k}"),
+            };
+            (
+                k.to_string(),
+                Setting {
+                    value: v.to_string(),
+                    origin,
+                },
+            )
+        })
+        .collect();
+    let mut d = Diagnostics::default();
+    let mut r = Reader::new(&m, &mut d);
+    let jaas = m["sasl.jaas.config"].clone();
+    match parse(&mut r, &jaas) {
+        Some(c) if d.errors().count() == 0 => Ok(c),
+        _ => Err(d.errors().map(|e| e.to_string()).collect()),
+    }
+}
+
 struct JaasTokens {
     chars: Vec<char>,
     pos: usize,

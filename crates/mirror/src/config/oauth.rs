@@ -288,36 +288,9 @@ fn endpoint_tls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::diagnostics::{Diagnostics, Origin};
-
-    fn map(pairs: &[(&str, &str)]) -> SettingMap {
-        pairs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    Setting {
-                        value: v.to_string(),
-                        origin: Origin {
-                            file: std::sync::Arc::from("f.properties"),
-                            line: 1,
-                            key: format!("A.{k}"),
-                        },
-                    },
-                )
-            })
-            .collect()
-    }
 
     fn parse(pairs: &[(&str, &str)]) -> Result<SaslCredentials, Vec<String>> {
-        let m = map(pairs);
-        let mut d = Diagnostics::default();
-        let mut r = Reader::new(&m, &mut d);
-        let jaas = m["sasl.jaas.config"].clone();
-        match credentials(&mut r, &jaas) {
-            Some(c) if d.errors().count() == 0 => Ok(c),
-            _ => Err(d.errors().map(|e| e.to_string()).collect()),
-        }
+        crate::config::client::parse_sasl_for_test(pairs, credentials)
     }
 
     #[test]
