@@ -128,13 +128,29 @@ fn run(config: &Path, log: &Path) -> KillOnDrop {
             .arg(config)
             .args([
                 "--metrics-address",
-                "off",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
                 "--log-level",
                 "info,kmirror_kafka::conn=debug",
             ])
             .stdin(Stdio::null()),
         log,
     )
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
 }
 
 fn plan(config: &Path) -> String {
@@ -206,6 +222,16 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     copied(&b, 2 * written, &log).await;
+    // What an operator's tools read: no secret or token either.
+    let address = kmirror_testkit::logged_metrics_address(&log);
+    for path in ["/status", "/metrics"] {
+        let body = http_get(&address, path);
+        assert!(body.len() > 100, "{path}: {body}");
+        assert!(
+            !body.contains(SECRET) && !body.contains("eyJhbGciOiJFUzI1NiI"),
+            "{path}: {body}"
+        );
+    }
     let status = kmirror.terminate();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "exit after SIGTERM: {status}\n{text}");
