@@ -63,6 +63,21 @@ pub fn region_of_host(host: &str) -> Option<String> {
     ok.then(|| region.to_string())
 }
 
+/// The payload for a connection to `host`, signed now with the credentials as they are now; the
+/// region is the host name's, else `AWS_REGION` or `AWS_DEFAULT_REGION`.
+pub async fn payload_for(settings: &AwsIam, host: &str) -> Result<Secret> {
+    let keys = credentials(settings).await?;
+    let region = region_of_host(host)
+        .or_else(|| std::env::var("AWS_REGION").ok())
+        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+        .ok_or_else(|| {
+            config_err(format!(
+                "AWS_MSK_IAM: no region in the broker name {host} and AWS_REGION is not set"
+            ))
+        })?;
+    payload(host, &region, &keys, SystemTime::now())
+}
+
 /// The authentication payload for `host` (the broker's host name as the client dialled it).
 pub fn payload(
     host: &str,
@@ -89,13 +104,17 @@ pub async fn oauth_token(settings: &AwsIam, now: SystemTime) -> Result<(Secret, 
     let env = |k: &str| std::env::var(k).ok();
     let region = region_from(settings, &env)?;
     let creds = credentials(settings).await?;
-    Ok(oauth_token_with(&region, &creds, now))
+    oauth_token_with(&region, &creds, now)
 }
 
-fn oauth_token_with(region: &str, creds: &AwsCredentials, now: SystemTime) -> (Secret, i64) {
+fn oauth_token_with(
+    region: &str,
+    creds: &AwsCredentials,
+    now: SystemTime,
+) -> Result<(Secret, i64)> {
     use base64::Engine;
     let host = format!("kafka.{region}.amazonaws.com");
-    let params = presign(&host, region, creds, now).unwrap_or_default();
+    let params = presign(&host, region, creds, now)?;
     let mut url = format!("https://{host}/?Action=kafka-cluster%3AConnect");
     for (k, v) in params {
         url.push('&');
@@ -109,10 +128,10 @@ fn oauth_token_with(region: &str, creds: &AwsCredentials, now: SystemTime) -> (S
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
         + EXPIRES.as_millis() as i64;
-    (
+    Ok((
         Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url)),
         expires,
-    )
+    ))
 }
 
 fn user_agent() -> String {
@@ -120,7 +139,7 @@ fn user_agent() -> String {
 }
 
 /// SigV4's URI encoding (RFC 3986 unreserved characters kept).
-fn query_encode(s: &str) -> String {
+pub(crate) fn query_encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         match b {
@@ -452,7 +471,7 @@ mod tests {
     fn the_oauthbearer_token_is_the_presigned_url_with_the_user_agent() {
         use base64::Engine;
         let now = UNIX_EPOCH + Duration::from_secs(1_440_938_160);
-        let (token, expires) = oauth_token_with("eu-west-1", &creds(None), now);
+        let (token, expires) = oauth_token_with("eu-west-1", &creds(None), now).unwrap();
         assert_eq!(expires, 1_440_938_160_000 + 900_000);
         let url = String::from_utf8(
             base64::engine::general_purpose::URL_SAFE_NO_PAD

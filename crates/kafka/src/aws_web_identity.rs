@@ -4,7 +4,7 @@
 //! five minutes before they expire. The endpoint is `AWS_ENDPOINT_URL_STS` or `AWS_ENDPOINT_URL`
 //! when set (the SDKs' own override), else STS in `AWS_REGION`, else the global one.
 
-use crate::aws_iam::AwsCredentials;
+use crate::aws_iam::{query_encode, AwsCredentials};
 use crate::error::{KafkaError, Result};
 use crate::Secret;
 use std::sync::OnceLock;
@@ -62,26 +62,12 @@ pub async fn credentials(
         .unwrap_or_else(|| format!("kmirror-{}", std::process::id()));
     let body = format!(
         "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn={}&RoleSessionName={}&WebIdentityToken={}",
-        encode(&role),
-        encode(&session),
-        encode(token.trim())
+        query_encode(&role),
+        query_encode(&session),
+        query_encode(token.trim())
     );
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .redirect(reqwest::redirect::Policy::none());
-    if endpoint.starts_with("https:") {
-        let tls = crate::conn::tls::client_config(&crate::settings::TlsSettings {
-            trust: crate::settings::TrustMaterial::SystemRoots,
-            identity: None,
-            verify_hostname: true,
-        })
-        .map_err(|e| fail(format!("TLS: {e}"), false))?;
-        builder = builder.use_preconfigured_tls((*tls).clone());
-    }
-    let client = builder
-        .build()
-        .map_err(|e| fail(format!("HTTP client: {e}"), false))?;
+    let client = crate::oauth::http_client(&endpoint, None, None, Duration::from_secs(30))
+        .map_err(|e| fail(e, false))?;
     let resp = client
         .post(&endpoint)
         .header("Content-Type", "application/x-www-form-urlencoded")
@@ -90,15 +76,20 @@ pub async fn credentials(
         .await
         .map_err(|e| {
             fail(
-                format!("AssumeRoleWithWebIdentity failed: {}", e.without_url()),
+                format!(
+                    "AssumeRoleWithWebIdentity failed: {}",
+                    crate::oauth::without_url(&e)
+                ),
                 true,
             )
         })?;
     let status = resp.status();
-    let text = resp
-        .text()
-        .await
-        .map_err(|e| fail(format!("reading STS's answer: {}", e.without_url()), true))?;
+    let text = resp.text().await.map_err(|e| {
+        fail(
+            format!("reading STS's answer: {}", crate::oauth::without_url(&e)),
+            true,
+        )
+    })?;
     if !status.is_success() {
         let code = element(&text, "Code").unwrap_or_default();
         let message: String = element(&text, "Message")
@@ -146,19 +137,6 @@ fn element(xml: &str, name: &str) -> Option<String> {
     let start = xml.find(&open)? + open.len();
     let end = start + xml[start..].find(&close)?;
     Some(xml[start..end].trim().to_string())
-}
-
-fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

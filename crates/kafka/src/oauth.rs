@@ -237,27 +237,13 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
         message,
         retriable,
     };
-    // reqwest asks for the process's default rustls provider even for http:// endpoints; ours is
-    // ring, as for broker connections (a second install is refused, which is fine).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(*connect_timeout)
-        .timeout(*connect_timeout + *read_timeout)
-        // The endpoint named is the one asked: a redirect could carry the credentials elsewhere.
-        .redirect(reqwest::redirect::Policy::none());
-    if endpoint.starts_with("https:") {
-        let settings = tls.clone().unwrap_or(crate::settings::TlsSettings {
-            trust: crate::settings::TrustMaterial::SystemRoots,
-            identity: None,
-            verify_hostname: true,
-        });
-        let config = crate::conn::tls::client_config(&settings)
-            .map_err(|e| fail(format!("TLS: {e}"), false))?;
-        builder = builder.use_preconfigured_tls((*config).clone());
-    }
-    let client = builder
-        .build()
-        .map_err(|e| fail(format!("HTTP client: {e}"), false))?;
+    let client = http_client(
+        endpoint,
+        tls.as_ref(),
+        Some(*connect_timeout),
+        *connect_timeout + *read_timeout,
+    )
+    .map_err(|e| fail(e, false))?;
     let mut body = String::from("grant_type=client_credentials");
     if let Some(scope) = scope.as_deref().filter(|s| !s.is_empty()) {
         body.push_str("&scope=");
@@ -327,9 +313,40 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
     Ok((Secret::new(token), expires))
 }
 
+/// An HTTP client for a credentials endpoint (an OIDC token endpoint, AWS STS): TLS through our
+/// own rustls configuration for `https` (`tls`, else the platform's roots), no redirects (the
+/// endpoint named is the one asked: a redirect could carry the credentials elsewhere).
+pub(crate) fn http_client(
+    endpoint: &str,
+    tls: Option<&crate::settings::TlsSettings>,
+    connect_timeout: Option<Duration>,
+    timeout: Duration,
+) -> std::result::Result<reqwest::Client, String> {
+    // reqwest asks for the process's default rustls provider even for http:// endpoints; ours is
+    // ring, as for broker connections (a second install is refused, which is fine).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(c) = connect_timeout {
+        builder = builder.connect_timeout(c);
+    }
+    if endpoint.starts_with("https:") {
+        let system = crate::settings::TlsSettings {
+            trust: crate::settings::TrustMaterial::SystemRoots,
+            identity: None,
+            verify_hostname: true,
+        };
+        let config = crate::conn::tls::client_config(tls.unwrap_or(&system))
+            .map_err(|e| format!("TLS: {e}"))?;
+        builder = builder.use_preconfigured_tls((*config).clone());
+    }
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}
+
 /// reqwest's errors name the URL; ours names the endpoint already, and a URL may carry
 /// credentials in its query.
-fn without_url(e: &reqwest::Error) -> String {
+pub(crate) fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     if let Some(url) = e.url() {
         text = text.replace(url.as_str(), "the endpoint");

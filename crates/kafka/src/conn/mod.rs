@@ -15,7 +15,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ParseResponseErrorCode;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message, Request, StrBytes};
 use std::collections::HashMap;
@@ -743,58 +743,22 @@ async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<Option<crate:
     if let Some(o) = &creds.oauth {
         return Ok(Some(o.token().await?));
     }
-    if let Some(aws) = &creds.aws {
-        let keys = crate::aws_iam::credentials(aws).await?;
-        let region = crate::aws_iam::region_of_host(host)
-            .or_else(|| std::env::var("AWS_REGION").ok())
-            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-            .ok_or_else(|| {
-                KafkaError::Config(format!(
-                    "AWS_MSK_IAM: no region in the broker name {host} and AWS_REGION is not set"
-                ))
-            })?;
-        return Ok(Some(crate::aws_iam::payload(
-            host,
-            &region,
-            &keys,
-            std::time::SystemTime::now(),
-        )?));
+    match &creds.aws {
+        Some(aws) => Ok(Some(crate::aws_iam::payload_for(aws, host).await?)),
+        None => Ok(None),
     }
-    Ok(None)
 }
 
 /// Sends SASL requests and reads their answers: during the handshake, on the bare stream; to
 /// re-authenticate, through the pipelined connection.
 trait SaslTransport {
-    async fn handshake(
-        &mut self,
-        req: &SaslHandshakeRequest,
-        version: i16,
-    ) -> Result<SaslHandshakeResponse>;
-    async fn authenticate(
-        &mut self,
-        req: &SaslAuthenticateRequest,
-        version: i16,
-    ) -> Result<SaslAuthenticateResponse>;
+    async fn send<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response>;
 }
 
 impl SaslTransport for Handshake<'_> {
-    async fn handshake(
-        &mut self,
-        req: &SaslHandshakeRequest,
-        version: i16,
-    ) -> Result<SaslHandshakeResponse> {
+    async fn send<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
         let body = self.round_trip(req, version).await?;
-        decode_body(self.broker, ApiKey::SaslHandshake, version, body)
-    }
-
-    async fn authenticate(
-        &mut self,
-        req: &SaslAuthenticateRequest,
-        version: i16,
-    ) -> Result<SaslAuthenticateResponse> {
-        let body = self.round_trip(req, version).await?;
-        decode_body(self.broker, ApiKey::SaslAuthenticate, version, body)
+        decode_body(self.broker, api_of::<R>(), version, body)
     }
 }
 
@@ -805,23 +769,7 @@ struct Pipelined<'a> {
 }
 
 impl SaslTransport for Pipelined<'_> {
-    async fn handshake(
-        &mut self,
-        req: &SaslHandshakeRequest,
-        version: i16,
-    ) -> Result<SaslHandshakeResponse> {
-        self.conn
-            .write_locked(self.writer, req, version)
-            .await?
-            .wait()
-            .await
-    }
-
-    async fn authenticate(
-        &mut self,
-        req: &SaslAuthenticateRequest,
-        version: i16,
-    ) -> Result<SaslAuthenticateResponse> {
+    async fn send<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
         self.conn
             .write_locked(self.writer, req, version)
             .await?
@@ -848,7 +796,7 @@ async fn authenticate<T: SaslTransport>(
     let hs_version = negotiate(versions, SaslHandshakeRequest::KEY, 1, 1)
         .ok_or_else(|| auth_err("the broker does not support SaslHandshake v1".into()))?;
     let hs = t
-        .handshake(
+        .send(
             &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)),
             hs_version,
         )
@@ -871,7 +819,7 @@ async fn authenticate<T: SaslTransport>(
     let mut bytes = exchange.start();
     loop {
         let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
-        let resp = t.authenticate(&req, auth_version).await?;
+        let resp = t.send(&req, auth_version).await?;
         if resp.error_code.err().is_some() {
             let mut msg = resp
                 .error_message

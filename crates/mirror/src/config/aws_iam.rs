@@ -28,12 +28,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             "login module {module} does not match sasl.mechanism=AWS_MSK_IAM: use {MODULE}"
         ));
     }
-    let option = |name: &str| {
-        options
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let option = |name: &str| super::client::jaas_option(&options, name);
     if option("awsRoleArn").is_some() {
         return bad(
             "awsRoleArn (assuming a role through STS) is not supported yet: give the role's credentials through the environment or a shared-file profile (awsProfileName)".into(),

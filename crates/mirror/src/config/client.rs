@@ -183,57 +183,9 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
             "malformed JAAS configuration ({why}); expected: {expected_module} required username=\"...\" password=\"...\";"
         )
     };
-    let mut tokens = JaasTokens {
-        chars: text.trim().chars().collect(),
-        pos: 0,
-    };
-    let module = tokens.word().ok_or_else(|| malformed("no login module"))?;
-    let flag = tokens
-        .word()
-        .ok_or_else(|| malformed("no control flag after the login module"))?;
-    if !["required", "requisite", "sufficient", "optional"]
-        .contains(&flag.to_ascii_lowercase().as_str())
-    {
-        return Err(malformed(
-            "the control flag must be required, requisite, sufficient or optional",
-        ));
-    }
-    let mut username = None;
-    let mut password = None;
-    loop {
-        tokens.skip_ws();
-        match tokens.peek() {
-            Some(';') => {
-                tokens.pos += 1;
-                break;
-            }
-            None => return Err(malformed("missing ';' at the end")),
-            _ => {}
-        }
-        let name = tokens
-            .word()
-            .ok_or_else(|| malformed("expected option=value"))?;
-        tokens.skip_ws();
-        if tokens.peek() != Some('=') {
-            // Never echo the token: after a broken quote it may be part of the password.
-            return Err(malformed("an option has no '=value'"));
-        }
-        tokens.pos += 1;
-        let value = tokens
-            .value()
-            .ok_or_else(|| malformed("an option has an unterminated or missing value"))?;
-        match name.as_str() {
-            "username" => username = Some(value),
-            "password" => password = Some(value),
-            _ => {}
-        }
-    }
-    tokens.skip_ws();
-    if tokens.peek().is_some() {
-        return Err(malformed(
-            "more than one login module; kmirror uses exactly one",
-        ));
-    }
+    let (module, options) = jaas_options(text).map_err(|why| malformed(&why))?;
+    let option = |name: &str| jaas_option(&options, name);
+    let (username, password) = (option("username"), option("password"));
     if module != expected_module {
         let known = module == PLAIN_MODULE || module == SCRAM_MODULE;
         return Err(if known {
@@ -258,6 +210,15 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         oauth: None,
         aws: None,
     })
+}
+
+/// The value of JAAS option `name`; a repeated option: the last one counts, as in Java.
+pub(super) fn jaas_option(options: &[(String, String)], name: &str) -> Option<String> {
+    options
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
 }
 
 /// The login module of a JAAS line and its options, in order. Errors never contain option
@@ -290,6 +251,7 @@ pub(super) fn jaas_options(text: &str) -> Result<(String, Vec<(String, String)>)
         let name = tokens.word().ok_or("expected option=value")?;
         tokens.skip_ws();
         if tokens.peek() != Some('=') {
+            // Never echo the token: after a broken quote it may be part of the password.
             return Err("an option has no '=value'".into());
         }
         tokens.pos += 1;

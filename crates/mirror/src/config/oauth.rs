@@ -42,12 +42,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             ),
         );
     }
-    let option = |name: &str| {
-        options
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let option = |name: &str| super::client::jaas_option(&options, name);
     let refresh = refresh(r);
     let handler = r.get("sasl.login.callback.handler.class").cloned();
     let (source, extensions, principal) = match handler {

@@ -132,7 +132,6 @@ impl CheckpointTask {
             },
         )
         .await?;
-        self.target.refresh_metadata(Some(&[topic])).await?;
         let (records, _) = read_to_end(&self.target, topic, 0, None).await?;
         for r in records {
             if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
@@ -378,16 +377,8 @@ impl CheckpointTask {
         for member in state.published.stale(STALE_RUNS, Instant::now()) {
             let key = crate::wire::positions::runs_key(cluster, &member);
             let partition = crate::wire::positions::positions_partition(&key, partitions);
-            let tombstone = Record {
-                offset: 0,
-                timestamp: super::now_ms(),
-                key: Some(Bytes::from(key)),
-                value: None,
-                headers: vec![],
-            };
-            let batch = encode_batch(&[tombstone], &BatchOptions::default())
-                .map_err(|e| KafkaError::Config(e.to_string()))?;
-            self.target.produce(topic, partition, &batch).await?;
+            remote_topics::write_record(&self.target, topic, partition, super::now_ms(), key, None)
+                .await?;
             tracing::info!(flow = %self.flow.id, member, "removed the published runs of a process that describes no partition any more");
             state.published.apply(&member, None, Instant::now());
         }

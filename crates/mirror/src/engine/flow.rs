@@ -644,9 +644,6 @@ async fn setup(flow: &FlowConfig, target: &Arc<KafkaCluster>) -> Result<Setup, K
             },
         )
         .await?;
-        target
-            .refresh_metadata(Some(&[positions_topic.as_str()]))
-            .await?;
     }
     let stored = positions::load(target, positions_topic, flow.id.source.as_str()).await?;
     let producer = IdempotentProducer::new(target.clone()).await?;

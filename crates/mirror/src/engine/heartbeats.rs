@@ -7,9 +7,7 @@ use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::Heartbeat;
-use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
-use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
 use std::sync::Arc;
 
@@ -38,7 +36,6 @@ pub(super) async fn emit(
                     },
                 )
                 .await?;
-                target.refresh_metadata(Some(&[topic.as_str()])).await?;
                 created = true;
             }
             beat(&flow, &target, &topic).await
@@ -77,15 +74,5 @@ async fn beat(flow: &FlowConfig, target: &KafkaCluster, topic: &str) -> Result<(
         timestamp: now,
     };
     let key = h.key().map_err(|e| KafkaError::Config(e.to_string()))?;
-    let record = Record {
-        offset: 0,
-        timestamp: now,
-        key: Some(Bytes::from(key)),
-        value: Some(Bytes::from(h.value())),
-        headers: vec![],
-    };
-    let batch = encode_batch(&[record], &BatchOptions::default())
-        .map_err(|e| KafkaError::Config(e.to_string()))?;
-    target.produce(topic, 0, &batch).await?;
-    Ok(())
+    remote_topics::write_record(target, topic, 0, now, key, Some(h.value())).await
 }

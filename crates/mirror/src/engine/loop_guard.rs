@@ -14,10 +14,8 @@ use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
 use crate::names::ClusterAlias;
 use crate::wire::producers::{ProducerEntry, PRODUCERS_TOPIC};
-use bytes::Bytes;
 use kmirror_kafka::batch::RawBatch;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, ProducerIdHook};
-use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::KafkaError;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -351,7 +349,6 @@ impl Registrar {
                 },
             )
             .await?;
-            k.refresh_metadata(Some(&[PRODUCERS_TOPIC])).await?;
             self.created.store(true, Ordering::Relaxed);
         }
         let now = super::now_ms();
@@ -364,17 +361,16 @@ impl Registrar {
             registered_ms: now,
             source_cluster_id: self.source_cluster_id.clone(),
         };
-        let record = Record {
-            offset: 0,
-            timestamp: now,
-            key: Some(Bytes::from(entry.key())),
-            value: Some(Bytes::from(entry.value())),
-            headers: vec![],
-        };
-        let batch = encode_batch(&[record], &BatchOptions::default())
-            .map_err(|e| KafkaError::Config(e.to_string()))?;
         // acks=all: once this returns, a reader that later sees a batch of this id finds it.
-        k.produce(PRODUCERS_TOPIC, 0, &batch).await?;
+        remote_topics::write_record(
+            &k,
+            PRODUCERS_TOPIC,
+            0,
+            now,
+            entry.key(),
+            Some(entry.value()),
+        )
+        .await?;
         self.registered
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -98,7 +98,6 @@ pub(super) async fn run(
                         },
                     )
                     .await?;
-                    cluster.refresh_metadata(Some(&[topic.as_str()])).await?;
                     created = true;
                 }
                 send(&cluster, &topic, &syncs).await

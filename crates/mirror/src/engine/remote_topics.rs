@@ -198,23 +198,52 @@ pub async fn cleanup_policy_mismatch(
     Ok((s != t).then_some((s, t)))
 }
 
-/// Creates one of kmirror's (MM2's) internal topics. As MM2 does (KAFKA-15465, mm2-spec §2), a
-/// refusal for lack of permission or an old broker is taken to mean the operator created the
-/// topic: later reads and writes tell if it is really missing.
+/// Creates one of kmirror's (MM2's) internal topics and loads its metadata, so it can be
+/// written at once. As MM2 does (KAFKA-15465, mm2-spec §2), a refusal for lack of permission or
+/// an old broker is taken to mean the operator created the topic: later reads and writes tell
+/// if it is really missing.
 pub async fn create_internal(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
     use kafka_protocol::error::ResponseError::*;
     let name = topic.name.clone();
-    match create(k, topic).await {
+    let created = match create(k, topic).await {
         Err(KafkaError::Broker {
             error: e @ (TopicAuthorizationFailed | ClusterAuthorizationFailed | UnsupportedVersion),
             ..
         }) => {
             tracing::debug!(topic = %name, error = ?e, "cannot create internal topic; assuming it exists");
-            Ok(false)
+            false
         }
-        Err(KafkaError::UnsupportedVersion { .. }) => Ok(false),
-        other => other,
-    }
+        Err(KafkaError::UnsupportedVersion { .. }) => false,
+        other => other?,
+    };
+    k.refresh_metadata(Some(&[name.as_str()])).await?;
+    Ok(created)
+}
+
+/// Writes one record (acks=all) to partition `partition` of an internal topic: a heartbeat, a
+/// registration, a tombstone.
+pub(crate) async fn write_record(
+    k: &KafkaCluster,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+) -> Result<(), KafkaError> {
+    let record = kmirror_kafka::records::Record {
+        offset: 0,
+        timestamp,
+        key: Some(bytes::Bytes::from(key)),
+        value: value.map(bytes::Bytes::from),
+        headers: vec![],
+    };
+    let batch = kmirror_kafka::records::encode_batch(
+        &[record],
+        &kmirror_kafka::records::BatchOptions::default(),
+    )
+    .map_err(|e| KafkaError::Config(e.to_string()))?;
+    k.produce(topic, partition, &batch).await?;
+    Ok(())
 }
 
 /// Creates a topic; false if it already existed (another process or a race).
