@@ -37,6 +37,14 @@ pub enum KafkaError {
         /// The endpoint could not be reached or answered 5xx/429: asking again may help.
         retriable: bool,
     },
+    /// No Kerberos ticket could be had for a broker (SASL/GSSAPI). Never holds key material.
+    #[error("Kerberos login as {principal}: {message}")]
+    Kerberos {
+        principal: String,
+        message: String,
+        /// The KDC could not be reached: asking again may help.
+        retriable: bool,
+    },
     /// No answer in time.
     #[error("broker {broker}: {api:?} timed out after {after:?}")]
     Timeout {
@@ -147,7 +155,9 @@ impl KafkaError {
             KafkaError::Io { .. }
             | KafkaError::Timeout { .. }
             | KafkaError::Disconnected { .. } => true,
-            KafkaError::Token { retriable, .. } => *retriable,
+            KafkaError::Token { retriable, .. } | KafkaError::Kerberos { retriable, .. } => {
+                *retriable
+            }
             // CONCURRENT_TRANSACTIONS: the previous transaction is still completing; the Java
             // producer retries it too.
             // CORRUPT_MESSAGE is retriable for Kafka (the bytes may have been damaged on the

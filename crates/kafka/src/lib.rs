@@ -15,6 +15,7 @@ pub mod error;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod group;
+pub mod kerberos;
 pub mod oauth;
 mod offset_lookup;
 pub mod partitioner;

@@ -70,8 +70,7 @@ impl SecurityProtocol {
     }
 }
 
-/// Kafka's `sasl.mechanism`, limited to the mechanisms kmirror implements. GSSAPI is recognised
-/// by the configuration layer and rejected with a clear error.
+/// Kafka's `sasl.mechanism`, limited to the mechanisms kmirror implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum SaslMechanism {
     #[serde(rename = "PLAIN")]
@@ -84,15 +83,18 @@ pub enum SaslMechanism {
     OAuthBearer,
     #[serde(rename = "AWS_MSK_IAM")]
     AwsMskIam,
+    #[serde(rename = "GSSAPI")]
+    Gssapi,
 }
 
 impl SaslMechanism {
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "PLAIN",
         "SCRAM-SHA-256",
         "SCRAM-SHA-512",
         "OAUTHBEARER",
         "AWS_MSK_IAM",
+        "GSSAPI",
     ];
 
     /// Parses the mechanism name; Kafka compares these case-sensitively.
@@ -103,6 +105,7 @@ impl SaslMechanism {
             "SCRAM-SHA-512" => Some(Self::ScramSha512),
             "OAUTHBEARER" => Some(Self::OAuthBearer),
             "AWS_MSK_IAM" => Some(Self::AwsMskIam),
+            "GSSAPI" => Some(Self::Gssapi),
             _ => None,
         }
     }
@@ -114,6 +117,7 @@ impl SaslMechanism {
             Self::ScramSha512 => "SCRAM-SHA-512",
             Self::OAuthBearer => "OAUTHBEARER",
             Self::AwsMskIam => "AWS_MSK_IAM",
+            Self::Gssapi => "GSSAPI",
         }
     }
 }
@@ -129,6 +133,23 @@ pub struct SaslCredentials {
     pub oauth: Option<OAuthBearer>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aws: Option<AwsIam>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kerberos: Option<Kerberos>,
+}
+
+/// SASL/GSSAPI (Kerberos): who logs in, with which keytab, through which KDCs
+/// (`crate::kerberos`). The keytab's keys are read when logging in, never kept here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Kerberos {
+    /// `sasl.kerberos.service.name` (or `serviceName` in the JAAS line): the first part of the
+    /// brokers' principals, `<service>/<broker host>@<realm>`.
+    pub service_name: String,
+    /// The JAAS line's `principal`, with its realm (`name@REALM`).
+    pub principal: String,
+    /// The JAAS line's `keyTab`.
+    pub keytab: std::path::PathBuf,
+    /// The krb5.conf that names the realm's KDCs.
+    pub krb5_conf: std::path::PathBuf,
 }
 
 /// SASL/AWS_MSK_IAM: where the AWS credentials come from (`crate::aws_iam`).

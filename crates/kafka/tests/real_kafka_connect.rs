@@ -33,6 +33,7 @@ fn sasl(mechanism: SaslMechanism, user: &str, password: &str) -> Option<SaslCred
         password: Secret::new(password),
         oauth: None,
         aws: None,
+        kerberos: None,
     })
 }
 

@@ -790,6 +790,7 @@ impl Cluster {
                 password: Secret::new(password),
                 oauth: None,
                 aws: None,
+                kerberos: None,
             }
         });
         let tls = protocol.uses_tls().then(|| TlsSettings {

@@ -344,7 +344,7 @@ impl Connection {
         let mut reauth = None;
         if let Some(creds) = &settings.sasl {
             let token = sasl_token(creds, host).await?;
-            let lifetime = authenticate(&mut hs, &broker, creds, &versions, token.as_ref()).await?;
+            let lifetime = authenticate(&mut hs, &broker, creds, &versions, token).await?;
             let r = Reauth {
                 host: host.to_string(),
                 creds: creds.clone(),
@@ -470,14 +470,7 @@ impl Connection {
             conn: self,
             writer: &mut writer,
         };
-        let result = authenticate(
-            &mut t,
-            &self.broker,
-            &r.creds,
-            &self.versions,
-            token.as_ref(),
-        )
-        .await;
+        let result = authenticate(&mut t, &self.broker, &r.creds, &self.versions, token).await;
         match result {
             Ok(lifetime) => {
                 unfinished.done = true;
@@ -737,15 +730,22 @@ impl Handshake<'_> {
     }
 }
 
-/// What a mechanism sends that is had before the exchange: an OAUTHBEARER token, or the
-/// AWS_MSK_IAM document signed for `host` (the broker's name as dialled, which the broker checks).
-async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<Option<crate::Secret>> {
+/// What a mechanism has before the exchange: an OAUTHBEARER token, the AWS_MSK_IAM document
+/// signed for `host`, or a Kerberos context for `<service>/<host>` (the broker's name as
+/// dialled, which the broker checks).
+async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<sasl::Prepared> {
     if let Some(o) = &creds.oauth {
-        return Ok(Some(o.token().await?));
+        return Ok(sasl::Prepared::Token(o.token().await?));
+    }
+    if let Some(k) = &creds.kerberos {
+        let login = crate::kerberos::login(k, host).await?;
+        return Ok(sasl::Prepared::Kerberos(Box::new(login)));
     }
     match &creds.aws {
-        Some(aws) => Ok(Some(crate::aws_iam::payload_for(aws, host).await?)),
-        None => Ok(None),
+        Some(aws) => Ok(sasl::Prepared::Token(
+            crate::aws_iam::payload_for(aws, host).await?,
+        )),
+        None => Ok(sasl::Prepared::Nothing),
     }
 }
 
@@ -785,7 +785,7 @@ async fn authenticate<T: SaslTransport>(
     broker: &str,
     creds: &SaslCredentials,
     versions: &HashMap<i16, (i16, i16)>,
-    token: Option<&crate::Secret>,
+    prepared: sasl::Prepared,
 ) -> Result<Option<Duration>> {
     let mechanism = creds.mechanism.as_str();
     let auth_err = |message: String| KafkaError::Authentication {
@@ -815,7 +815,7 @@ async fn authenticate<T: SaslTransport>(
         SaslAuthenticateRequest::VERSIONS.max,
     )
     .ok_or_else(|| auth_err("the broker does not support SaslAuthenticate".into()))?;
-    let mut exchange = sasl::Exchange::new(creds, token);
+    let mut exchange = sasl::Exchange::new(creds, prepared);
     let mut bytes = exchange.start();
     loop {
         let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));

@@ -1,5 +1,6 @@
 //! SASL client exchanges, as pure state machines: PLAIN (RFC 4616), SCRAM-SHA-256/512
-//! (RFC 5802, RFC 7677) and OAUTHBEARER (RFC 7628, with a token had beforehand). The connection
+//! (RFC 5802, RFC 7677), OAUTHBEARER (RFC 7628, with a token had beforehand), AWS_MSK_IAM and
+//! GSSAPI (RFC 4752, with a Kerberos context made beforehand, `crate::kerberos`). The connection
 //! sends the tokens through SaslAuthenticate.
 
 use crate::settings::{SaslCredentials, SaslMechanism};
@@ -46,12 +47,37 @@ pub enum Exchange {
     AwsIam {
         payload: Option<Vec<u8>>,
     },
+    /// GSSAPI: the AP-REQ, the broker's AP-REP, an empty token, the broker's wrapped
+    /// security-layer offer, kmirror's wrapped answer, and the broker's empty last word.
+    Gssapi(Box<crate::kerberos::Login>),
+}
+
+/// What a mechanism has before its exchange starts.
+#[derive(Debug)]
+pub enum Prepared {
+    Nothing,
+    /// An OAUTHBEARER token or a signed AWS_MSK_IAM document.
+    Token(crate::Secret),
+    /// A Kerberos context for this broker.
+    Kerberos(Box<crate::kerberos::Login>),
 }
 
 impl Exchange {
-    /// An exchange; OAUTHBEARER needs its `token`.
-    pub fn new(creds: &SaslCredentials, token: Option<&crate::Secret>) -> Self {
+    /// An exchange; OAUTHBEARER and AWS_MSK_IAM need their token, GSSAPI its context.
+    pub fn new(creds: &SaslCredentials, prepared: Prepared) -> Self {
+        let (token, login) = match prepared {
+            Prepared::Nothing => (None, None),
+            Prepared::Token(t) => (Some(t), None),
+            Prepared::Kerberos(l) => (None, Some(l)),
+        };
+        let token = token.as_ref();
         match creds.mechanism {
+            SaslMechanism::Gssapi => match login {
+                Some(l) => Exchange::Gssapi(l),
+                // Unreachable through the connection, which logs in first; an empty token
+                // makes the broker refuse the exchange with its own message.
+                None => Exchange::Plain { token: None },
+            },
             SaslMechanism::AwsMskIam => Exchange::AwsIam {
                 payload: token.map(|t| t.expose().as_bytes().to_vec()),
             },
@@ -90,6 +116,7 @@ impl Exchange {
             Exchange::Scram(s) => s.client_first(),
             Exchange::OAuth { initial, .. } => initial.take().unwrap_or_default(),
             Exchange::AwsIam { payload } => payload.take().unwrap_or_default(),
+            Exchange::Gssapi(l) => l.start(),
         }
     }
 
@@ -106,6 +133,10 @@ impl Exchange {
         match self {
             Exchange::Plain { .. } | Exchange::AwsIam { .. } => Ok(Step::Done),
             Exchange::Scram(s) => s.next(server),
+            Exchange::Gssapi(l) => match l.step(server).map_err(SaslError)? {
+                Some(token) => Ok(Step::Send(token)),
+                None => Ok(Step::Done),
+            },
             Exchange::OAuth { refusal, .. } => {
                 if server.is_empty() {
                     return Ok(Step::Done);
@@ -332,12 +363,16 @@ mod tests {
             password: Secret::new(pw),
             oauth: None,
             aws: None,
+            kerberos: None,
         }
     }
 
     #[test]
     fn plain_token() {
-        let mut e = Exchange::new(&creds(SaslMechanism::Plain, "alice", "pw"), None);
+        let mut e = Exchange::new(
+            &creds(SaslMechanism::Plain, "alice", "pw"),
+            Prepared::Nothing,
+        );
         assert_eq!(e.start(), b"\0alice\0pw");
         assert_eq!(e.next(b""), Ok(Step::Done));
     }
@@ -386,10 +421,10 @@ mod tests {
     #[test]
     fn oauthbearer_sends_the_token_and_answers_a_refusal_as_kafka_does() {
         let c = creds(SaslMechanism::OAuthBearer, "", "");
-        let mut e = Exchange::new(&c, Some(&Secret::new("tok")));
+        let mut e = Exchange::new(&c, Prepared::Token(Secret::new("tok")));
         assert_eq!(e.start(), b"n,,\x01auth=Bearer tok\x01\x01");
         assert_eq!(e.next(b""), Ok(Step::Done));
-        let mut e = Exchange::new(&c, Some(&Secret::new("tok")));
+        let mut e = Exchange::new(&c, Prepared::Token(Secret::new("tok")));
         e.start();
         assert_eq!(
             e.next(br#"{"status":"invalid_token"}"#),

@@ -53,6 +53,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         password: Secret::default(),
         oauth: None,
         aws: Some(AwsIam { profile }),
+        kerberos: None,
     })
 }
 

@@ -108,32 +108,16 @@ pub fn parse_bootstrap(value: &str) -> (Vec<BrokerAddress>, Option<String>) {
 
 fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
     let mechanism = match r.get("sasl.mechanism") {
-        None => {
-            r.diags.error(
-                r.get("security.protocol").map(|s| &s.origin),
-                None,
-                format!(
-                    "{what} uses SASL but sasl.mechanism is not set; Kafka's default is GSSAPI \
-                     (Kerberos), which kmirror does not support: set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-                ),
-            );
-            return None;
-        }
+        // Java's default, so that a Kerberos setup that never names its mechanism reads as it
+        // does for MM2.
+        None => SaslMechanism::Gssapi,
         Some(s) => match SaslMechanism::parse(&s.value) {
             Some(m) => m,
             None => {
-                let v = s.value.trim();
-                let why = if v == "GSSAPI" {
-                    format!(
-                        "{v} is not supported yet: kmirror supports {}",
-                        SaslMechanism::NAMES.join(", ")
-                    )
-                } else {
-                    format!(
-                        "unknown SASL mechanism: expected one of {}",
-                        SaslMechanism::NAMES.join(", ")
-                    )
-                };
+                let why = format!(
+                    "unknown SASL mechanism: expected one of {}",
+                    SaslMechanism::NAMES.join(", ")
+                );
                 r.diags.error(Some(&s.origin), Some(&s.value), why);
                 return None;
             }
@@ -156,6 +140,9 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
     if mechanism == SaslMechanism::AwsMskIam {
         return super::aws_iam::credentials(r, jaas);
     }
+    if mechanism == SaslMechanism::Gssapi {
+        return super::kerberos::credentials(r, jaas);
+    }
     match parse_jaas(&jaas.value, mechanism) {
         Ok(c) => Some(c),
         Err(why) => {
@@ -177,6 +164,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_MODULE,
         SaslMechanism::OAuthBearer => super::oauth::MODULE,
         SaslMechanism::AwsMskIam => super::aws_iam::MODULE,
+        SaslMechanism::Gssapi => super::kerberos::MODULE,
     };
     let malformed = |why: &str| {
         format!(
@@ -209,6 +197,7 @@ pub fn parse_jaas(text: &str, mechanism: SaslMechanism) -> Result<SaslCredential
         password: Secret::new(password),
         oauth: None,
         aws: None,
+        kerberos: None,
     })
 }
 
@@ -735,16 +724,11 @@ mod tests {
             ("bootstrap.servers", "b:1"),
             ("security.protocol", "SASL_PLAINTEXT"),
         ]);
+        // Java's default mechanism, GSSAPI, then wants its JAAS line.
         assert!(
-            e[0].contains("sasl.mechanism is not set; Kafka's default is GSSAPI"),
+            e[0].contains("uses SASL/GSSAPI but sasl.jaas.config is not set"),
             "{e:?}"
         );
-        let (_, e) = conn(&[
-            ("bootstrap.servers", "b:1"),
-            ("security.protocol", "SASL_PLAINTEXT"),
-            ("sasl.mechanism", "GSSAPI"),
-        ]);
-        assert!(e[0].contains("GSSAPI is not supported yet"), "{e:?}");
         let (_, e) = conn(&[
             ("bootstrap.servers", "b:1"),
             ("security.protocol", "SASL_PLAINTEXT"),

@@ -40,6 +40,9 @@ pub const SECURITY_KEYS: &[&str] = &[
     "sasl.login.retry.backoff.max.ms",
     // AWS_MSK_IAM (config/aws_iam.rs)
     "sasl.client.callback.handler.class",
+    // GSSAPI (config/kerberos.rs)
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.krb5.conf",
 ];
 
 /// For a client key: `None` if it is not one; `Some(None)` if kmirror reads it; otherwise why it
@@ -56,7 +59,7 @@ pub fn classify_security_key(key: &str) -> Option<Option<(String, Option<String>
     let reason = if hint.is_some() {
         "unknown TLS/SASL key".to_string()
     } else {
-        "a TLS/SASL setting kmirror's client does not use (rustls picks protocols and ciphers; logins are PLAIN or SCRAM)".to_string()
+        "a TLS/SASL setting kmirror's client does not use (rustls picks protocols and ciphers; Kerberos logins are made afresh for each connection)".to_string()
     };
     Some(Some((reason, hint)))
 }

@@ -190,6 +190,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         username: principal,
         password: Secret::default(),
         aws: None,
+        kerberos: None,
         oauth: Some(OAuthBearer {
             source,
             extensions,
