@@ -65,6 +65,19 @@ pub fn describe_security(c: &ClientSettings) -> String {
                 }
             );
         }
+        Some((sasl, None)) if sasl.kerberos.is_some() => {
+            if let Some(k) = &sasl.kerberos {
+                let _ = write!(
+                    s,
+                    " GSSAPI principal={} keytab={} brokers={}/<host>@{} krb5.conf={}, a fresh ticket for every connection and re-authentication",
+                    k.principal,
+                    k.keytab.display(),
+                    k.service_name,
+                    kmirror_kafka::kerberos::realm_of(&k.principal),
+                    k.krb5_conf.display()
+                );
+            }
+        }
         Some((sasl, None)) => {
             let _ = write!(
                 s,

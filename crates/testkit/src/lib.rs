@@ -9,6 +9,7 @@
 //! - Nothing is skipped: when Java, the jars or a broker are missing, the call fails loudly with
 //!   the harness's message (which includes the tail of the broker log).
 
+pub mod kdc;
 pub mod netfault;
 pub mod oidc;
 

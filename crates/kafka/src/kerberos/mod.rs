@@ -124,8 +124,15 @@ pub async fn login(k: &Kerberos, host: &str) -> Result<Login, KafkaError> {
                 unreachable.load(Ordering::SeqCst),
             ))
         }
+        // The library panics when the KDC's answer names a key the keytab does not hold (a
+        // key made since the keytab was written): the usual cause, said first.
         Err(_) => Err(fail(
-            format!("ticket for {service}@{realm}: a KDC answer is malformed"),
+            format!(
+                "ticket for {service}@{realm}: the KDC's answer could not be read with the \
+                 keytab's key, version {}: the keytab is stale (a newer key was made since) or \
+                 the answer is malformed",
+                key.kvno
+            ),
             false,
         )),
     }
