@@ -1,13 +1,11 @@
 //! SASL/GSSAPI logins (RFC 4752 over Kafka's SaslAuthenticate; docs/configuration.md,
 //! "Kerberos (GSSAPI)").
 //!
-//! Each broker connection, and each KIP-368 re-authentication, logs in afresh: an AS exchange
-//! with the cluster's own keytab, a TGS exchange for `<service>/<broker host>`, then the krb5
-//! GSS-API context with the broker. So a session never rests on a ticket older than itself, a
-//! keytab replaced on disk is used from the next login on, and two clusters with two keytabs
-//! share nothing in one process (no credential cache, no environment variable). The cost is
-//! two KDC round trips per connection, which is what a broker's own session limit
-//! (`connections.max.reauth.ms`) asks for anyway.
+//! A service ticket is had with an AS exchange (the cluster's own keytab) and a TGS exchange
+//! for `<service>/<broker host>`, and serves that broker's connections and re-authentications
+//! until 80 % of its life ([`TicketCache`]); each authentication makes a new krb5 GSS-API
+//! context with it. Two clusters with two keytabs share nothing in one process (no credential
+//! cache file, no environment variable).
 
 pub mod keytab;
 pub mod krb5_conf;
@@ -16,11 +14,12 @@ use crate::error::KafkaError;
 use crate::settings::Kerberos;
 use futures_util::FutureExt;
 use krb5_gss::gss::{GssContext, NativeGssContext};
-use krb5_gss::{KdcBoxFuture, KdcTransport, KerberosCredentials, Krb5Client};
+use krb5_gss::{AcquiredTicket, KdcBoxFuture, KdcTransport, KerberosCredentials, Krb5Client};
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// KDC answers are small (a ticket and an encrypted part); more is refused unread.
@@ -73,6 +72,130 @@ impl Login {
 
 /// Logs in as the cluster's principal and makes a context for broker `host`.
 pub async fn login(k: &Kerberos, host: &str) -> Result<Login, KafkaError> {
+    let service = format!("{}/{host}", k.service_name);
+    let ticket = k.cache.ticket(k, &service).await?;
+    let mut ctx = NativeGssContext::from_acquired(ticket);
+    let first = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.step(None))) {
+        Ok(Ok(t)) => t.unwrap_or_default(),
+        Ok(Err(e)) => {
+            return Err(KafkaError::Kerberos {
+                principal: k.principal.clone(),
+                message: format!("building the request to {service}: {e}"),
+                retriable: false,
+            })
+        }
+        Err(_) => {
+            return Err(KafkaError::Kerberos {
+                principal: k.principal.clone(),
+                message: format!("the ticket for {service} is malformed"),
+                retriable: false,
+            })
+        }
+    };
+    Ok(Login {
+        ctx,
+        first: Some(first),
+    })
+}
+
+/// The service tickets of one cluster's Kerberos settings, by broker principal. Clones share
+/// them; they are not configuration (equal whatever they hold) and never print.
+///
+/// A ticket serves every connection to its broker, and every re-authentication (each sends a
+/// new authenticator), until 80 % of its life has passed, as Java's client renews
+/// (`sasl.kerberos.ticket.renew.window.factor`'s default); then it is had again from the
+/// keytab, so a keytab replaced on disk is used from the next renewal on. A renewal that fails
+/// while the held ticket is still valid keeps that ticket, asked again every 10 s.
+#[derive(Clone, Default)]
+pub struct TicketCache(Arc<tokio::sync::Mutex<HashMap<String, Held>>>);
+
+struct Held {
+    ticket: AcquiredTicket,
+    renew_at: Instant,
+    expires_at: Instant,
+}
+
+impl PartialEq for TicketCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for TicketCache {}
+
+impl std::fmt::Debug for TicketCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TicketCache")
+    }
+}
+
+const RENEW_FACTOR: f64 = 0.8;
+const RETRY_RENEWAL: Duration = Duration::from_secs(10);
+
+impl TicketCache {
+    async fn ticket(&self, k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError> {
+        let mut held = self.0.lock().await;
+        let now = Instant::now();
+        if let Some(h) = held.get(service).filter(|h| now < h.renew_at) {
+            return Ok(h.ticket.clone());
+        }
+        match fetch(k, service).await {
+            Ok(ticket) => {
+                let life = remaining(&ticket.endtime, SystemTime::now());
+                tracing::info!(
+                    principal = %k.principal,
+                    service,
+                    lifetime_s = life.map(|l| l.as_secs()),
+                    "Kerberos ticket obtained"
+                );
+                if let Some(life) = life {
+                    held.insert(
+                        service.to_string(),
+                        Held {
+                            ticket: ticket.clone(),
+                            renew_at: now + life.mul_f64(RENEW_FACTOR),
+                            expires_at: now + life,
+                        },
+                    );
+                }
+                Ok(ticket)
+            }
+            Err(e) => match held.get_mut(service).filter(|h| now < h.expires_at) {
+                Some(h) => {
+                    tracing::warn!(principal = %k.principal, service, error = %e, expires_in_s = (h.expires_at - now).as_secs(), "Kerberos ticket renewal failed; the current ticket serves until it expires");
+                    h.renew_at = now + RETRY_RENEWAL;
+                    Ok(h.ticket.clone())
+                }
+                None => Err(e),
+            },
+        }
+    }
+}
+
+/// How long a ticket ending at `endtime` (GeneralizedTime, `YYYYMMDDHHMMSSZ`) has left; `None`
+/// if it has ended or cannot be read.
+fn remaining(endtime: &str, now: SystemTime) -> Option<Duration> {
+    let b = endtime.as_bytes();
+    if b.len() != 15 || b[14] != b'Z' || !b[..14].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = |from: usize, to: usize| endtime[from..to].parse::<i64>().ok();
+    let date = time::Date::from_calendar_date(
+        n(0, 4)? as i32,
+        time::Month::try_from(n(4, 6)? as u8).ok()?,
+        n(6, 8)? as u8,
+    )
+    .ok()?;
+    let at = date
+        .with_hms(n(8, 10)? as u8, n(10, 12)? as u8, n(12, 14)? as u8)
+        .ok()?
+        .assume_utc();
+    let end =
+        SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(at.unix_timestamp()).ok()?);
+    end.duration_since(now).ok().filter(|d| !d.is_zero())
+}
+
+/// A service ticket for `service` from the realm's KDCs, logging in with the keytab.
+async fn fetch(k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError> {
     let fail = |message: String, retriable: bool| KafkaError::Kerberos {
         principal: k.principal.clone(),
         message,
@@ -95,7 +218,6 @@ pub async fn login(k: &Kerberos, host: &str) -> Result<Login, KafkaError> {
         .map_err(|m| fail(format!("keytab {}: {m}", k.keytab.display()), false))?;
     let key = keytab::pick(&keys, &k.principal)
         .map_err(|m| fail(format!("keytab {} {m}", k.keytab.display()), false))?;
-    let service = format!("{}/{host}", k.service_name);
     let unreachable = Arc::new(AtomicBool::new(false));
     let transport = Kdcs {
         kdcs,
@@ -106,19 +228,13 @@ pub async fn login(k: &Kerberos, host: &str) -> Result<Login, KafkaError> {
         .with_keytab(k.keytab.to_string_lossy().into_owned());
     let exchange = async {
         let client = Krb5Client::with_transport(&creds, Box::new(transport))?;
-        let ticket = client.acquire_service_ticket(&service).await?;
-        let mut ctx = NativeGssContext::from_acquired(ticket);
-        let first = ctx.step(None)?.unwrap_or_default();
-        Ok::<_, krb5_gss::KerberosError>(Login {
-            ctx,
-            first: Some(first),
-        })
+        client.acquire_service_ticket(service).await
     };
     // KDC answers are bytes from the network: a panic on them is a failed login.
     match AssertUnwindSafe(exchange).catch_unwind().await {
-        Ok(Ok(login)) => Ok(login),
+        Ok(Ok(ticket)) => Ok(ticket),
         Ok(Err(e)) => {
-            let why = describe(&e.to_string(), &service, &realm, key.kvno);
+            let why = describe(&e.to_string(), service, &realm, key.kvno);
             Err(fail(
                 format!("ticket for {service}@{realm}: {why}"),
                 unreachable.load(Ordering::SeqCst),
@@ -238,6 +354,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ticket_end_times_are_read_as_time_left() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_509_502); // 2026-12-05 22:25:02
+        assert_eq!(
+            remaining("20261205222602Z", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(remaining("20261205222502Z", now), None);
+        assert_eq!(remaining("20261205222402Z", now), None);
+        for bad in [
+            "",
+            "2026120522260Z",
+            "20261305222602Z",
+            "2026120522260xZ",
+            "20261205222602",
+        ] {
+            assert_eq!(remaining(bad, now), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn kdc_error_codes_are_said_as_what_to_check() {
         let d = describe("TGS KDC error code=7", "kafka/b1", "R.TEST", 2);
         assert!(
@@ -287,6 +423,7 @@ mod tests {
             principal: "kmirror@R.TEST".into(),
             keytab: kt.clone(),
             krb5_conf: conf,
+            cache: TicketCache::default(),
         };
         let err = login(&k, "b1").await.unwrap_err();
         assert!(err.is_retriable(), "{err}");

@@ -129,6 +129,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             principal,
             keytab,
             krb5_conf,
+            cache: Default::default(),
         }),
     })
 }
