@@ -7,8 +7,8 @@
 //!
 //! Credentials, in this order: the JAAS line's `awsProfileName` (shared files only); the
 //! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); web identity
-//! (`crate::aws_web_identity`); the shared files' profile (`AWS_PROFILE`, else `default`).
-//! Container and instance metadata credentials are not read yet.
+//! (`crate::aws_web_identity`); the shared files' profile (`AWS_PROFILE`, else `default`);
+//! then the container endpoint and instance metadata (`crate::aws_metadata`).
 
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsIam;
@@ -220,50 +220,76 @@ fn presign(
         .collect())
 }
 
-/// Credentials from the configured profile, the environment or the shared files.
+/// Credentials from the configured profile, else the SDKs' default chain; with `awsRoleArn`,
+/// those of the role they assume.
 pub async fn credentials(settings: &AwsIam) -> Result<AwsCredentials> {
     let env = |k: &str| std::env::var(k).ok();
-    // The SDKs' default chain: the environment's keys, then web identity, then the profile.
+    let base = credentials_with(settings, &env).await?;
+    match &settings.role {
+        Some(role) => crate::aws_assume_role::assume(role, &base, &env).await,
+        None => Ok(base),
+    }
+}
+
+/// The chain, with the environment given (tests pass stand-in endpoints through it): with
+/// `awsProfileName`, that profile only; else the environment's keys, web identity, the shared
+/// files' profile, the container endpoint, then instance metadata.
+pub(crate) async fn credentials_with(
+    settings: &AwsIam,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<AwsCredentials> {
     if settings.profile.is_none() && env("AWS_ACCESS_KEY_ID").is_none_or(|v| v.is_empty()) {
-        if let Some(c) = crate::aws_web_identity::credentials(&env).await? {
+        if let Some(c) = crate::aws_web_identity::credentials(env).await? {
             return Ok(c);
         }
     }
-    credentials_from(settings, &env)
+    if let Some(c) = credentials_from(settings, env)? {
+        return Ok(c);
+    }
+    if let Some(c) = crate::aws_metadata::container(env).await? {
+        return Ok(c);
+    }
+    if let Some(c) = crate::aws_metadata::instance(env).await? {
+        return Ok(c);
+    }
+    let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
+    Err(config_err(format!(
+        "AWS_MSK_IAM: no credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set, profile '{profile}' is not in {} or {}, AWS_WEB_IDENTITY_TOKEN_FILE/AWS_ROLE_ARN and AWS_CONTAINER_CREDENTIALS_* are not set, and no instance metadata service answered",
+        credentials_file(env).display(),
+        config_file(env).display()
+    )))
 }
 
+/// Static keys: the named profile (an error if it has none), else the environment's, else the
+/// shared files' profile; `None` when the default chain must look further.
 fn credentials_from(
     settings: &AwsIam,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<AwsCredentials> {
+) -> Result<Option<AwsCredentials>> {
     if let Some(profile) = &settings.profile {
-        return profile_credentials(profile, env)?.ok_or_else(|| {
-            config_err(format!(
-                "AWS_MSK_IAM: profile '{profile}' (awsProfileName) has no aws_access_key_id and aws_secret_access_key in {} or {}",
-                credentials_file(env).display(),
-                config_file(env).display()
-            ))
-        });
+        return profile_credentials(profile, env)?
+            .ok_or_else(|| {
+                config_err(format!(
+                    "AWS_MSK_IAM: profile '{profile}' (awsProfileName) has no aws_access_key_id and aws_secret_access_key in {} or {}",
+                    credentials_file(env).display(),
+                    config_file(env).display()
+                ))
+            })
+            .map(Some);
     }
     if let (Some(id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
         if !id.is_empty() && !secret.is_empty() {
-            return Ok(AwsCredentials {
+            return Ok(Some(AwsCredentials {
                 access_key_id: id,
                 secret_access_key: Secret::new(secret),
                 session_token: env("AWS_SESSION_TOKEN")
                     .filter(|t| !t.is_empty())
                     .map(Secret::new),
-            });
+            }));
         }
     }
     let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
-    profile_credentials(&profile, env)?.ok_or_else(|| {
-        config_err(format!(
-            "AWS_MSK_IAM: no credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set and profile '{profile}' is not in {} or {} (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN are not set either; instance metadata credentials are not supported yet)",
-            credentials_file(env).display(),
-            config_file(env).display()
-        ))
-    })
+    profile_credentials(&profile, env)
 }
 
 fn home(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
@@ -517,7 +543,14 @@ mod tests {
         assert!(url.contains(&format!("X-Amz-Signature={}", doc["x-amz-signature"])));
         let env = |k: &str| (k == "AWS_REGION").then(|| "ap-south-1".to_string());
         assert_eq!(
-            region_from(&AwsIam { profile: None }, &env).unwrap(),
+            region_from(
+                &AwsIam {
+                    profile: None,
+                    role: None
+                },
+                &env
+            )
+            .unwrap(),
             "ap-south-1"
         );
     }
@@ -572,10 +605,16 @@ mod tests {
                 }
             }
         };
-        let none = AwsIam { profile: None };
+        let none = AwsIam {
+            profile: None,
+            role: None,
+        };
         let env = files(&[]);
         assert_eq!(
-            credentials_from(&none, &env).unwrap().access_key_id,
+            credentials_from(&none, &env)
+                .unwrap()
+                .unwrap()
+                .access_key_id,
             "AKIADEFAULT"
         );
         let env = files(&[
@@ -583,16 +622,23 @@ mod tests {
             ("AWS_SECRET_ACCESS_KEY", "s0"),
         ]);
         assert_eq!(
-            credentials_from(&none, &env).unwrap().access_key_id,
+            credentials_from(&none, &env)
+                .unwrap()
+                .unwrap()
+                .access_key_id,
             "AKIAENV"
         );
         let env = files(&[("AWS_PROFILE", "other")]);
         assert_eq!(
-            credentials_from(&none, &env).unwrap().access_key_id,
+            credentials_from(&none, &env)
+                .unwrap()
+                .unwrap()
+                .access_key_id,
             "AKIAOTHER"
         );
         let ops = AwsIam {
             profile: Some("ops".into()),
+            role: None,
         };
         let c = credentials_from(
             &ops,
@@ -601,16 +647,21 @@ mod tests {
                 ("AWS_SECRET_ACCESS_KEY", "s0"),
             ]),
         )
+        .unwrap()
         .unwrap();
         assert_eq!(c.access_key_id, "AKIAOPS");
         assert_eq!(c.session_token.as_ref().unwrap().expose(), "t2");
         let missing = AwsIam {
             profile: Some("nope".into()),
+            role: None,
         };
         let e = credentials_from(&missing, &files(&[]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("profile 'nope'"), "{e}");
+        // Nothing anywhere: the chain goes on to the machine's sources.
+        let empty = files(&[("AWS_PROFILE", "absent")]);
+        assert!(credentials_from(&none, &empty).unwrap().is_none());
         assert!(!format!("{c:?}").contains("s2"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

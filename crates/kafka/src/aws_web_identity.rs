@@ -131,7 +131,7 @@ pub async fn credentials(
 }
 
 /// The text of the first `<name>...</name>` in an STS answer (no entities in these values).
-fn element(xml: &str, name: &str) -> Option<String> {
+pub(crate) fn element(xml: &str, name: &str) -> Option<String> {
     let open = format!("<{name}>");
     let close = format!("</{name}>");
     let start = xml.find(&open)? + open.len();

@@ -5,7 +5,9 @@
 //! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
 
 pub mod admin;
+pub mod aws_assume_role;
 pub mod aws_iam;
+pub mod aws_metadata;
 pub mod aws_web_identity;
 pub mod cluster;
 pub mod codec;

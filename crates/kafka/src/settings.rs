@@ -161,6 +161,19 @@ pub struct Kerberos {
 pub struct AwsIam {
     /// `awsProfileName` in the JAAS line: that shared-file profile only.
     pub profile: Option<String>,
+    /// `awsRoleArn` in the JAAS line: the role those credentials assume (`crate::aws_assume_role`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<AwsRole>,
+}
+
+/// The role of `awsRoleArn`, with the JAAS line's `awsRoleSessionName`, `awsRoleExternalId`
+/// and `awsStsRegion`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwsRole {
+    pub arn: String,
+    pub session_name: String,
+    pub external_id: Option<Secret>,
+    pub sts_region: Option<String>,
 }
 
 /// SASL/OAUTHBEARER (KIP-255, KIP-768): where the tokens come from and when to renew them.

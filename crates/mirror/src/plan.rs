@@ -60,10 +60,19 @@ pub fn describe_security(c: &ClientSettings) -> String {
                 match profile {
                     Some(p) => format!("profile '{p}' (awsProfileName)"),
                     None =>
-                        "the environment, else the shared files' profile (AWS_PROFILE or default)"
+                        "the default chain (environment, web identity, shared files' profile, container, instance metadata)"
                             .into(),
                 }
             );
+            if let Some(r) = sasl.aws.as_ref().and_then(|a| a.role.as_ref()) {
+                let _ = write!(
+                    s,
+                    ", assuming role {} (session {}, STS {})",
+                    r.arn,
+                    r.session_name,
+                    r.sts_region.as_deref().unwrap_or("us-east-1")
+                );
+            }
         }
         Some((sasl, None)) if sasl.kerberos.is_some() => {
             if let Some(k) = &sasl.kerberos {

@@ -4,7 +4,7 @@
 //! `sasl.client.callback.handler.class = software.amazon.msk.auth.iam.IAMClientCallbackHandler`.
 
 use super::values::{Reader, Setting};
-use kmirror_kafka::settings::AwsIam;
+use kmirror_kafka::settings::{AwsIam, AwsRole};
 use kmirror_kafka::{SaslCredentials, SaslMechanism, Secret};
 
 pub const MODULE: &str = "software.amazon.msk.auth.iam.IAMLoginModule";
@@ -28,13 +28,8 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             "login module {module} does not match sasl.mechanism=AWS_MSK_IAM: use {MODULE}"
         ));
     }
-    let option = |name: &str| super::client::jaas_option(&options, name);
-    if option("awsRoleArn").is_some() {
-        return bad(
-            "awsRoleArn (assuming a role through STS) is not supported yet: give the role's credentials through the environment or a shared-file profile (awsProfileName)".into(),
-        );
-    }
-    let profile = option("awsProfileName").filter(|p| !p.is_empty());
+    let aws = settings(&options);
+    let profile = aws.profile.clone();
     if let Some(h) = r.get("sasl.client.callback.handler.class") {
         if h.value.trim() != HANDLER {
             r.diags.error(
@@ -52,9 +47,25 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             .unwrap_or_else(|| "(default credentials)".into()),
         password: Secret::default(),
         oauth: None,
-        aws: Some(AwsIam { profile }),
+        aws: Some(aws),
         kerberos: None,
     })
+}
+
+/// Where the credentials come from, in the options the MSK library's login module and its
+/// OAUTHBEARER handler both take: `awsProfileName`, and `awsRoleArn` with
+/// `awsRoleSessionName` (default "kmirror"), `awsRoleExternalId` and `awsStsRegion`.
+pub(super) fn settings(options: &[(String, String)]) -> AwsIam {
+    let option = |name: &str| super::client::jaas_option(options, name).filter(|v| !v.is_empty());
+    AwsIam {
+        profile: option("awsProfileName"),
+        role: option("awsRoleArn").map(|arn| AwsRole {
+            arn,
+            session_name: option("awsRoleSessionName").unwrap_or_else(|| "kmirror".into()),
+            external_id: option("awsRoleExternalId").map(Secret::new),
+            sts_region: option("awsStsRegion"),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -72,19 +83,34 @@ mod tests {
             ("sasl.client.callback.handler.class", HANDLER),
         ])
         .unwrap();
-        assert_eq!(c.aws, Some(AwsIam { profile: None }));
+        assert_eq!(
+            c.aws,
+            Some(AwsIam {
+                profile: None,
+                role: None
+            })
+        );
         let c = parse(&[(
             "sasl.jaas.config",
             &format!("{MODULE} required awsProfileName=\"ops\";"),
         )])
         .unwrap();
         assert_eq!(c.aws.unwrap().profile.as_deref(), Some("ops"));
-        let e = parse(&[(
+        let c = parse(&[(
             "sasl.jaas.config",
-            &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/x\";"),
+            &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/x\" awsStsRegion=\"eu-west-1\" awsRoleExternalId=\"ext\";"),
         )])
-        .unwrap_err();
-        assert!(e[0].contains("awsRoleArn"), "{e:?}");
+        .unwrap();
+        let role = c.aws.unwrap().role.unwrap();
+        assert_eq!(
+            (
+                role.arn.as_str(),
+                role.session_name.as_str(),
+                role.sts_region.as_deref()
+            ),
+            ("arn:aws:iam::1:role/x", "kmirror", Some("eu-west-1"))
+        );
+        assert_eq!(role.external_id.unwrap().expose(), "ext");
         let e = parse(&[
             ("sasl.jaas.config", &format!("{MODULE} required;")),
             ("sasl.client.callback.handler.class", "com.example.Other"),

@@ -99,19 +99,10 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             )
         }
         Some(h) if h.value.trim() == MSK_HANDLER => {
-            if option("awsRoleArn").is_some() {
-                return bad_jaas(
-                    r,
-                    "awsRoleArn (assuming a role through STS) is not supported yet: give the role's credentials through the environment or a shared-file profile (awsProfileName)".into(),
-                );
-            }
-            let profile = option("awsProfileName").filter(|p| !p.is_empty());
+            let aws = super::aws_iam::settings(&options);
+            let profile = aws.profile.clone();
             (
-                TokenSource::AwsMskIam {
-                    aws: kmirror_kafka::settings::AwsIam {
-                        profile: profile.clone(),
-                    },
-                },
+                TokenSource::AwsMskIam { aws },
                 vec![],
                 profile.unwrap_or_else(|| "(default AWS credentials)".into()),
             )
@@ -395,19 +386,28 @@ mod tests {
             c.oauth.unwrap().source,
             TokenSource::AwsMskIam {
                 aws: kmirror_kafka::settings::AwsIam {
-                    profile: Some("ops".into())
+                    profile: Some("ops".into()),
+                    role: None,
                 }
             }
         );
-        let e = parse(&[
+        // The library's role options, as its login module takes them.
+        let c = parse(&[
             (
                 "sasl.jaas.config",
-                &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/r\";"),
+                &format!("{MODULE} required awsRoleArn=\"arn:aws:iam::1:role/r\" awsRoleSessionName=\"s\";"),
             ),
             ("sasl.login.callback.handler.class", MSK_HANDLER),
         ])
-        .unwrap_err();
-        assert!(e[0].contains("awsRoleArn"), "{e:?}");
+        .unwrap();
+        let TokenSource::AwsMskIam { aws } = c.oauth.unwrap().source else {
+            panic!("not the MSK token source")
+        };
+        let role = aws.role.unwrap();
+        assert_eq!(
+            (role.arn.as_str(), role.session_name.as_str()),
+            ("arn:aws:iam::1:role/r", "s")
+        );
     }
 
     #[test]
