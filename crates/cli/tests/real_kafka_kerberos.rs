@@ -3,13 +3,15 @@
 //! brokers log in with a keytab and end SASL sessions after 8 s
 //! (`connections.max.reauth.ms`). kmirror logs in to each cluster as a different principal
 //! with a different keytab, in one process; its principals' tickets live 60 s. While it copies
-//! for longer than that, it must have new tickets from its keytabs as they age and lose nothing; topic configs and group offsets are synced through the same logins. A stale
+//! for longer than that, it must have new tickets from its keytabs as they age and lose
+//! nothing; topic configs, ACLs (both clusters run an authorizer) and group offsets are synced
+//! through the same logins. A stale
 //! keytab and a keytab of another principal give errors that say so. MM1 mode takes the same
 //! lines. No key of a keytab appears in a log, `plan`, `/status` or `/metrics`.
 
 use base64::Engine;
 use bytes::Bytes;
-use kmirror_kafka::admin::CommittedOffset;
+use kmirror_kafka::admin::{acl, AclBinding, CommittedOffset};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::kerberos::keytab;
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
@@ -173,15 +175,25 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
     let b_kt = kdc.keytab("b.keytab", &["kmirror-b"]).unwrap();
     let keys: Vec<String> = [&a_kt, &b_kt].iter().flat_map(|p| key_texts(p)).collect();
 
-    let props = broker_props(&kdc, &brokers_kt);
-    let props: Vec<&str> = props.iter().map(String::as_str).collect();
+    // With an authorizer (ACL sync needs one on both sides), kmirror's principal on each side
+    // a super user, as Kerberos principals map to `User:<first part>` by default.
+    let props_for = |principal: &str| {
+        let mut p = broker_props(&kdc, &brokers_kt);
+        p.push(format!(
+            "super.users=User:admin;User:ANONYMOUS;User:{principal}"
+        ));
+        p
+    };
+    let (props_a, props_b) = (props_for("kmirror-a"), props_for("kmirror-b"));
+    let props_a: Vec<&str> = props_a.iter().map(String::as_str).collect();
+    let props_b: Vec<&str> = props_b.iter().map(String::as_str).collect();
     let jvm = format!("-Djava.security.krb5.conf={}", kdc.krb5_conf().display());
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| {
-            Cluster::start_with_jvm("krb-a", Security::SaslPlain, &props, &[&jvm]).unwrap()
+            Cluster::start_with_jvm("krb-a", Security::SaslAcl, &props_a, &[&jvm]).unwrap()
         });
         let b = s.spawn(|| {
-            Cluster::start_with_jvm("krb-b", Security::SaslPlain, &props, &[&jvm]).unwrap()
+            Cluster::start_with_jvm("krb-b", Security::SaslAcl, &props_b, &[&jvm]).unwrap()
         });
         (a.join().unwrap(), b.join().unwrap())
     });
@@ -217,6 +229,16 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
             },
         );
     a.commit_group_offsets("billing", &group).await.unwrap();
+    let alice_reads = |topic: &str| AclBinding {
+        resource_type: acl::RESOURCE_TOPIC,
+        resource_name: Some(topic.into()),
+        pattern_type: acl::PATTERN_LITERAL,
+        principal: Some("User:alice".into()),
+        host: Some("*".into()),
+        operation: acl::OP_READ,
+        permission: acl::PERMISSION_ALLOW,
+    };
+    a.create_acls(&[alice_reads("orders")]).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("mm2.properties");
@@ -226,7 +248,8 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
              replication.factor = 1\noffset.storage.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
              offset-syncs.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
              refresh.topics.interval.seconds = 1\nsync.group.offsets.enabled = true\n\
-             sync.group.offsets.interval.seconds = 1\nemit.checkpoints.interval.seconds = 1\n{}{}",
+             sync.group.offsets.interval.seconds = 1\nemit.checkpoints.interval.seconds = 1\n\
+             sync.topic.acls.interval.seconds = 1\n{}{}",
             ca.bootstrap(),
             cb.bootstrap(),
             client_lines("A.", &kdc, a_keytab, a_principal),
@@ -277,7 +300,21 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
             .any(|c| c.name == "max.message.bytes" && c.value.as_deref() == Some("500000")),
         "topic config synced: {configs:?}"
     );
+    // ACL sync: read through A's login, written through B's.
     let t1 = Instant::now();
+    while b
+        .describe_acls(&alice_reads("A.orders"))
+        .await
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            t1.elapsed() < Duration::from_secs(60),
+            "alice's ACL not synced to A.orders on B:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     loop {
         let synced = b
             .fetch_group_offsets("billing")
