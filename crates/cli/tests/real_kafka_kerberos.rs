@@ -5,9 +5,9 @@
 //! with a different keytab, in one process; its principals' tickets live 60 s. While it copies
 //! for longer than that, it must have new tickets from its keytabs as they age and lose
 //! nothing; topic configs, ACLs (both clusters run an authorizer) and group offsets are synced
-//! through the same logins. A stale
-//! keytab and a keytab of another principal give errors that say so. MM1 mode takes the same
-//! lines. No key of a keytab appears in a log, `plan`, `/status` or `/metrics`.
+//! through the same logins. A stale keytab and a keytab of another principal give errors that
+//! say so. MM1 mode takes the same lines. No key of a keytab appears in a log, `plan`,
+//! `/status` or `/metrics`.
 
 use base64::Engine;
 use bytes::Bytes;
