@@ -171,7 +171,14 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
     kdc.add_principal("kmirror-a", Some("60 seconds")).unwrap();
     kdc.add_principal("kmirror-b", Some("60 seconds")).unwrap();
     let brokers_kt = kdc.keytab("kafka.keytab", &["kafka/127.0.0.1"]).unwrap();
+    // kmirror-a needs pre-authentication, and its keytab holds two key versions, the older
+    // first (`ktadd` twice into one file, as key rotations leave keytabs); the first version
+    // alone, copied aside, is a stale keytab.
+    kdc.require_preauth("kmirror-a").unwrap();
     let a_kt = kdc.keytab("a.keytab", &["kmirror-a"]).unwrap();
+    let stale_kt = a_kt.with_file_name("a-old.keytab");
+    std::fs::copy(&a_kt, &stale_kt).unwrap();
+    kdc.keytab("a.keytab", &["kmirror-a"]).unwrap();
     let b_kt = kdc.keytab("b.keytab", &["kmirror-b"]).unwrap();
     let keys: Vec<String> = [&a_kt, &b_kt].iter().flat_map(|p| key_texts(p)).collect();
 
@@ -351,7 +358,8 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
     let kdc_log = kdc.log();
     for p in ["kmirror-a", "kmirror-b"] {
         let issued = as_issues(&kdc_log, &format!("{p}@{REALM} for krbtgt"));
-        let span = issued.last().unwrap_or(&0) - issued.first().unwrap_or(&0);
+        // Seconds of the day: a run across midnight wraps.
+        let span = (issued.last().unwrap_or(&0) + 86_400 - issued.first().unwrap_or(&0)) % 86_400;
         assert!(
             issued.len() >= 2 && span >= 40,
             "{p}: {} logins over {span} s: tickets not renewed as they aged\n{kdc_log}",
@@ -367,6 +375,8 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
 
     // A keytab of another principal, and a stale keytab (a new key made since): errors that
     // say which, from `verify`, which logs in to both clusters.
+    let stale = dir.path().join("stale.properties");
+    std::fs::write(&stale, config(&stale_kt, "kmirror-a")).unwrap();
     let wrong = dir.path().join("wrong.properties");
     std::fs::write(&wrong, config(&b_kt, "kmirror-a")).unwrap();
     let (ok, text) = kmirror_output(&["verify", wrong.to_str().unwrap()]);
@@ -377,8 +387,7 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
         )),
         "{text}"
     );
-    let fresh_kt = kdc.keytab("a-new.keytab", &["kmirror-a"]).unwrap();
-    let (ok, text) = kmirror_output(&["verify", cfg.to_str().unwrap()]);
+    let (ok, text) = kmirror_output(&["verify", stale.to_str().unwrap()]);
     assert!(!ok, "{text}");
     assert!(
         text.contains(&format!("Kerberos login as kmirror-a@{REALM}")) && text.contains("stale"),
@@ -393,7 +402,7 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
         format!(
             "bootstrap.servers={}\ngroup.id=mm1-krb\nauto.offset.reset=earliest\n{}",
             ca.bootstrap(),
-            client_lines("", &kdc, &fresh_kt, "kmirror-a").replace(" = ", "=")
+            client_lines("", &kdc, &a_kt, "kmirror-a").replace(" = ", "=")
         ),
     )
     .unwrap();

@@ -150,10 +150,6 @@ pub struct Kerberos {
     pub keytab: std::path::PathBuf,
     /// The krb5.conf that names the realm's KDCs.
     pub krb5_conf: std::path::PathBuf,
-    /// The service tickets had so far, shared by every clone of these settings (not
-    /// configuration).
-    #[serde(skip)]
-    pub cache: crate::kerberos::TicketCache,
 }
 
 /// SASL/AWS_MSK_IAM: where the AWS credentials come from (`crate::aws_iam`).

@@ -78,7 +78,7 @@ pub fn describe_security(c: &ClientSettings) -> String {
             if let Some(k) = &sasl.kerberos {
                 let _ = write!(
                     s,
-                    " GSSAPI principal={} keytab={} brokers={}/<host>@{} krb5.conf={}, a fresh ticket for every connection and re-authentication",
+                    " GSSAPI principal={} keytab={} brokers={}/<host>@{} krb5.conf={}, tickets renewed from the keytab at 80 % of their life",
                     k.principal,
                     k.keytab.display(),
                     k.service_name,

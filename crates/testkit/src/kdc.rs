@@ -120,8 +120,16 @@ impl Kdc {
         Ok(())
     }
 
-    /// Writes the current keys of `principals` into `file` in the KDC's directory. Note that
-    /// MIT's `ktadd` makes new keys: a keytab written before for the same principal is stale.
+    /// Makes `name` need pre-authentication (PA-ENC-TIMESTAMP), as most production realms do:
+    /// a client with a wrong key is then refused at once (KDC_ERR_PREAUTH_FAILED).
+    pub fn require_preauth(&self, name: &str) -> Result<(), HarnessError> {
+        self.kadmin(&format!("modprinc +requires_preauth {name}"))?;
+        Ok(())
+    }
+
+    /// Writes new keys of `principals` into `file` in the KDC's directory (appended when the
+    /// file exists, as `ktadd` does). MIT's `ktadd` makes new keys: a keytab written before for
+    /// the same principal is stale.
     pub fn keytab(&self, file: &str, principals: &[&str]) -> Result<PathBuf, HarnessError> {
         let path = self.dir.join(file);
         for p in principals {

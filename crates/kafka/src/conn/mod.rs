@@ -344,7 +344,9 @@ impl Connection {
         let mut reauth = None;
         if let Some(creds) = &settings.sasl {
             let token = sasl_token(creds, host).await?;
-            let lifetime = authenticate(&mut hs, &broker, creds, &versions, token).await?;
+            let lifetime = authenticate(&mut hs, &broker, creds, &versions, token)
+                .await
+                .inspect_err(|_| forget_ticket(creds, host))?;
             let r = Reauth {
                 host: host.to_string(),
                 creds: creds.clone(),
@@ -478,7 +480,10 @@ impl Connection {
                 tracing::debug!(broker = %self.broker, session_ms = lifetime.map(|l| l.as_millis() as u64), "SASL session re-authenticated");
                 Ok(())
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                forget_ticket(&r.creds, &r.host);
+                Err(e)
+            }
         }
     }
 
@@ -746,6 +751,14 @@ async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<sasl::Prepare
             crate::aws_iam::payload_for(aws, host).await?,
         )),
         None => Ok(sasl::Prepared::Nothing),
+    }
+}
+
+/// After a refused login: a Kerberos ticket the broker refused is not offered again (the
+/// broker's keys may have changed since it was had).
+fn forget_ticket(creds: &SaslCredentials, host: &str) {
+    if let Some(k) = &creds.kerberos {
+        crate::kerberos::forget(k, host);
     }
 }
 

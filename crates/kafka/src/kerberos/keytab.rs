@@ -20,6 +20,19 @@ pub const SUPPORTED_ENCTYPES: [(i32, &str); 2] = [
     (17, "aes128-cts-hmac-sha1-96"),
 ];
 
+/// The name of encryption type `n` (RFC 3961, RFC 8009), for messages.
+pub fn enctype_name(n: i32) -> String {
+    match n {
+        17 => "aes128-cts-hmac-sha1-96".into(),
+        18 => "aes256-cts-hmac-sha1-96".into(),
+        19 => "aes128-cts-hmac-sha256-128".into(),
+        20 => "aes256-cts-hmac-sha384-192".into(),
+        23 => "arcfour-hmac".into(),
+        16 => "des3-cbc-sha1".into(),
+        n => format!("type {n}"),
+    }
+}
+
 /// One long-term key for a principal.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeytabKey {
@@ -146,7 +159,7 @@ pub fn pick(keys: &[KeytabKey], principal: &str) -> Result<KeytabKey, String> {
     let types: Vec<String> = mine
         .iter()
         .filter(|k| k.kvno == newest)
-        .map(|k| k.enctype.to_string())
+        .map(|k| enctype_name(k.enctype))
         .collect();
     Err(format!(
         "holds keys for {principal} of encryption types {} only; kmirror needs one of {}",
@@ -157,6 +170,34 @@ pub fn pick(keys: &[KeytabKey], principal: &str) -> Result<KeytabKey, String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// A keytab (0x0502) holding `key` alone: what the Kerberos library is given, so that it can
+/// only use the key picked here (it takes the first entry of the principal for
+/// pre-authentication and tries every entry on the KDC's answer, whatever its type).
+pub fn single(key: &KeytabKey) -> Vec<u8> {
+    let (name, realm) = key
+        .principal
+        .rsplit_once('@')
+        .unwrap_or((&key.principal, ""));
+    let parts: Vec<&str> = name.split('/').collect();
+    let mut e = Vec::new();
+    e.extend((parts.len() as u16).to_be_bytes());
+    for s in std::iter::once(realm).chain(parts.iter().copied()) {
+        e.extend((s.len() as u16).to_be_bytes());
+        e.extend(s.as_bytes());
+    }
+    e.extend(1u32.to_be_bytes()); // KRB5_NT_PRINCIPAL
+    e.extend(0u32.to_be_bytes()); // timestamp: unused by readers
+    e.push(key.kvno.min(255) as u8);
+    e.extend((key.enctype as u16).to_be_bytes());
+    e.extend((key.key.len() as u16).to_be_bytes());
+    e.extend(&key.key);
+    e.extend(key.kvno.to_be_bytes());
+    let mut out = vec![0x05, 0x02];
+    out.extend((e.len() as i32).to_be_bytes());
+    out.extend(e);
+    out
 }
 
 struct Reader<'a> {
@@ -255,6 +296,17 @@ mod tests {
     }
 
     #[test]
+    fn a_single_key_keytab_reads_back_as_that_key() {
+        let kt = keytab(&[
+            entry_bytes("R.TEST", &["svc", "host"], 1, 17, &[1; 16]),
+            entry_bytes("R.TEST", &["svc", "host"], 300, 18, &[2; 32]),
+        ]);
+        let k = pick(&parse(&kt).unwrap(), "svc/host@R.TEST").unwrap();
+        let back = parse(&single(&k)).unwrap();
+        assert_eq!(back, vec![k]);
+    }
+
+    #[test]
     fn missing_principals_weak_types_and_broken_files_are_named() {
         let kt = keytab(&[entry_bytes("R.TEST", &["other"], 1, 23, &[9; 16])]);
         let keys = parse(&kt).unwrap();
@@ -264,7 +316,10 @@ mod tests {
             "{e}"
         );
         let e = pick(&keys, "other@R.TEST").unwrap_err();
-        assert!(e.contains("types 23 only") && e.contains("aes256"), "{e}");
+        assert!(
+            e.contains("types arcfour-hmac only") && e.contains("aes256"),
+            "{e}"
+        );
         assert!(parse(b"\x05\x03").unwrap_err().contains("0x0503"));
         let mut cut = kt.clone();
         cut.truncate(kt.len() - 10);

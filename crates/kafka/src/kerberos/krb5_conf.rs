@@ -53,6 +53,10 @@ impl Krb5Conf {
                 self.read_dir(Path::new(dir.trim()), depth + 1)?;
                 continue;
             }
+            // A plugin module directive: nothing kmirror reads.
+            if line.starts_with("module ") {
+                continue;
+            }
             if line.starts_with('[') {
                 let name = line
                     .strip_prefix('[')
@@ -79,8 +83,9 @@ impl Krb5Conf {
             }
             let value = value.trim_end_matches('*').trim().trim_matches('"');
             match (section.as_str(), open.as_slice()) {
+                // MIT takes a relation's first value.
                 ("libdefaults", []) if name == "default_realm" => {
-                    self.default_realm = Some(value.to_string())
+                    self.default_realm.get_or_insert_with(|| value.to_string());
                 }
                 ("realms", [realm]) if name == "kdc" => self
                     .kdcs
@@ -174,8 +179,10 @@ mod tests {
 
     const DEBIAN_LIKE: &str = "\
 # a comment
+module /usr/lib/plugin.so:residual
 [libdefaults]
     default_realm = EXAMPLE.COM
+    default_realm = IGNORED.COM
     dns_lookup_kdc = false
     ticket_lifetime = 24h
 [realms]

@@ -3,9 +3,15 @@
 //!
 //! A service ticket is had with an AS exchange (the cluster's own keytab) and a TGS exchange
 //! for `<service>/<broker host>`, and serves that broker's connections and re-authentications
-//! until 80 % of its life ([`TicketCache`]); each authentication makes a new krb5 GSS-API
-//! context with it. Two clusters with two keytabs share nothing in one process (no credential
+//! until 80 % of its life (the process-wide cache below); each authentication makes a new
+//! krb5 GSS-API context with it. Two clusters with two keytabs share nothing (no credential
 //! cache file, no environment variable).
+//!
+//! The Kerberos library (`krb5-gss`) reads keys only from a keytab file, takes the first entry
+//! of the principal for pre-authentication and tries every entry on the KDC's answer whatever
+//! its type (panicking on a key of the wrong length). So kmirror picks the key itself
+//! ([`keytab::pick`]: newest version, best type) and hands the library a keytab holding that
+//! key alone, in a private file (0600, in `TMPDIR`) that lives for the exchange.
 
 pub mod keytab;
 pub mod krb5_conf;
@@ -17,8 +23,9 @@ use krb5_gss::gss::{GssContext, NativeGssContext};
 use krb5_gss::{AcquiredTicket, KdcBoxFuture, KdcTransport, KerberosCredentials, Krb5Client};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -26,19 +33,47 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const MAX_KDC_REPLY: usize = 256 * 1024;
 const KDC_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const KDC_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Java's `sasl.kerberos.ticket.renew.window.factor` default.
+const RENEW_FACTOR: f64 = 0.8;
+const RETRY_RENEWAL: Duration = Duration::from_secs(10);
+/// RFC 4752 §3.3: the "no security layer" bit of the broker's offer and of kmirror's choice.
+const NO_SECURITY_LAYER: u8 = 0x01;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The AP-REQ was sent; the broker answers with its AP-REP.
+    ApRep,
+    /// kmirror sent the empty token; the broker answers with its wrapped security-layer offer.
+    Offer,
+    /// kmirror sent its wrapped choice; the broker's empty answer ends the exchange.
+    Done,
+}
 
 /// A security context with the broker, from its first token (the AP-REQ) to the end of the
 /// RFC 4752 security-layer negotiation.
 pub struct Login {
     ctx: NativeGssContext,
     first: Option<Vec<u8>>,
+    phase: Phase,
 }
 
 impl std::fmt::Debug for Login {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Login")
-            .field("complete", &self.ctx.is_complete())
+            .field("phase", &self.phase)
             .finish_non_exhaustive()
+    }
+}
+
+/// Runs a library call on bytes from the network: a panic in it is an error, not a crash.
+fn guarded<T>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, krb5_gss::KerberosError>,
+) -> Result<T, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: malformed")),
     }
 }
 
@@ -48,126 +83,172 @@ impl Login {
         self.first.take().unwrap_or_default()
     }
 
-    /// Feeds the broker's answer and returns the next token, or `None` once the context is
-    /// complete. The broker's AP-REP is checked (mutual authentication), then its wrapped
-    /// security-layer offer, to which kmirror answers "no security layer" as Java's client does
-    /// for Kafka (`sasl.qop` auth). Bytes from the broker are hostile: a panic inside the
-    /// Kerberos library on them is an error, not a crash.
+    /// Feeds the broker's answer and returns the next token, or `None` once the exchange is
+    /// complete. The broker's AP-REP is checked (mutual authentication); from its wrapped
+    /// security-layer offer kmirror picks "no security layer" with a buffer size of 0, as
+    /// Java's client does for Kafka (`sasl.qop` auth), and refuses a broker that does not offer
+    /// it.
     pub fn step(&mut self, server: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        if self.ctx.is_complete() {
-            return if server.is_empty() {
-                Ok(None)
-            } else {
-                Err("the broker sent more after the exchange was complete".into())
-            };
-        }
         let ctx = &mut self.ctx;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.handle_challenge(server))) {
-            Ok(Ok(next)) => Ok(Some(next.unwrap_or_default())),
-            Ok(Err(e)) => Err(format!("the broker's Kerberos answer was refused: {e}")),
-            Err(_) => Err("the broker's Kerberos answer is malformed".into()),
+        match self.phase {
+            Phase::ApRep => {
+                guarded("the broker's AP-REP", || ctx.handle_challenge(server))?;
+                self.phase = Phase::Offer;
+                Ok(Some(Vec::new()))
+            }
+            Phase::Offer => {
+                let offer = guarded("the broker's security-layer offer", || ctx.unwrap(server))?;
+                if offer.len() != 4 {
+                    return Err(format!(
+                        "the broker's security-layer offer has {} bytes, not 4",
+                        offer.len()
+                    ));
+                }
+                if offer[0] & NO_SECURITY_LAYER == 0 {
+                    return Err(format!(
+                        "the broker requires a SASL security layer (offer 0x{:02x}: sasl.qop                          auth-int or auth-conf), which kmirror does not provide; use TLS                          (SASL_SSL) for protection on the wire",
+                        offer[0]
+                    ));
+                }
+                let choice = guarded("wrapping the answer", || {
+                    ctx.wrap_next(NO_SECURITY_LAYER, 0)
+                })?;
+                self.phase = Phase::Done;
+                Ok(Some(choice))
+            }
+            Phase::Done if server.is_empty() => Ok(None),
+            Phase::Done => Err("the broker sent more after the exchange was complete".into()),
         }
     }
 }
 
+/// The broker principal's service part and host, as Java and MIT name it: the host in lower
+/// case (Kerberos names are case-sensitive; `KRB_NT_SRV_HST` names are canonicalised so).
+fn service_of(k: &Kerberos, host: &str) -> String {
+    format!("{}/{}", k.service_name, host.to_ascii_lowercase())
+}
+
 /// Logs in as the cluster's principal and makes a context for broker `host`.
 pub async fn login(k: &Kerberos, host: &str) -> Result<Login, KafkaError> {
-    let service = format!("{}/{host}", k.service_name);
-    let ticket = k.cache.ticket(k, &service).await?;
+    let service = service_of(k, host);
+    let ticket = ticket(k, &service).await?;
     let mut ctx = NativeGssContext::from_acquired(ticket);
-    let first = match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.step(None))) {
-        Ok(Ok(t)) => t.unwrap_or_default(),
-        Ok(Err(e)) => {
-            return Err(KafkaError::Kerberos {
-                principal: k.principal.clone(),
-                message: format!("building the request to {service}: {e}"),
-                retriable: false,
-            })
-        }
-        Err(_) => {
-            return Err(KafkaError::Kerberos {
-                principal: k.principal.clone(),
-                message: format!("the ticket for {service} is malformed"),
-                retriable: false,
-            })
-        }
-    };
+    let first =
+        guarded("building the AP-REQ", || ctx.step(None)).map_err(|m| KafkaError::Kerberos {
+            principal: k.principal.clone(),
+            message: format!("{service}: {m}"),
+            retriable: false,
+        })?;
     Ok(Login {
         ctx,
-        first: Some(first),
+        first: Some(first.unwrap_or_default()),
+        phase: Phase::ApRep,
     })
 }
 
-/// The service tickets of one cluster's Kerberos settings, by broker principal. Clones share
-/// them; they are not configuration (equal whatever they hold) and never print.
-///
-/// A ticket serves every connection to its broker, and every re-authentication (each sends a
-/// new authenticator), until 80 % of its life has passed, as Java's client renews
-/// (`sasl.kerberos.ticket.renew.window.factor`'s default); then it is had again from the
-/// keytab, so a keytab replaced on disk is used from the next renewal on. A renewal that fails
-/// while the held ticket is still valid keeps that ticket, asked again every 10 s.
-#[derive(Clone, Default)]
-pub struct TicketCache(Arc<tokio::sync::Mutex<HashMap<String, Held>>>);
+/// Drops the ticket held for broker `host`: the broker refused a login with it (its keys may
+/// have changed), so the next login has a new one.
+pub fn forget(k: &Kerberos, host: &str) {
+    let key = cache_key(k, &service_of(k, host));
+    if let Ok(mut slots) = slots().lock() {
+        slots.remove(&key);
+    }
+}
 
+/// The tickets held in this process, by principal, keytab, krb5.conf and broker principal:
+/// every client of a cluster (consumer, producer, admin, each flow) shares one ticket per
+/// broker. A ticket is renewed from the keytab after 80 % of its life, so a keytab replaced on
+/// disk is used from the next renewal on. One renewal per broker principal runs at a time;
+/// meanwhile the others use the ticket held while it is valid. A renewal that fails while the
+/// held ticket is still valid keeps that ticket, asked again every 10 s.
+#[derive(Default)]
+struct Slot {
+    held: Mutex<Option<Held>>,
+    renewing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Clone)]
 struct Held {
     ticket: AcquiredTicket,
     renew_at: Instant,
     expires_at: Instant,
 }
 
-impl PartialEq for TicketCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for TicketCache {}
-
-impl std::fmt::Debug for TicketCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TicketCache")
-    }
+fn slots() -> &'static Mutex<HashMap<String, Arc<Slot>>> {
+    static SLOTS: OnceLock<Mutex<HashMap<String, Arc<Slot>>>> = OnceLock::new();
+    SLOTS.get_or_init(Default::default)
 }
 
-const RENEW_FACTOR: f64 = 0.8;
-const RETRY_RENEWAL: Duration = Duration::from_secs(10);
+fn cache_key(k: &Kerberos, service: &str) -> String {
+    format!(
+        "{}\0{}\0{}\0{service}",
+        k.principal,
+        k.keytab.display(),
+        k.krb5_conf.display()
+    )
+}
 
-impl TicketCache {
-    async fn ticket(&self, k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError> {
-        let mut held = self.0.lock().await;
-        let now = Instant::now();
-        if let Some(h) = held.get(service).filter(|h| now < h.renew_at) {
-            return Ok(h.ticket.clone());
+fn held_now(slot: &Slot) -> Option<Held> {
+    slot.held.lock().ok().and_then(|h| h.clone())
+}
+
+async fn ticket(k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError> {
+    let slot = {
+        let mut slots = slots().lock().map_err(|_| KafkaError::Kerberos {
+            principal: k.principal.clone(),
+            message: "the ticket cache is unusable after a panic".into(),
+            retriable: false,
+        })?;
+        slots.entry(cache_key(k, service)).or_default().clone()
+    };
+    let now = Instant::now();
+    let current = held_now(&slot);
+    if let Some(h) = current.as_ref().filter(|h| now < h.renew_at) {
+        return Ok(h.ticket.clone());
+    }
+    let _gate = match slot.renewing.try_lock() {
+        Ok(g) => g,
+        Err(_) => match current.as_ref().filter(|h| now < h.expires_at) {
+            // Another connection renews it: this one uses the ticket held meanwhile.
+            Some(h) => return Ok(h.ticket.clone()),
+            None => slot.renewing.lock().await,
+        },
+    };
+    // Renewed while this one waited for the gate.
+    let now = Instant::now();
+    if let Some(h) = held_now(&slot).filter(|h| now < h.renew_at) {
+        return Ok(h.ticket.clone());
+    }
+    let fetched = fetch(k, service).await;
+    let mut held = slot.held.lock().map_err(|_| KafkaError::Kerberos {
+        principal: k.principal.clone(),
+        message: "the ticket cache is unusable after a panic".into(),
+        retriable: false,
+    })?;
+    match fetched {
+        Ok(ticket) => {
+            let life = remaining(&ticket.endtime, SystemTime::now());
+            tracing::info!(
+                principal = %k.principal,
+                service,
+                lifetime_s = life.map(|l| l.as_secs()),
+                "Kerberos ticket obtained"
+            );
+            *held = life.map(|life| Held {
+                ticket: ticket.clone(),
+                renew_at: now + life.mul_f64(RENEW_FACTOR),
+                expires_at: now + life,
+            });
+            Ok(ticket)
         }
-        match fetch(k, service).await {
-            Ok(ticket) => {
-                let life = remaining(&ticket.endtime, SystemTime::now());
-                tracing::info!(
-                    principal = %k.principal,
-                    service,
-                    lifetime_s = life.map(|l| l.as_secs()),
-                    "Kerberos ticket obtained"
-                );
-                if let Some(life) = life {
-                    held.insert(
-                        service.to_string(),
-                        Held {
-                            ticket: ticket.clone(),
-                            renew_at: now + life.mul_f64(RENEW_FACTOR),
-                            expires_at: now + life,
-                        },
-                    );
-                }
-                Ok(ticket)
+        Err(e) => match held.as_mut().filter(|h| now < h.expires_at) {
+            Some(h) => {
+                tracing::warn!(principal = %k.principal, service, error = %e, expires_in_s = (h.expires_at - now).as_secs(), "Kerberos ticket renewal failed; the current ticket serves until it expires");
+                h.renew_at = now + RETRY_RENEWAL;
+                Ok(h.ticket.clone())
             }
-            Err(e) => match held.get_mut(service).filter(|h| now < h.expires_at) {
-                Some(h) => {
-                    tracing::warn!(principal = %k.principal, service, error = %e, expires_in_s = (h.expires_at - now).as_secs(), "Kerberos ticket renewal failed; the current ticket serves until it expires");
-                    h.renew_at = now + RETRY_RENEWAL;
-                    Ok(h.ticket.clone())
-                }
-                None => Err(e),
-            },
-        }
+            None => Err(e),
+        },
     }
 }
 
@@ -192,6 +273,37 @@ fn remaining(endtime: &str, now: SystemTime) -> Option<Duration> {
     let end =
         SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(at.unix_timestamp()).ok()?);
     end.duration_since(now).ok().filter(|d| !d.is_zero())
+}
+
+/// The keytab handed to the library: the picked key alone, in a file only this user can
+/// read, removed when dropped.
+struct OneKeyFile(PathBuf);
+
+impl OneKeyFile {
+    fn write(key: &keytab::KeytabKey) -> std::io::Result<OneKeyFile> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "kmirror-{}-{}.keytab",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        let file = OneKeyFile(path);
+        f.write_all(&keytab::single(key))?;
+        Ok(file)
+    }
+}
+
+impl Drop for OneKeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A service ticket for `service` from the realm's KDCs, logging in with the keytab.
@@ -223,15 +335,26 @@ async fn fetch(k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError
         kdcs,
         unreachable: unreachable.clone(),
     };
+    let one = OneKeyFile::write(&key).map_err(|e| {
+        fail(
+            format!(
+                "cannot write the key for the Kerberos library to {}: {e}",
+                std::env::temp_dir().display()
+            ),
+            false,
+        )
+    })?;
     let creds = KerberosCredentials::new(k.principal.clone())
         .with_service_name(k.service_name.clone())
-        .with_keytab(k.keytab.to_string_lossy().into_owned());
+        .with_keytab(one.0.to_string_lossy().into_owned());
     let exchange = async {
         let client = Krb5Client::with_transport(&creds, Box::new(transport))?;
         client.acquire_service_ticket(service).await
     };
     // KDC answers are bytes from the network: a panic on them is a failed login.
-    match AssertUnwindSafe(exchange).catch_unwind().await {
+    let result = AssertUnwindSafe(exchange).catch_unwind().await;
+    drop(one);
+    match result {
         Ok(Ok(ticket)) => Ok(ticket),
         Ok(Err(e)) => {
             let why = describe(&e.to_string(), service, &realm, key.kvno);
@@ -240,13 +363,14 @@ async fn fetch(k: &Kerberos, service: &str) -> Result<AcquiredTicket, KafkaError
                 unreachable.load(Ordering::SeqCst),
             ))
         }
-        // The library panics when the KDC's answer names a key the keytab does not hold (a
-        // key made since the keytab was written): the usual cause, said first.
+        // The library panics on a key whose length its cipher does not take: the KDC
+        // answered in another encryption type than the key picked.
         Err(_) => Err(fail(
             format!(
                 "ticket for {service}@{realm}: the KDC's answer could not be read with the \
-                 keytab's key, version {}: the keytab is stale (a newer key was made since) or \
-                 the answer is malformed",
+                 keytab's {} key, version {} (the KDC answered in another encryption type, or \
+                 the answer is malformed)",
+                keytab::enctype_name(key.enctype),
                 key.kvno
             ),
             false,
@@ -259,14 +383,22 @@ pub fn realm_of(principal: &str) -> &str {
     principal.rsplit_once('@').map(|(_, r)| r).unwrap_or("")
 }
 
-/// Kerberos error codes a KDC answers with (RFC 4120 §7.5.9), said as what to check.
+/// Kerberos error codes a KDC answers with (RFC 4120 §7.5.9), and the library's failures,
+/// said as what to check. The library's messages start with "TGS" for the ticket request.
 fn describe(message: &str, service: &str, realm: &str, kvno: u32) -> String {
+    let tgs = message.contains("TGS");
     let code = message
         .split("code=")
         .nth(1)
         .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|d| d.parse::<i32>().ok());
-    let why = match code {
+    let stale = || {
+        format!(
+            "the KDC refused the keytab's key, version {kvno}: the keytab is stale (a newer key \
+             was made since) or for another realm"
+        )
+    };
+    match code {
         Some(6) => "the KDC does not know this principal (KDC_ERR_C_PRINCIPAL_UNKNOWN)".to_string(),
         Some(7) => format!(
             "the KDC does not know the broker's principal {service}@{realm} \
@@ -278,21 +410,24 @@ fn describe(message: &str, service: &str, realm: &str, kvno: u32) -> String {
             .to_string(),
         Some(18) => "the principal is locked or disabled (KDC_ERR_CLIENT_REVOKED)".to_string(),
         Some(23) => "the principal's key has expired (KDC_ERR_KEY_EXPIRED)".to_string(),
-        Some(24) | Some(31) => format!(
-            "the KDC refused the keytab's key, version {kvno}: the keytab is stale or for \
-             another realm (KDC_ERR_PREAUTH_FAILED)"
-        ),
+        Some(24) => format!("{} (KDC_ERR_PREAUTH_FAILED)", stale()),
+        Some(31) if tgs => "the KDC refused the ticket request's checksum \
+                            (KRB_AP_ERR_BAD_INTEGRITY); realms that issue aes-sha2 (RFC 8009) \
+                            session keys are not supported yet"
+            .to_string(),
         Some(37) => "this host's clock and the KDC's differ by more than the KDC allows \
                      (KRB_AP_ERR_SKEW)"
             .to_string(),
         Some(c) => format!("the KDC answered with Kerberos error {c}"),
-        None if message.contains("decrypt") || message.contains("checksum") => format!(
-            "the KDC's answer does not decrypt with the keytab's key, version {kvno}: the \
-             keytab is stale or for another principal ({message})"
-        ),
+        None if !tgs
+            && ["HMAC", "decrypt", "checksum", "integrity"]
+                .iter()
+                .any(|w| message.contains(w)) =>
+        {
+            format!("{} (its answer does not decrypt with that key)", stale())
+        }
         None => message.to_string(),
-    };
-    why
+    }
 }
 
 /// The realm's KDCs over TCP (RFC 4120 §7.2.2), tried in krb5.conf's order.
@@ -380,8 +515,17 @@ mod tests {
             d.contains("kafka/b1@R.TEST") && d.contains("sasl.kerberos.service.name"),
             "{d}"
         );
-        let d = describe("AS KDC error code=24", "kafka/b1", "R.TEST", 3);
+        let d = describe("KDC error code=24", "kafka/b1", "R.TEST", 3);
         assert!(d.contains("version 3") && d.contains("stale"), "{d}");
+        let d = describe(
+            "crypto error: HMAC verification failed",
+            "kafka/b1",
+            "R.TEST",
+            3,
+        );
+        assert!(d.contains("stale") && d.contains("does not decrypt"), "{d}");
+        let d = describe("TGS KDC error code=31", "kafka/b1", "R.TEST", 3);
+        assert!(d.contains("aes-sha2") && !d.contains("stale"), "{d}");
         assert!(describe("code=37", "", "", 1).contains("clock"));
         assert!(describe("code=99", "", "", 1).contains("error 99"));
         assert_eq!(describe("other", "", "", 1), "other");
@@ -423,7 +567,6 @@ mod tests {
             principal: "kmirror@R.TEST".into(),
             keytab: kt.clone(),
             krb5_conf: conf,
-            cache: TicketCache::default(),
         };
         let err = login(&k, "b1").await.unwrap_err();
         assert!(err.is_retriable(), "{err}");

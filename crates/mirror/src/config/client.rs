@@ -124,11 +124,19 @@ fn sasl(r: &mut Reader<'_>, what: &str) -> Option<SaslCredentials> {
         },
     };
     let Some(jaas) = r.get("sasl.jaas.config") else {
+        let defaulted = if r.get("sasl.mechanism").is_none() {
+            " (sasl.mechanism is not set, so Kafka's default applies)"
+        } else {
+            ""
+        };
         r.diags.error(
-            r.get("sasl.mechanism").map(|s| &s.origin),
+            r.get("sasl.mechanism")
+                .or_else(|| r.get("security.protocol"))
+                .map(|s| &s.origin),
             None,
             format!(
-                "{what} uses SASL/{} but sasl.jaas.config is not set",
+                "{what} uses SASL/{}{defaulted} but sasl.jaas.config is not set (kmirror does \
+                 not read JAAS files named by -Djava.security.auth.login.config)",
                 mechanism.as_str()
             ),
         );
@@ -726,7 +734,8 @@ mod tests {
         ]);
         // Java's default mechanism, GSSAPI, then wants its JAAS line.
         assert!(
-            e[0].contains("uses SASL/GSSAPI but sasl.jaas.config is not set"),
+            e[0].contains("uses SASL/GSSAPI (sasl.mechanism is not set, so Kafka's default applies) but sasl.jaas.config is not set")
+                && e[0].contains("c.properties:"),
             "{e:?}"
         );
         let (_, e) = conn(&[

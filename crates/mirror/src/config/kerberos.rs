@@ -32,10 +32,15 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         }
     };
     if module != MODULE {
-        return bad(
-            r,
-            format!("login module {module} does not match sasl.mechanism=GSSAPI: use {MODULE}"),
-        );
+        let why = if r.get("sasl.mechanism").is_none() {
+            format!(
+                "login module {module} needs sasl.mechanism set: it is not, so Kafka's default \
+                 GSSAPI applies, which takes {MODULE}"
+            )
+        } else {
+            format!("login module {module} does not match sasl.mechanism=GSSAPI: use {MODULE}")
+        };
+        return bad(r, why);
     }
     let option = |name: &str| super::client::jaas_option(&options, name);
     let yes = |name: &str| option(name).is_some_and(|v| v.eq_ignore_ascii_case("true"));
@@ -97,8 +102,10 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
     if principal.split('@').next().is_some_and(|n| n.contains('/')) {
         return bad(
             r,
-            "kmirror logs in as a one-part principal (name@REALM), not a service/host principal"
-                .into(),
+            format!(
+                "principal {principal}: kmirror logs in as a one-part principal (name@REALM), \
+                 not a service/host principal"
+            ),
         );
     }
     let realm = kmirror_kafka::kerberos::realm_of(&principal).to_string();
@@ -129,7 +136,6 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             principal,
             keytab,
             krb5_conf,
-            cache: Default::default(),
         }),
     })
 }

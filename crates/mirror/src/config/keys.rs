@@ -59,7 +59,7 @@ pub fn classify_security_key(key: &str) -> Option<Option<(String, Option<String>
     let reason = if hint.is_some() {
         "unknown TLS/SASL key".to_string()
     } else {
-        "a TLS/SASL setting kmirror's client does not use (rustls picks protocols and ciphers; Kerberos logins are made afresh for each connection)".to_string()
+        "a TLS/SASL setting kmirror's client does not use (rustls picks protocols and ciphers; Kerberos tickets are renewed at 80 % of their life)".to_string()
     };
     Some(Some((reason, hint)))
 }
