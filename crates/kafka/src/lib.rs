@@ -1,8 +1,10 @@
 //! kmirror's Kafka client.
 //!
-//! This crate starts with the connection settings every other part of kmirror hands to the client:
-//! where the brokers are, how to authenticate, and the consumer/producer tuning that replication
-//! needs. The wire client (connections, fetch, produce, admin, groups) builds on these types.
+//! `settings` holds what every other part of kmirror hands to the client (where the brokers are,
+//! how to authenticate, the consumer/producer tuning replication needs). On it: connections and
+//! their security (`conn`, `oauth`, `kerberos`, `aws_*`), one cluster's metadata and requests
+//! (`cluster`), record batches (`codec`), the per-broker data path (`fetcher`, `producer`), admin
+//! calls, consumer groups and transactions.
 
 pub mod admin;
 pub mod aws_assume_role;

@@ -1,4 +1,5 @@
-//! kmirror's engine: configuration, naming policy, filters and the plan.
+//! kmirror's library: configuration, naming policy, filters, the plan, the replication engine
+//! (MM2 mode and MM1 mode), offsets, status, verify and failover.
 //!
 //! Data flows one way: properties → validated configuration → plan → engine (flows → per-partition tasks).
 

@@ -68,12 +68,102 @@ pub struct ModeLabels {
     pub mode: String,
 }
 
-/// Errors by kind (`connect`, `topic_create`, `fetch`, `produce`, `truncation`, `positions`, ...).
+/// Errors by kind: the `kind` label of `kmirror_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub source: Label,
     pub target: Label,
-    pub kind: String,
+    pub kind: &'static str,
+}
+
+/// Every kind of `kmirror_errors_total` the code counts. A closed list, so that docs/metrics.md
+/// can say what each means and a test holds the two together (an alert rule written against the
+/// docs must not miss a kind).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ErrorKind {
+    Setup,
+    Connect,
+    Metadata,
+    Fetch,
+    Produce,
+    Fatal,
+    Panic,
+    TopicDeleted,
+    TopicRecreated,
+    TopicCreate,
+    TopicConflict,
+    TargetTopic,
+    Truncation,
+    PositionBeyondEnd,
+    RecordsSkipped,
+    Positions,
+    Heartbeat,
+    OffsetSyncs,
+    Checkpoints,
+    ConfigSync,
+    AclSync,
+    Send,
+    Commit,
+    Transaction,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 24] = [
+        ErrorKind::Setup,
+        ErrorKind::Connect,
+        ErrorKind::Metadata,
+        ErrorKind::Fetch,
+        ErrorKind::Produce,
+        ErrorKind::Fatal,
+        ErrorKind::Panic,
+        ErrorKind::TopicDeleted,
+        ErrorKind::TopicRecreated,
+        ErrorKind::TopicCreate,
+        ErrorKind::TopicConflict,
+        ErrorKind::TargetTopic,
+        ErrorKind::Truncation,
+        ErrorKind::PositionBeyondEnd,
+        ErrorKind::RecordsSkipped,
+        ErrorKind::Positions,
+        ErrorKind::Heartbeat,
+        ErrorKind::OffsetSyncs,
+        ErrorKind::Checkpoints,
+        ErrorKind::ConfigSync,
+        ErrorKind::AclSync,
+        ErrorKind::Send,
+        ErrorKind::Commit,
+        ErrorKind::Transaction,
+    ];
+
+    /// The label value, as docs/metrics.md lists it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Setup => "setup",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Metadata => "metadata",
+            ErrorKind::Fetch => "fetch",
+            ErrorKind::Produce => "produce",
+            ErrorKind::Fatal => "fatal",
+            ErrorKind::Panic => "panic",
+            ErrorKind::TopicDeleted => "topic_deleted",
+            ErrorKind::TopicRecreated => "topic_recreated",
+            ErrorKind::TopicCreate => "topic_create",
+            ErrorKind::TopicConflict => "topic_conflict",
+            ErrorKind::TargetTopic => "target_topic",
+            ErrorKind::Truncation => "truncation",
+            ErrorKind::PositionBeyondEnd => "position_beyond_end",
+            ErrorKind::RecordsSkipped => "records_skipped",
+            ErrorKind::Positions => "positions",
+            ErrorKind::Heartbeat => "heartbeat",
+            ErrorKind::OffsetSyncs => "offset_syncs",
+            ErrorKind::Checkpoints => "checkpoints",
+            ErrorKind::ConfigSync => "config_sync",
+            ErrorKind::AclSync => "acl_sync",
+            ErrorKind::Send => "send",
+            ErrorKind::Commit => "commit",
+            ErrorKind::Transaction => "transaction",
+        }
+    }
 }
 
 /// Fetch requests of a flow, by kind (`full`, `incremental`).
@@ -654,11 +744,11 @@ impl FlowLabels {
             reason,
         }
     }
-    pub fn error(&self, kind: &str) -> ErrorLabels {
+    pub fn error(&self, kind: ErrorKind) -> ErrorLabels {
         ErrorLabels {
             source: self.source.clone(),
             target: self.target.clone(),
-            kind: kind.to_string(),
+            kind: kind.as_str(),
         }
     }
 }
@@ -666,6 +756,29 @@ impl FlowLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kinds docs/metrics.md lists under "Error kinds" are exactly the ones the code counts.
+    #[test]
+    fn every_error_kind_is_documented_and_every_documented_kind_exists() {
+        let doc = include_str!("../../../docs/metrics.md");
+        let section = doc
+            .split("### Error kinds")
+            .nth(1)
+            .expect("docs/metrics.md has an \"Error kinds\" section");
+        let documented: std::collections::BTreeSet<&str> = section
+            .lines()
+            .take_while(|l| !l.starts_with('#'))
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once('`').map(|(kind, _)| kind))
+            .collect();
+        let code: std::collections::BTreeSet<&str> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(code.len(), ErrorKind::ALL.len(), "a kind is listed twice");
+        assert_eq!(
+            documented, code,
+            "docs/metrics.md's error kinds differ from ErrorKind::ALL"
+        );
+    }
 
     #[test]
     fn renders_prefixed_names_with_labels_and_sums_them() {

@@ -11,6 +11,7 @@ use super::offset_syncs::{read_syncs_from, topic_and_side};
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::checkpoint_rules::CheckpointRules;
 use crate::offsets::runs::{Published, Runs};
@@ -107,7 +108,7 @@ impl CheckpointTask {
                         tracing::warn!(flow = %self.flow.id, error = %text, "checkpoints: retrying");
                         self.metrics
                             .errors
-                            .get_or_create(&self.labels.error("checkpoints"))
+                            .get_or_create(&self.labels.error(ErrorKind::Checkpoints))
                             .inc();
                         state.last_error = Some(text);
                     }

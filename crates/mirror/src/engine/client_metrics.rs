@@ -3,6 +3,7 @@
 //! a second and once more when the flow stops.
 
 use super::Shutdown;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::fetcher::{Fetcher, FetcherStats};
 use kmirror_kafka::producer::sender::ProduceCounts;
@@ -73,10 +74,12 @@ fn add(m: &Metrics, labels: &FlowLabels, was: &FetcherStats, now: &FetcherStats)
         .inc_by(grew(was.session.fallbacks, now.session.fallbacks));
     // One count per failed request (for all of a broker's partitions) and one per partition
     // error in an answer; the fetcher retries both itself.
-    m.errors.get_or_create(&labels.error("fetch")).inc_by(
-        grew(was.failed_requests, now.failed_requests)
-            + grew(was.partition_errors, now.partition_errors),
-    );
+    m.errors
+        .get_or_create(&labels.error(ErrorKind::Fetch))
+        .inc_by(
+            grew(was.failed_requests, now.failed_requests)
+                + grew(was.partition_errors, now.partition_errors),
+        );
     m.fetch_max_partitions
         .get_or_create(labels)
         .set(now.max_partitions_per_request as i64);

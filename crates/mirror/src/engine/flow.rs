@@ -18,6 +18,7 @@ use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{ExactlyOnce, FlowConfig, Side};
 use crate::discovery;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{topic_id_text, KafkaCluster, NewTopic, TopicId};
@@ -169,7 +170,10 @@ async fn connect(
                 return Ok(Some((Arc::new(s), Arc::new(t))));
             }
             Err((cluster, e)) if e.is_retriable() => {
-                metrics.errors.get_or_create(&labels.error("connect")).inc();
+                metrics
+                    .errors
+                    .get_or_create(&labels.error(ErrorKind::Connect))
+                    .inc();
                 let wait = super::backoff(attempt);
                 attempt += 1;
                 tracing::warn!(flow = %name, cluster = %cluster, error = %e, retry_in = ?wait, "cannot reach cluster; retrying");
@@ -236,7 +240,10 @@ async fn replicate(
         match setup(flow, &target).await {
             Ok(s) => break s,
             Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                metrics.errors.get_or_create(&labels.error("setup")).inc();
+                metrics
+                    .errors
+                    .get_or_create(&labels.error(ErrorKind::Setup))
+                    .inc();
                 let wait = super::backoff(attempt);
                 attempt += 1;
                 tracing::warn!(flow = %name, error = %e, retry_in = ?wait, "flow setup failed; retrying");
@@ -574,7 +581,7 @@ async fn replicate(
             break;
         }
         if let Err(e) = source.refresh_metadata(None).await {
-            control.report("*", "metadata", &e);
+            control.report("*", ErrorKind::Metadata, &e);
             continue;
         }
         control.reported.remove("*");
@@ -738,7 +745,7 @@ impl Control {
                     tracing::error!(flow = %flow.id, topic = %d.source, error = %e, "topic skipped");
                     ctx.metrics
                         .errors
-                        .get_or_create(&ctx.labels.error("topic_conflict"))
+                        .get_or_create(&ctx.labels.error(ErrorKind::TopicConflict))
                         .inc();
                 }
                 d.remote = None;
@@ -777,7 +784,7 @@ impl Control {
             tracing::warn!(flow = %flow.id, topic, "source topic deleted; no longer copied (the remote topic keeps what was copied)");
             ctx.metrics
                 .errors
-                .get_or_create(&ctx.labels.error("topic_deleted"))
+                .get_or_create(&ctx.labels.error(ErrorKind::TopicDeleted))
                 .inc();
         }
         let (mut topics, mut partitions) = (0, 0);
@@ -861,7 +868,7 @@ impl Control {
                     created
                 }
                 Err(e) => {
-                    self.report(&d.source, "topic_create", &e);
+                    self.report(&d.source, ErrorKind::TopicCreate, &e);
                     continue;
                 }
             };
@@ -1013,12 +1020,12 @@ impl Control {
         self.ctx
             .metrics
             .errors
-            .get_or_create(&self.ctx.labels.error("topic_recreated"))
+            .get_or_create(&self.ctx.labels.error(ErrorKind::TopicRecreated))
             .inc();
         forget
     }
 
-    fn report(&mut self, topic: &str, kind: &str, e: &KafkaError) {
+    fn report(&mut self, topic: &str, kind: ErrorKind, e: &KafkaError) {
         let text = e.to_string();
         if self.reported.get(topic) != Some(&text) {
             tracing::error!(flow = %self.ctx.flow.id, topic, error = %text, "topic skipped; trying again in 5 s, backing off to a minute (or refresh.topics.interval.seconds if shorter)");
@@ -1230,7 +1237,7 @@ impl Control {
                     self.ctx
                         .metrics
                         .errors
-                        .get_or_create(&self.ctx.labels.error("positions"))
+                        .get_or_create(&self.ctx.labels.error(ErrorKind::Positions))
                         .inc();
                     let wait = super::backoff(attempt);
                     attempt += 1;

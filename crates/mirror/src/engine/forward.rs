@@ -11,6 +11,7 @@ use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
@@ -799,7 +800,7 @@ impl Forwarder<'_> {
     fn out_of_range(&self, requested: i64, log_start: i64, log_end: i64) -> Failure {
         let labels = self.labels.partition(self.remote, self.partition);
         if requested > log_end {
-            self.count_error("position_beyond_end");
+            self.count_error(ErrorKind::PositionBeyondEnd);
             return Failure::Stop(Stopped::BeyondEnd {
                 topic: self.topic.to_string(),
                 partition: self.partition,
@@ -813,7 +814,7 @@ impl Forwarder<'_> {
             .truncated_offsets
             .get_or_create(&labels)
             .inc_by(lost as u64);
-        self.count_error("truncation");
+        self.count_error(ErrorKind::Truncation);
         let stopped = Stopped::Truncated {
             topic: self.topic.to_string(),
             partition: self.partition,
@@ -859,15 +860,15 @@ impl Forwarder<'_> {
                 KafkaError::Fenced { .. } => Rewound::Fenced,
                 _ => Rewound::Failed,
             };
-            self.count_error("transaction");
+            self.count_error(ErrorKind::Transaction);
             tracing::warn!(flow = %self.flow.id, topic = self.topic, partition = self.partition, error = %e, "the slot's transaction failed; going back to the last commit");
             return Failure::Rewind(cause);
         }
         if e.is_retriable() || e.is_stale_metadata() {
-            self.count_error("produce");
+            self.count_error(ErrorKind::Produce);
             Failure::Retry(e)
         } else {
-            self.count_error("fatal");
+            self.count_error(ErrorKind::Fatal);
             let first = acked_through.map_or(start, |o| o + 1);
             Failure::Stop(Stopped::Kafka {
                 topic: self.topic.to_string(),
@@ -888,7 +889,7 @@ impl Forwarder<'_> {
     }
 
     pub(super) fn fatal(&self, offset: i64, e: KafkaError) -> Stopped {
-        self.count_error("fatal");
+        self.count_error(ErrorKind::Fatal);
         Stopped::Kafka {
             topic: self.topic.to_string(),
             partition: self.partition,
@@ -897,7 +898,7 @@ impl Forwarder<'_> {
         }
     }
 
-    fn count_error(&self, kind: &str) {
+    fn count_error(&self, kind: ErrorKind) {
         self.metrics
             .errors
             .get_or_create(&self.labels.error(kind))

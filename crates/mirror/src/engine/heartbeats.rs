@@ -5,6 +5,7 @@
 
 use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::Heartbeat;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
@@ -54,7 +55,7 @@ pub(super) async fn emit(
                     tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write heartbeats; retrying");
                     metrics
                         .errors
-                        .get_or_create(&labels.error("heartbeat"))
+                        .get_or_create(&labels.error(ErrorKind::Heartbeat))
                         .inc();
                     last_error = Some(text);
                 }

@@ -1,6 +1,7 @@
 //! The replication engine: for each served flow, a control loop (discovery, remote topics,
-//! heartbeats) and one data task per source partition (fetch → forward → acknowledge), with
-//! positions stored in MM2's own topic and format once the target acknowledged the data.
+//! topic config and ACL sync, heartbeats, offset syncs and checkpoints) and one data task per
+//! source partition (fetch → forward → acknowledge), with positions stored in MM2's own topic and
+//! format once the target acknowledged the data.
 //!
 //! - Batch mode (whole fetched batches forwarded with only their header rewritten, the compressed
 //!   records untouched) whenever a batch can be forwarded as is; record mode (decode, re-encode
@@ -16,9 +17,9 @@
 //! - read_committed by default: control batches and aborted transactions are not copied.
 //! - Nothing is lost across crashes: a position is stored only after the target acknowledged
 //!   every record before it, so MM2 and kmirror can take over from each other.
-//!
-//! Not yet: sharing a flow's partitions among processes (issue 17; the control loop already
-//! starts and stops partition tasks one by one).
+//! - Sharing: several processes divide a flow's partitions through Kafka's group coordinator
+//!   (`sharing`, docs/sharing.md); the control loop starts and stops partition tasks one by one
+//!   as assignments change.
 
 mod checkpoints;
 mod client_metrics;

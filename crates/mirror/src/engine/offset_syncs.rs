@@ -6,6 +6,7 @@
 
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::OffsetSync;
 use bytes::Bytes;
@@ -113,7 +114,7 @@ pub(super) async fn run(
                         tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write offset syncs; retrying");
                         metrics
                             .errors
-                            .get_or_create(&labels.error("offset_syncs"))
+                            .get_or_create(&labels.error(ErrorKind::OffsetSyncs))
                             .inc();
                         last_error = Some(text);
                     }

@@ -11,6 +11,7 @@ use super::slots::{Slot, SlotTable};
 use super::Shutdown;
 use crate::config::model::FlowConfig;
 use crate::config::model::StartPosition;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
@@ -84,7 +85,7 @@ impl PartitionTask {
                 self.ctx
                     .metrics
                     .errors
-                    .get_or_create(&self.ctx.labels.error("panic"))
+                    .get_or_create(&self.ctx.labels.error(ErrorKind::Panic))
                     .inc();
                 Err(Stopped::Panicked {
                     topic: self.topic.clone(),

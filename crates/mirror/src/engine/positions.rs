@@ -9,6 +9,7 @@
 //! data.
 
 use super::Shutdown;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::{Exported, Publication, Runs};
 use crate::wire::positions::{
@@ -461,7 +462,7 @@ impl Writer {
                 tracing::warn!(topic = %self.topic, error = %e, "storing source positions failed; will retry");
                 self.metrics
                     .errors
-                    .get_or_create(&self.labels.error("positions"))
+                    .get_or_create(&self.labels.error(ErrorKind::Positions))
                     .inc();
                 // A lane that failed may hold a broken sequence: start over with fresh lanes.
                 self.lanes.clear();

@@ -5,6 +5,7 @@
 
 use super::Shutdown;
 use crate::config::model::FlowConfig;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::topic_sync::{config_ops, group_acls, topic_acls};
 use kafka_protocol::error::ResponseError;
@@ -77,7 +78,7 @@ impl TopicSync {
             .inc();
     }
 
-    fn report(&self, state: &mut State, kind: &str, key: String, message: &str) {
+    fn report(&self, state: &mut State, kind: ErrorKind, key: String, message: &str) {
         if state.reported.insert(key) {
             tracing::warn!(flow = %self.flow.id, "{message}");
             self.metrics
@@ -110,7 +111,7 @@ impl TopicSync {
                     let msg = format!("topic config sync: cannot {op} the configs of a topic on {cluster} (needs DESCRIBE_CONFIGS on the topic): {e}");
                     self.report(
                         state,
-                        "config_sync",
+                        ErrorKind::ConfigSync,
                         format!("describe:{cluster}:{}", cause(&e)),
                         &msg,
                     );
@@ -151,7 +152,7 @@ impl TopicSync {
                     let msg = format!("topic config sync: cannot alter configs of {remote} on {cluster} (needs ALTER_CONFIGS on the topic): {e}");
                     self.report(
                         state,
-                        "config_sync",
+                        ErrorKind::ConfigSync,
                         format!("alter:{cluster}:{}", cause(&e)),
                         &msg,
                     );
@@ -179,7 +180,7 @@ impl TopicSync {
         let msg = format!("topic config sync: {remote} on {} refused {op:?}: {e}; not retried until the source value changes", self.flow.id.target);
         self.report(
             state,
-            "config_sync",
+            ErrorKind::ConfigSync,
             format!("refused:{remote}:{op:?}"),
             &msg,
         );
@@ -203,7 +204,12 @@ impl TopicSync {
             }
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.source);
-                self.report(state, "acl_sync", format!("describe:{}", cause(&e)), &msg);
+                self.report(
+                    state,
+                    ErrorKind::AclSync,
+                    format!("describe:{}", cause(&e)),
+                    &msg,
+                );
                 return;
             }
         };
@@ -219,7 +225,12 @@ impl TopicSync {
                         "ACL sync: cannot describe group ACLs on {}: {e}",
                         self.flow.id.source
                     );
-                    self.report(state, "acl_sync", format!("groups:{}", cause(&e)), &msg);
+                    self.report(
+                        state,
+                        ErrorKind::AclSync,
+                        format!("groups:{}", cause(&e)),
+                        &msg,
+                    );
                 }
             }
         }
@@ -232,7 +243,12 @@ impl TopicSync {
             Ok(b) => b.into_iter().collect(),
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.target);
-                self.report(state, "acl_sync", format!("target:{}", cause(&e)), &msg);
+                self.report(
+                    state,
+                    ErrorKind::AclSync,
+                    format!("target:{}", cause(&e)),
+                    &msg,
+                );
                 return;
             }
         };
@@ -265,7 +281,12 @@ impl TopicSync {
                     "ACL sync: cannot create ACLs on {} (needs ALTER on the CLUSTER resource): {e}",
                     self.flow.id.target
                 );
-                self.report(state, "acl_sync", format!("create:{}", cause(&e)), &msg);
+                self.report(
+                    state,
+                    ErrorKind::AclSync,
+                    format!("create:{}", cause(&e)),
+                    &msg,
+                );
             }
         }
     }

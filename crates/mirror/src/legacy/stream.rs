@@ -17,6 +17,7 @@ use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
+use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::batch::{Codec, RawBatch};
@@ -367,7 +368,7 @@ impl Copier {
                     ));
                 }
                 Err(e) => {
-                    self.count_error("fetch");
+                    self.count_error(ErrorKind::Fetch);
                     tracing::error!(topic = %p.topic, partition = p.partition, error = %e, "cannot fetch this partition; it is not copied until the next rebalance");
                 }
             }
@@ -453,7 +454,7 @@ impl Copier {
         }
     }
 
-    fn count_error(&self, kind: &str) {
+    fn count_error(&self, kind: ErrorKind) {
         self.sh
             .metrics
             .errors
@@ -481,7 +482,7 @@ impl Copier {
                 to,
             } => {
                 if requested < log_start {
-                    self.count_error("truncation");
+                    self.count_error(ErrorKind::Truncation);
                     tracing::error!(topic, partition, requested, log_start, lost = log_start - requested, "the source deleted records before they were copied; continuing per auto.offset.reset");
                 } else {
                     tracing::warn!(
@@ -502,7 +503,7 @@ impl Copier {
                 })
             }
             Event::Failed(e) => {
-                self.count_error("fetch");
+                self.count_error(ErrorKind::Fetch);
                 tracing::error!(topic, partition, error = %e, "fetching this partition failed for good; it is not copied until the next rebalance");
             }
         }
@@ -570,7 +571,7 @@ impl Copier {
                         counts.insert(t.clone(), n);
                     }
                     Err(e) => {
-                        self.count_error("target_topic");
+                        self.count_error(ErrorKind::TargetTopic);
                         tracing::warn!(stream = self.index, error = %e, "cannot write to the target topic yet; will retry");
                         // Stopping: nothing of this chunk was sent, and its position was not
                         // committed, so it is copied again after a restart.
@@ -696,7 +697,7 @@ impl Copier {
         key: &Key,
         e: KafkaError,
     ) -> Result<Vec<(i64, RawBatch)>, LegacyError> {
-        self.count_error("send");
+        self.count_error(ErrorKind::Send);
         if self.sh.cfg.abort_on_send_failure {
             return Err(LegacyError::Send {
                 topic: key.0.clone(),
@@ -729,7 +730,7 @@ impl Copier {
             self.sh
                 .metrics
                 .errors
-                .get_or_create(&self.sh.labels.error("records_skipped"))
+                .get_or_create(&self.sh.labels.error(ErrorKind::RecordsSkipped))
                 .inc_by(batch.record_count().max(0) as u64);
             tracing::error!(topic = %key.0, partition = key.1, records = batch.record_count(), error = %reason, "send failed; records skipped (--abort.on.send.failure false)");
         }
@@ -825,7 +826,7 @@ impl Copier {
                 );
             }
             Err(e) => {
-                self.count_error("commit");
+                self.count_error(ErrorKind::Commit);
                 tracing::warn!(stream = self.index, error = %e, "offset commit refused; the records after the last commit may be copied again");
                 self.ledger.restore(ready);
             }
