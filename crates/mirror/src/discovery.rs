@@ -1,4 +1,4 @@
-//! Which source topics a flow replicates, and under which remote name (mm2-spec §5.2): a topic
+//! Which source topics a flow replicates, and under which remote name (mm2-compatibility §5.2): a topic
 //! is kept if the topic filter accepts it (or it is a heartbeats topic and
 //! `heartbeats.replication.enabled`), it is not internal, and it did not come from the flow's
 //! target (cycle detection). Pure: the engine passes in the topic names it listed.

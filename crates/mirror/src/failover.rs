@@ -1,4 +1,4 @@
-//! Failover tooling (what Java users do with RemoteClusterUtils.translateOffsets, mm2-spec §7):
+//! Failover tooling (what Java users do with RemoteClusterUtils.translateOffsets, mm2-compatibility §7):
 //! a group's translated offsets on the target, read from the checkpoints topic there (written by
 //! kmirror or by MM2), and committing them for a group with no active members.
 

@@ -1,5 +1,5 @@
 //! The engine's Prometheus metrics. One registry per engine (tests run several engines in one
-//! process). Names follow MM2's source metrics (mm2-spec §5.8: `record-count`, `byte-count`,
+//! process). Names follow MM2's source metrics (mm2-compatibility §5.8: `record-count`, `byte-count`,
 //! `record-age-ms`, `replication-latency-ms`, tagged source, target, topic = the remote topic,
 //! partition) with a `kmirror_` prefix and Prometheus spelling; the rest are kmirror's own.
 

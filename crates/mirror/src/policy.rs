@@ -1,5 +1,5 @@
 //! Replication policies: how remote topics are named and how a name is traced back to its
-//! source cluster (mm2-spec §4). Pure functions, byte-for-byte MM2's naming.
+//! source cluster (mm2-compatibility §4). Pure functions, byte-for-byte MM2's naming.
 
 use crate::names::ClusterAlias;
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! What topic config sync and ACL sync change on the target (mm2-spec §5.4, §5.5). Pure: the
+//! What topic config sync and ACL sync change on the target (mm2-compatibility §5.4, §5.5). Pure: the
 //! engine passes in what it described on both clusters.
 
 use crate::config::model::{FlowConfig, Side};
@@ -49,7 +49,7 @@ pub fn config_ops(
     ops
 }
 
-/// The topic ACL bindings of the source to create on the target (mm2-spec §5.5): literal topic
+/// The topic ACL bindings of the source to create on the target (mm2-compatibility §5.5): literal topic
 /// bindings of replicated topics, renamed to the remote topic; ALLOW WRITE dropped (only the
 /// replicator writes remote topics); ALLOW ALL downgraded to ALLOW READ; DENY kept as is.
 ///

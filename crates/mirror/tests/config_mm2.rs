@@ -53,7 +53,7 @@ fn basic_fixture_gives_one_replicating_flow_and_a_heartbeat_flow() {
         .iter()
         .map(|f| format!("{}:{}", f.id, f.replication))
         .collect();
-    // MM2 builds a herder for B->A too, only to emit heartbeats (mm2-spec §1.1).
+    // MM2 builds a herder for B->A too, only to emit heartbeats (mm2-compatibility §1.1).
     assert_eq!(ids, ["A->B:true", "B->A:false"]);
     let f = &c.flows[0];
     assert_eq!(f.replication_factor, 1);
@@ -181,7 +181,7 @@ fn precedence_top_level_then_cluster_then_flow() {
     );
     assert!(f.sync_group_offsets.enabled);
     assert_eq!(f.emit_checkpoints.interval.as_secs(), 10);
-    // source.consumer.* (from A.consumer.*) wins over the flow-wide consumer.* (mm2-spec §1.2).
+    // source.consumer.* (from A.consumer.*) wins over the flow-wide consumer.* (mm2-compatibility §1.2).
     assert_eq!(f.clients.consumer_tuning.fetch_max_bytes, 1000);
     assert_eq!(f.clients.producer_tuning.compression, Compression::Lz4);
     assert_eq!(
@@ -419,7 +419,7 @@ fn config_providers_resolve_secrets_from_files() {
 
 #[test]
 fn review_fixes_loops_flags_and_producers() {
-    // Identity naming both ways loops forever (mm2-spec §4).
+    // Identity naming both ways loops forever (mm2-compatibility §4).
     let errs = errors(&format!(
         "{AB}A->B.enabled = true\nB->A.enabled = true\nreplication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n"
     ));

@@ -178,7 +178,7 @@ pub fn load(
         let set = |m: &mut SettingMap, k: &str, v: &str| {
             m.insert(k.into(), flow::synthetic(v, &o));
         };
-        // A connector's `enabled` defaults to true in connector mode (mm2-spec §1.2).
+        // A connector's `enabled` defaults to true in connector mode (mm2-compatibility §1.2).
         let has = |k: ConnectorKind| kinds.contains(&k);
         let enabled = match map.get("enabled") {
             None => true,

@@ -1,5 +1,5 @@
 //! One flow's connector settings (a flat map, as MM2 hands its connectors) → a typed
-//! [`FlowConfig`], with MM2's defaults (mm2-spec §1.2–§1.5) and the cross-key checks.
+//! [`FlowConfig`], with MM2's defaults (mm2-compatibility §1.2–§1.5) and the cross-key checks.
 
 use super::client;
 use super::diagnostics::Diagnostics;

@@ -64,7 +64,7 @@ pub fn classify_security_key(key: &str) -> Option<Option<(String, Option<String>
     Some(Some((reason, hint)))
 }
 
-/// Connector keys kmirror honours, with MM2's meaning (mm2-spec §1.2–§1.5).
+/// Connector keys kmirror honours, with MM2's meaning (mm2-compatibility §1.2–§1.5).
 pub const CONNECTOR_KEYS: &[&str] = &[
     "enabled",
     "name",

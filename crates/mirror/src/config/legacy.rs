@@ -1,5 +1,5 @@
 //! MirrorMaker 1 command lines (`kafka-mirror-maker.sh --consumer.config ... --producer.config
-//! ... --whitelist ...`), with MM1's defaults (mm2-spec §9).
+//! ... --whitelist ...`), with MM1's defaults (mm2-compatibility §9).
 
 use super::client;
 use super::diagnostics::{ConfigError, Diagnostics, Origin};

@@ -1,5 +1,5 @@
 //! MM2 dedicated mode: `connect-mirror-maker.properties` → flows, with MM2's precedence
-//! (top-level < cluster < flow) and its client-key copying (mm2-spec §1.1).
+//! (top-level < cluster < flow) and its client-key copying (mm2-compatibility §1.1).
 
 use super::diagnostics::{ConfigError, Diagnostics, Origin};
 use super::flow;
@@ -189,7 +189,7 @@ pub fn load(
     }
 
     // Identity naming in both directions copies every record back and forth forever
-    // (mm2-spec §4: the identity policy has no cycle detection), unless both flows leave out
+    // (mm2-compatibility §4: the identity policy has no cycle detection), unless both flows leave out
     // what kmirror copied (docs/topologies.md, "Identity names both ways").
     for f in flows
         .iter()
@@ -277,7 +277,7 @@ pub fn cluster_props(all: &SettingMap, alias: &ClusterAlias) -> SettingMap {
     props
 }
 
-/// The connector settings MM2 builds for flow `id` (mm2-spec §1.1, steps 1–7).
+/// The connector settings MM2 builds for flow `id` (mm2-compatibility §1.1, steps 1–7).
 pub fn connector_props(
     all: &SettingMap,
     aliases: &[ClusterAlias],
@@ -424,7 +424,7 @@ fn classify_top_key(k: &str) -> Classified {
         .any(|p| k.starts_with(p))
     {
         return Some((
-            "MM2 ignores top-level consumer./producer./admin. keys in dedicated mode (mm2-spec §10); write <alias>.consumer.<key> or <source>-><target>.consumer.<key>".into(),
+            "MM2 ignores top-level consumer./producer./admin. keys in dedicated mode (mm2-compatibility §10); write <alias>.consumer.<key> or <source>-><target>.consumer.<key>".into(),
             None,
         ));
     }

@@ -42,7 +42,7 @@ pub enum Side {
 }
 
 /// Exactly-once: the target worker's `exactly.once.source.support` and the connector's
-/// `exactly.once.support` (mm2-spec §8).
+/// `exactly.once.support` (mm2-compatibility §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExactlyOnce {
@@ -136,7 +136,7 @@ pub struct InternalTopics {
     pub checkpoints_replication_factor: i16,
     pub heartbeats_replication_factor: i16,
     /// Where source positions are stored on the target, in MM2's Connect offset format
-    /// (`offset.storage.topic`, default `mm2-offsets.<source>.internal`; mm2-spec §2).
+    /// (`offset.storage.topic`, default `mm2-offsets.<source>.internal`; mm2-compatibility §2).
     pub positions_topic: String,
     pub positions_partitions: i32,
     pub positions_replication_factor: i16,

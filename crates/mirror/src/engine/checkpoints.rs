@@ -1,4 +1,4 @@
-//! Checkpoints and group offset sync for one flow A->B (MM2's MirrorCheckpointTask, mm2-spec
+//! Checkpoints and group offset sync for one flow A->B (MM2's MirrorCheckpointTask, mm2-compatibility
 //! §6): every `emit.checkpoints.interval.seconds`, the committed offsets of A's groups that match
 //! `groups` are translated through the offset syncs and written to `A.checkpoints.internal` on B
 //! in MM2's format; with `sync.group.offsets.enabled`, translated offsets are also committed into
@@ -57,7 +57,7 @@ struct State {
     store: SyncStore,
     syncs_next: Option<i64>,
     /// Syncs of the opposite flow (B->A for this A->B), inverted: for groups on A that read
-    /// B's topics copied into A (`B.t`), i.e. consumers failing back (mm2-spec §10 notes MM2
+    /// B's topics copied into A (`B.t`), i.e. consumers failing back (mm2-compatibility §10 notes MM2
     /// cannot translate these).
     reverse: SyncStore,
     reverse_next: Option<i64>,
@@ -121,7 +121,7 @@ impl CheckpointTask {
     }
 
     /// Creates the checkpoints topic and reads back the checkpoints already in it, so no
-    /// checkpoint moves backwards across restarts (mm2-spec §6.2).
+    /// checkpoint moves backwards across restarts (mm2-compatibility §6.2).
     async fn prepare(&self, topic: &str, state: &mut State) -> Result<(), KafkaError> {
         remote_topics::create_internal(
             &self.target,

@@ -808,7 +808,7 @@ impl Forwarder<'_> {
                 log_end,
             });
         }
-        // Never skip silently (issue 4): report how many offsets were lost.
+        // Never skip silently: report how many offsets were lost.
         let lost = (log_start - requested).max(0);
         self.metrics
             .truncated_offsets

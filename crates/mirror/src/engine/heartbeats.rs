@@ -1,4 +1,4 @@
-//! Heartbeats (MM2's MirrorHeartbeatTask, mm2-spec §1.5, §2, §3): every
+//! Heartbeats (MM2's MirrorHeartbeatTask, mm2-compatibility §1.5, §2, §3): every
 //! `emit.heartbeats.interval.seconds`, one record keyed (source, target) into the target's
 //! `heartbeats` topic (1 partition, compacted). Downstream, heartbeats topics are replicated
 //! like any topic (discovery keeps them), so `A.heartbeats` on B proves A->B is alive end to end.

@@ -206,7 +206,7 @@ pub(crate) struct ProcessShared {
 }
 
 /// Runs every served flow until `shutdown` is triggered: replicating flows, and flows that only
-/// emit heartbeats into their target (MM2's extra herders, mm2-spec §1.5).
+/// emit heartbeats into their target (MM2's extra herders, mm2-compatibility §1.5).
 pub async fn run(
     config: &MirrorConfig,
     shutdown: Shutdown,

@@ -1,5 +1,5 @@
 //! Writes offset syncs to `mm2-offset-syncs.<alias>.internal` (partition 0, compacted) on the
-//! cluster `offset-syncs.topic.location` names, in MM2's format (mm2-spec §2, §3), so MM2's
+//! cluster `offset-syncs.topic.location` names, in MM2's format (mm2-compatibility §2, §3), so MM2's
 //! checkpoint task and RemoteClusterUtils-based tooling can use them as well as kmirror's.
 //! Partition tasks queue syncs; the writer sends what is queued every [`INTERVAL`] in one
 //! request. Syncs that fail to send stay queued.

@@ -1,4 +1,4 @@
-//! Source positions in MM2's Connect offsets topic (`mm2-offsets.<source>.internal`, mm2-spec §2):
+//! Source positions in MM2's Connect offsets topic (`mm2-offsets.<source>.internal`, mm2-compatibility §2):
 //! read once at flow start, written through the flow's idempotent producer (the same path as
 //! the data, so exactly-once can later put both in one transaction).
 //!

@@ -1,5 +1,5 @@
 //! Remote topics on the target: created before any data with the source's partition count,
-//! `replication.factor` and the source's topic configs (mm2-spec §5.3–§5.4); grown when the
+//! `replication.factor` and the source's topic configs (mm2-compatibility §5.3–§5.4); grown when the
 //! source gains partitions; differences that cannot be fixed are reported, never "fixed" by
 //! deleting anything.
 
@@ -12,7 +12,7 @@ use kmirror_kafka::KafkaError;
 /// Kafka's ConfigSource for a value from the broker's static `server.properties`.
 const STATIC_BROKER_CONFIG: i8 = 4;
 
-/// The configs a remote topic is created with (MM2's non-incremental filter, mm2-spec §5.3):
+/// The configs a remote topic is created with (MM2's non-incremental filter, mm2-compatibility §5.3):
 /// the source's non-default entries (defaults too with `use.defaults.from=source`), minus
 /// read-only, sensitive, static-broker and `config.properties.exclude` keys.
 pub fn creation_configs(flow: &FlowConfig, source: &[ConfigEntry]) -> Vec<(String, String)> {
@@ -199,7 +199,7 @@ pub async fn cleanup_policy_mismatch(
 }
 
 /// Creates one of kmirror's (MM2's) internal topics and loads its metadata, so it can be
-/// written at once. As MM2 does (KAFKA-15465, mm2-spec §2), a refusal for lack of permission or
+/// written at once. As MM2 does (KAFKA-15465, mm2-compatibility §2), a refusal for lack of permission or
 /// an old broker is taken to mean the operator created the topic: later reads and writes tell
 /// if it is really missing.
 pub async fn create_internal(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {

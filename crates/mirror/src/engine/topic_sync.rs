@@ -1,4 +1,4 @@
-//! Topic config sync and ACL sync for one flow (mm2-spec §5.4, §5.5): both run at start and then
+//! Topic config sync and ACL sync for one flow (mm2-compatibility §5.4, §5.5): both run at start and then
 //! every `sync.topic.configs.interval.seconds` / `sync.topic.acls.interval.seconds`, over the
 //! topics the control loop replicates. What to change comes from [`crate::topic_sync`]; this
 //! module does the I/O and reports each problem once instead of failing every interval.

@@ -1,6 +1,6 @@
 //! Java regular expressions, translated into the `regex` crate's syntax with Java's meaning.
 //!
-//! MM2's `topics`, `groups` and their exclude lists are Java regexes (mm2-spec §1.6). The `regex`
+//! MM2's `topics`, `groups` and their exclude lists are Java regexes (mm2-compatibility §1.6). The `regex`
 //! crate reads most of them the same way, but not all: some constructs it rejects (look-around,
 //! back-references), and some it accepts with another meaning — `\w`, `\d`, `\s` and POSIX
 //! `\p{Alpha}` are ASCII in Java and Unicode in Rust, `.` in Java also stops at `\r`, `\u0085`,

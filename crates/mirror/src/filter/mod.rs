@@ -1,5 +1,5 @@
 //! Topic and group filters: MM2's comma-separated lists of Java regexes, matched against the
-//! whole name (mm2-spec §1.6).
+//! whole name (mm2-compatibility §1.6).
 
 pub mod java_regex;
 

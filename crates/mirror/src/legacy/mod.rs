@@ -1,4 +1,4 @@
-//! MirrorMaker 1 mode (`kmirror legacy`, mm2-spec §9): members of an ordinary consumer group on
+//! MirrorMaker 1 mode (`kmirror legacy`, mm2-compatibility §9): members of an ordinary consumer group on
 //! the source share the matching topics' partitions (`--num.streams` members per process, and
 //! every process started with the same files), and each record goes to the same topic name on
 //! the target, to the partition Java's default partitioner picks for its key. Offsets are

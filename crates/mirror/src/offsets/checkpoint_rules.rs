@@ -1,4 +1,4 @@
-//! When a checkpoint is written (mm2-spec §6.4 step 5): the first for a group's partition; when
+//! When a checkpoint is written (mm2-compatibility §6.4 step 5): the first for a group's partition; when
 //! the group was rewound upstream; or when the translated offset moved forward. So checkpoints
 //! never repeat and never move back for the same upstream position.
 

@@ -2,7 +2,7 @@
 //! ([`sync_rules`]), how syncs are kept and offsets translated ([`sync_store`]), and when a
 //! checkpoint is worth writing ([`checkpoint_rules`]), and exact translation from what this
 //! process copied ([`runs`]), and where a partition resumes from what the target holds
-//! ([`resume`]). mm2-spec §5.7, §6.3, §6.4.
+//! ([`resume`]). mm2-compatibility §5.7, §6.3, §6.4.
 
 pub mod checkpoint_rules;
 pub mod resume;

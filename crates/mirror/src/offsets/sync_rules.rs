@@ -1,4 +1,4 @@
-//! Which offset syncs the data path sends (mm2-spec §5.7 gives MM2's rules).
+//! Which offset syncs the data path sends (mm2-compatibility §5.7 gives MM2's rules).
 //!
 //! kmirror knows where every record of an acknowledged batch landed, so each sync is an exact
 //! (source offset, target offset) pair of one record. Per acknowledged batch it sends:

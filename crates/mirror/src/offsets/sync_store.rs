@@ -1,5 +1,5 @@
 //! Offset syncs kept per source partition, and translation of a group's committed source offset
-//! to a target offset (mm2-spec §6.3).
+//! to a target offset (mm2-compatibility §6.3).
 //!
 //! Translation follows MM2's rule so results are never ahead of the truth: take the newest sync
 //! at or below the group's offset g; g equal to its upstream offset translates to its downstream
@@ -7,7 +7,7 @@
 //! only the next target offset is safe). A group older than every kept sync gets no
 //! translation.
 //!
-//! The history differs from MM2's 64-slot array (the spec allows it, provided translation stays
+//! The history differs from MM2's 64-slot array (mm2-compatibility §0 allows it, provided translation stays
 //! at or below the truth): the newest [`RECENT`] syncs are all kept, older ones thinned so that
 //! their spacing grows with their distance from the newest, at most [`CAPACITY`] in all. A group
 //! a little behind translates exactly at a sync; far behind, about as precisely as MM2.
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn mm2_conformance_vectors() {
-        // OffsetSyncStoreTest's single-sync vectors (mm2-spec §6.3).
+        // OffsetSyncStoreTest's single-sync vectors (mm2-compatibility §6.3).
         let mut s = SyncStore::default();
         assert_eq!(s.translate("t", 0, 5), Translation::NoSync);
         s.apply(&sync(100, 200));

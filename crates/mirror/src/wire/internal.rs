@@ -1,6 +1,6 @@
 //! Heartbeat, Checkpoint and OffsetSync keys and values in Kafka's legacy `Schema` encoding:
 //! big-endian integers, strings as an int16 length and UTF-8 bytes; Heartbeat and Checkpoint
-//! values start with an int16 version (0); readers ignore trailing bytes (mm2-spec §3).
+//! values start with an int16 version (0); readers ignore trailing bytes (mm2-compatibility §3).
 
 use bytes::{Buf, BufMut, BytesMut};
 

@@ -1,5 +1,5 @@
 //! Source positions in MM2's own format: the Connect offset records in
-//! `mm2-offsets.<source>.internal` (mm2-spec §0 item 11, §2). Connect finds offsets by comparing
+//! `mm2-offsets.<source>.internal` (mm2-compatibility §0 item 11, §2). Connect finds offsets by comparing
 //! the serialized key *bytes*, so the JSON must be exactly what Java's JsonConverter writes:
 //! compact, and the map keys in the order Java's HashMap iterates them.
 
