@@ -208,3 +208,52 @@ fn connector_mode_exactly_once_ids_use_the_worker_group_and_the_source_connector
         );
     }
 }
+
+/// All three forms share one front stage, so a key given twice is warned about in connector
+/// files, their worker file and MM1's files alike (the later value wins, as in Java).
+#[test]
+fn duplicate_keys_warn_in_connector_worker_and_mm1_files() {
+    let src = props(
+        "src.properties",
+        &format!("{SOURCE}replication.factor=1\nreplication.factor=3\n"),
+    );
+    let worker = props(
+        "worker.properties",
+        "bootstrap.servers=b:9092\ngroup.id=w\ngroup.id=w2\n",
+    );
+    let c = connector::load(&[src], Some(&worker), &SystemEnvironment).unwrap();
+    assert_eq!(c.flows[0].replication_factor, 3);
+    let w: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("src.properties:6: replication.factor: set again on line 7")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|w| w.contains("worker.properties:2: group.id: set again on line 3")),
+        "{w:?}"
+    );
+
+    let c = props(
+        "consumer.properties",
+        "bootstrap.servers=old:9092\ngroup.id=first\ngroup.id=mm1\n",
+    );
+    let p = props(
+        "producer.properties",
+        "bootstrap.servers=new:9092\nlinger.ms=1\nlinger.ms=7\n",
+    );
+    let args = LegacyArgs {
+        whitelist: Some("orders".into()),
+        ..LegacyArgs::default()
+    };
+    let cfg = legacy::load(&c, &p, &args, &SystemEnvironment).unwrap();
+    assert_eq!(cfg.group_id, "mm1");
+    let w: Vec<String> = cfg.diagnostics.warnings().map(|w| w.to_string()).collect();
+    for expected in [
+        "consumer.properties:2: group.id: set again on line 3",
+        "producer.properties:2: linger.ms: set again on line 3",
+    ] {
+        assert!(w.iter().any(|w| w.contains(expected)), "{expected}: {w:?}");
+    }
+}

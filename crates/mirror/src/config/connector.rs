@@ -13,8 +13,8 @@ use super::keys::{self, is_client_key};
 use super::mm2::classify_connector_key;
 use super::model::{ClusterInfo, IgnoredKey, MirrorConfig, Source};
 use super::properties::Properties;
-use super::providers::{Environment, Providers};
-use super::values::{Setting, SettingMap};
+use super::providers::Environment;
+use super::values::SettingMap;
 use crate::names::{ClusterAlias, FlowId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,24 +35,17 @@ pub fn load(
     let mut ignored = Vec::new();
 
     // Config providers are a worker setting; a connector file may declare its own too.
-    let worker_map = worker
-        .map(|w| resolve_all(w, None, env, &mut diags))
+    let worker_read = worker.map(|w| super::front::read(w, None, env, &mut diags));
+    let worker_map = worker_read
+        .as_ref()
+        .map(|w| w.settings.clone())
         .unwrap_or_default();
-    let worker_providers = worker.map(|w| {
-        let file: Arc<str> = Arc::from(w.source.as_str());
-        Providers::declare(
-            |k| {
-                w.get(k)
-                    .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
-            },
-            &mut Diagnostics::default(),
-        )
-    });
+    let worker_providers = worker_read.map(|w| w.providers);
 
     let mut flows: BTreeMap<FlowId, (SettingMap, Vec<ConnectorKind>)> = BTreeMap::new();
     for props in connectors {
         let file: Arc<str> = Arc::from(props.source.as_str());
-        let map = resolve_all(props, worker_providers.as_ref(), env, &mut diags);
+        let map = super::front::read(props, worker_providers.as_ref(), env, &mut diags).settings;
         let kind = match map.get("connector.class") {
             None => {
                 diags.error(None, None, format!("{}: connector.class is not set: expected MirrorSourceConnector, MirrorCheckpointConnector or MirrorHeartbeatConnector", props.source));
@@ -281,39 +274,4 @@ fn origin(file: &Arc<str>, line: usize, key: &str) -> Origin {
         line,
         key: key.to_string(),
     }
-}
-
-fn resolve_all(
-    props: &Properties,
-    providers: Option<&Providers>,
-    env: &dyn Environment,
-    diags: &mut Diagnostics,
-) -> SettingMap {
-    let file: Arc<str> = Arc::from(props.source.as_str());
-    let own = Providers::declare(
-        |k| {
-            props
-                .get(k)
-                .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
-        },
-        diags,
-    );
-    let providers = if props.get("config.providers").is_some() {
-        &own
-    } else {
-        providers.unwrap_or(&own)
-    };
-    let mut out = SettingMap::new();
-    for p in props.iter() {
-        let o = origin(&file, p.line, &p.key);
-        let value = if p.key.starts_with("config.providers") {
-            Some(p.value.clone())
-        } else {
-            providers.resolve(&p.value, &o, env, diags)
-        };
-        if let Some(value) = value {
-            out.insert(p.key.clone(), Setting { value, origin: o });
-        }
-    }
-    out
 }

@@ -6,7 +6,7 @@ use super::diagnostics::{ConfigError, Diagnostics, Origin};
 use super::keys;
 use super::model::IgnoredKey;
 use super::properties::Properties;
-use super::providers::{Environment, Providers};
+use super::providers::Environment;
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::PatternList;
 use crate::transform::{self, Chain};
@@ -322,13 +322,7 @@ fn resolve(
         line: p.line,
         key: p.key.clone(),
     };
-    let providers = Providers::declare(
-        |k| props.get(k).map(|p| (p.value.clone(), origin(p))),
-        diags,
-    );
-    let mut out = SettingMap::new();
     for p in props.iter() {
-        let o = origin(p);
         if p.key.starts_with("config.providers") {
             continue;
         }
@@ -341,21 +335,14 @@ fn resolve(
                 ),
             };
             ignored.push(IgnoredKey {
-                origin: o.clone(),
+                origin: origin(p),
                 reason,
                 did_you_mean: hint,
             });
         }
-        if let Some(v) = providers.resolve(&p.value, &o, env, diags) {
-            out.insert(
-                p.key.clone(),
-                Setting {
-                    value: v,
-                    origin: o,
-                },
-            );
-        }
     }
+    let mut out = super::front::read(props, None, env, diags).settings;
+    out.retain(|k, _| !k.starts_with("config.providers"));
     out
 }
 

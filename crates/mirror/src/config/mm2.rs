@@ -6,7 +6,7 @@ use super::flow;
 use super::keys::{self, is_client_key, CONNECTOR_KEYS};
 use super::model::{ClusterInfo, IgnoredKey, MirrorConfig, Source};
 use super::properties::Properties;
-use super::providers::{Environment, Providers};
+use super::providers::Environment;
 use super::values::{Setting, SettingMap};
 use crate::filter::split_list;
 use crate::names::{ClusterAlias, FlowId};
@@ -21,33 +21,8 @@ pub fn load(
 ) -> Result<MirrorConfig, ConfigError> {
     let mut diags = Diagnostics::default();
     let file: Arc<str> = Arc::from(props.source.as_str());
-    for (old, winner_line) in props.duplicates() {
-        diags.warning(
-            Some(&origin(&file, old.line, &old.key)),
-            None,
-            format!("set again on line {winner_line}; the later value wins, as in Java"),
-        );
-    }
-
     // Providers are declared at top level and resolve every other value.
-    let raw = |k: &str| {
-        props
-            .get(k)
-            .map(|p| (p.value.clone(), origin(&file, p.line, &p.key)))
-    };
-    let providers = Providers::declare(raw, &mut diags);
-    let mut all = SettingMap::new();
-    for p in props.iter() {
-        let o = origin(&file, p.line, &p.key);
-        let value = if p.key.starts_with("config.providers") {
-            Some(p.value.clone())
-        } else {
-            providers.resolve(&p.value, &o, env, &mut diags)
-        };
-        if let Some(value) = value {
-            all.insert(p.key.clone(), Setting { value, origin: o });
-        }
-    }
+    let all = super::front::read(props, None, env, &mut diags).settings;
 
     // clusters
     let aliases: Vec<ClusterAlias> = match all.get("clusters") {

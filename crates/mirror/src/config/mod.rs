@@ -5,6 +5,7 @@ pub mod client;
 pub mod connector;
 pub mod diagnostics;
 pub mod flow;
+pub mod front;
 pub mod kerberos;
 pub mod keys;
 pub mod legacy;
