@@ -110,7 +110,7 @@ pub async fn translate_groups(
     target: &KafkaCluster,
     select: &Selection,
 ) -> Result<Vec<Row>, FailoverError> {
-    let topic = flow.policy.checkpoints_topic(&flow.id.source);
+    let topic = flow.checkpoints_topic();
     let no_checkpoints = |groups: Vec<String>| FailoverError::NoCheckpoints {
         groups,
         topic: topic.clone(),

@@ -202,12 +202,13 @@ fn internal_topics(f: &FlowConfig) -> Vec<InternalTopic> {
     let (src, tgt) = (f.id.source.to_string(), f.id.target.to_string());
     if f.replication {
         if f.internal.emit_offset_syncs {
-            let (alias, cluster) = match f.internal.offset_syncs_location {
-                Side::Source => (&f.id.target, src.clone()),
-                Side::Target => (&f.id.source, tgt.clone()),
+            let (topic, side) = f.offset_syncs_topic();
+            let cluster = match side {
+                Side::Source => src.clone(),
+                Side::Target => tgt.clone(),
             };
             out.push(InternalTopic {
-                topic: f.policy.offset_syncs_topic(alias),
+                topic,
                 cluster,
                 partitions: 1,
                 replication_factor: f.internal.offset_syncs_replication_factor,
@@ -216,7 +217,7 @@ fn internal_topics(f: &FlowConfig) -> Vec<InternalTopic> {
         }
         if f.emit_checkpoints.enabled {
             out.push(InternalTopic {
-                topic: f.policy.checkpoints_topic(&f.id.source),
+                topic: f.checkpoints_topic(),
                 cluster: tgt.clone(),
                 partitions: 1,
                 replication_factor: f.internal.checkpoints_replication_factor,

@@ -241,6 +241,42 @@ pub struct FlowConfig {
     pub clients: FlowClients,
 }
 
+/// Names worked out from a flow's settings. Defined here, once, so that `plan` prints what the
+/// engine uses (docs/mm2-compatibility.md §2 for MM2's names and sides).
+impl FlowConfig {
+    /// The flow's offset-syncs topic and the side it lives on. It is named after the *other*
+    /// cluster of the flow: on the source it carries the target's alias, and the other way round.
+    pub fn offset_syncs_topic(&self) -> (String, Side) {
+        let side = self.internal.offset_syncs_location;
+        let alias = match side {
+            Side::Source => &self.id.target,
+            Side::Target => &self.id.source,
+        };
+        (self.policy.offset_syncs_topic(alias), side)
+    }
+
+    /// The offset-syncs topic of the opposite flow (target->source) when it keeps them where
+    /// this flow keeps its own (`offset-syncs.topic.location`), and the side of *this* flow it
+    /// lives on: the opposite flow's source is this flow's target.
+    pub fn opposite_offset_syncs_topic(&self) -> (String, Side) {
+        match self.internal.offset_syncs_location {
+            Side::Source => (
+                self.policy.offset_syncs_topic(&self.id.source),
+                Side::Target,
+            ),
+            Side::Target => (
+                self.policy.offset_syncs_topic(&self.id.target),
+                Side::Source,
+            ),
+        }
+    }
+
+    /// The checkpoints topic, on the target, named after the source.
+    pub fn checkpoints_topic(&self) -> String {
+        self.policy.checkpoints_topic(&self.id.source)
+    }
+}
+
 /// How the processes serving one flow share it (docs/sharing.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Sharing {

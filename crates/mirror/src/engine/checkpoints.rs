@@ -7,7 +7,7 @@
 //! names with B->A's syncs inverted, so failback works.
 
 use super::log_reader::read_to_end;
-use super::offset_syncs::{read_syncs_from, topic_and_side};
+use super::offset_syncs::read_syncs_from;
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
@@ -75,7 +75,7 @@ struct State {
 
 impl CheckpointTask {
     pub(super) async fn run(self, stop: Shutdown) {
-        let checkpoints_topic = self.flow.policy.checkpoints_topic(&self.flow.id.source);
+        let checkpoints_topic = self.flow.checkpoints_topic();
         let mut state = State {
             store: SyncStore::default(),
             syncs_next: None,
@@ -389,7 +389,7 @@ impl CheckpointTask {
     /// Applies offset syncs written since the last read: this flow's, and the opposite flow's
     /// (inverted) when that flow writes them.
     async fn read_syncs(&self, state: &mut State) -> Result<(), KafkaError> {
-        let (topic, side) = topic_and_side(&self.flow);
+        let (topic, _) = self.flow.offset_syncs_topic();
         if let Some(next) = read_syncs_from(&self.syncs_cluster, &topic, state.syncs_next, |s| {
             state.store.apply(&s)
         })
@@ -397,17 +397,10 @@ impl CheckpointTask {
         {
             state.syncs_next = Some(next);
         }
-        // The opposite flow T->S keeps its syncs on its source (our target), named after its
-        // target (our source) — or on its target (our source) named after our target.
-        let (topic, cluster) = match side {
-            Side::Source => (
-                self.flow.policy.offset_syncs_topic(&self.flow.id.source),
-                &self.target,
-            ),
-            Side::Target => (
-                self.flow.policy.offset_syncs_topic(&self.flow.id.target),
-                &self.source,
-            ),
+        let (topic, side) = self.flow.opposite_offset_syncs_topic();
+        let cluster = match side {
+            Side::Target => &self.target,
+            Side::Source => &self.source,
         };
         // Optional (failback only): a failure here must not hold up this flow's checkpoints.
         match read_syncs_from(cluster, &topic, state.reverse_next, |s| {

@@ -363,7 +363,7 @@ async fn replicate(
     // position through the newest offset sync (issue 23). Exactly-once needs none.
     let resume = match (&syncs_cluster, &slots) {
         (Some(c), None) if flow.resume_from_target => Some(Arc::new(
-            super::resume::SyncIndex::new(c.clone(), offset_syncs::topic_and_side(flow).0),
+            super::resume::SyncIndex::new(c.clone(), flow.offset_syncs_topic().0),
         )),
         _ => None,
     };
@@ -656,7 +656,7 @@ async fn setup(flow: &FlowConfig, target: &Arc<KafkaCluster>) -> Result<Setup, K
     let producer = IdempotentProducer::new(target.clone()).await?;
     // Offset syncs, written where offset-syncs.topic.location says (the source by default).
     let syncs_cluster = if flow.internal.emit_offset_syncs {
-        let (_, side) = offset_syncs::topic_and_side(flow);
+        let (_, side) = flow.offset_syncs_topic();
         Some(match side {
             Side::Target => target.clone(),
             Side::Source => {

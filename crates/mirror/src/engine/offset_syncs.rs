@@ -5,7 +5,7 @@
 //! request. Syncs that fail to send stay queued.
 
 use super::{remote_topics, Shutdown};
-use crate::config::model::{FlowConfig, Side};
+use crate::config::model::FlowConfig;
 use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::OffsetSync;
@@ -23,17 +23,6 @@ const PER_REQUEST: usize = 2_000;
 /// Syncs queued at most; older ones are dropped first (safe: a missing sync only makes
 /// translation less precise, never wrong).
 const MAX_QUEUED: usize = 200_000;
-
-/// The name of a flow's offset-syncs topic and the side it lives on.
-pub(super) fn topic_and_side(flow: &FlowConfig) -> (String, Side) {
-    let side = flow.internal.offset_syncs_location;
-    // Named after the *other* cluster of the flow: on the source it is named for the target.
-    let alias = match side {
-        Side::Source => &flow.id.target,
-        Side::Target => &flow.id.source,
-    };
-    (flow.policy.offset_syncs_topic(alias), side)
-}
 
 /// Syncs queued by partition tasks.
 #[derive(Debug, Default)]
@@ -77,7 +66,7 @@ pub(super) async fn run(
     labels: FlowLabels,
     stop: Shutdown,
 ) {
-    let (topic, _) = topic_and_side(&flow);
+    let (topic, _) = flow.offset_syncs_topic();
     let mut created = false;
     let mut last_error: Option<String> = None;
     loop {

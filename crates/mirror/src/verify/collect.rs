@@ -624,7 +624,7 @@ async fn groups(
             return;
         }
     };
-    let checkpoints_topic = cx.flow.policy.checkpoints_topic(&cx.flow.id.source);
+    let checkpoints_topic = cx.flow.checkpoints_topic();
     let mut newest: BTreeMap<(String, String, i32), Checkpoint> = BTreeMap::new();
     if target.metadata().topics.contains_key(&checkpoints_topic) {
         if let Ok((records, _)) = read_to_end(target, &checkpoints_topic, 0, None).await {
