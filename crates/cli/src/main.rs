@@ -14,13 +14,11 @@ use anyhow::Context;
 use clap::Parser;
 use cli::{Cli, Command, ConfigArgs, Format, LegacyCmd, OffsetsCmd};
 use kmirror_mirror::config::diagnostics::ConfigError;
-use kmirror_mirror::config::diagnostics::Diagnostics;
 use kmirror_mirror::config::model::MirrorConfig;
 use kmirror_mirror::config::properties::{Properties, PropertiesError};
 use kmirror_mirror::config::providers::SystemEnvironment;
 use kmirror_mirror::config::{connector, legacy, mm2};
 use kmirror_mirror::plan::{describe_security, Plan};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 const EXIT_RUNTIME: u8 = 1;
@@ -57,7 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check,
         } => {
             let cfg = load(&config)?;
-            preflight(&cfg)?;
+            kmirror_mirror::config::preflight::tls_files(&cfg)?;
             let plan = Plan::new(&cfg);
             match format {
                 Format::Text => print!("{}", plan.render_text()),
@@ -80,7 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let metrics_address = parse_metrics_address(&metrics_address)?;
             let cfg = load(&config)?;
-            preflight(&cfg)?;
+            kmirror_mirror::config::preflight::tls_files(&cfg)?;
             report(&cfg);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -102,7 +100,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
         } => {
             let cfg = load(&config)?;
-            preflight(&cfg)?;
+            kmirror_mirror::config::preflight::tls_files(&cfg)?;
             let topics = topics
                 .map(|t| {
                     kmirror_mirror::filter::PatternList::from_items(vec![legacy::mm1_topic_regex(
@@ -124,7 +122,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let report = runtime.block_on(verify_cmd(&cfg, flow.as_deref(), &options))?;
+            let report = runtime.block_on(kmirror_mirror::verify::collect::all(
+                &cfg,
+                flow.as_deref(),
+                &options,
+            ))?;
             match format {
                 Format::Text => print!("{}", report.render(all)),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -268,50 +270,6 @@ async fn serve_process(
     Ok((shutdown, metrics))
 }
 
-/// `kmirror verify`: every replicating flow served (or the one named).
-async fn verify_cmd(
-    cfg: &MirrorConfig,
-    only: Option<&str>,
-    options: &kmirror_mirror::verify::collect::Options,
-) -> anyhow::Result<kmirror_mirror::verify::Report> {
-    use kmirror_kafka::cluster::KafkaCluster;
-    let t0 = std::time::Instant::now();
-    let flows: Vec<_> = cfg
-        .served_flows()
-        .filter(|f| f.replication)
-        .filter(|f| only.is_none_or(|o| f.id.to_string() == o))
-        .collect();
-    if flows.is_empty() {
-        let known: Vec<String> = cfg
-            .flows
-            .iter()
-            .filter(|f| f.replication)
-            .map(|f| f.id.to_string())
-            .collect();
-        anyhow::bail!(
-            "no replicating flow {} to verify (flows: {})",
-            only.unwrap_or(""),
-            known.join(", ")
-        );
-    }
-    let mut report = kmirror_mirror::verify::Report::default();
-    for f in flows {
-        let source = KafkaCluster::connect(f.clients.source_admin.clone())
-            .await
-            .with_context(|| format!("connecting to {}", f.id.source))?;
-        let target = KafkaCluster::connect(f.clients.target_admin.clone())
-            .await
-            .with_context(|| format!("connecting to {}", f.id.target))?;
-        let (rows, topics, partitions) =
-            kmirror_mirror::verify::collect::flow(f, &source, &target, options).await?;
-        report.rows.extend(rows);
-        report.topics += topics;
-        report.partitions += partitions;
-    }
-    report.seconds = t0.elapsed().as_secs_f64();
-    Ok(report)
-}
-
 /// `kmirror offsets translate|apply`.
 async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
     use kmirror_mirror::failover;
@@ -325,7 +283,7 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
     };
     let started = std::time::Instant::now();
     let cfg = load(&args.config)?;
-    preflight(&cfg)?;
+    kmirror_mirror::config::preflight::tls_files(&cfg)?;
     let wanted = format!("{}->{}", args.source, args.target);
     let Some(flow) = cfg.flows.iter().find(|f| f.id.to_string() == wanted) else {
         let known: Vec<String> = cfg.flows.iter().map(|f| f.id.to_string()).collect();
@@ -459,55 +417,6 @@ fn load(args: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
     Ok(cfg)
 }
 
-/// Checks that files named by TLS settings exist, before anything connects.
-fn preflight(cfg: &MirrorConfig) -> anyhow::Result<()> {
-    use kmirror_kafka::{KeyMaterial, TrustMaterial};
-    let mut missing = Vec::new();
-    for f in &cfg.flows {
-        let c = &f.clients;
-        for client in [
-            &c.source_consumer,
-            &c.source_admin,
-            &c.target_producer,
-            &c.target_admin,
-        ] {
-            let Some(tls) = &client.tls else { continue };
-            let mut paths: Vec<PathBuf> = Vec::new();
-            match &tls.trust {
-                TrustMaterial::PemFile { path } | TrustMaterial::Pkcs12File { path, .. } => {
-                    paths.push(path.clone())
-                }
-                _ => {}
-            }
-            match &tls.identity {
-                Some(KeyMaterial::PemFile { path, .. })
-                | Some(KeyMaterial::Pkcs12File { path, .. }) => paths.push(path.clone()),
-                _ => {}
-            }
-            for p in paths {
-                if !p.is_file() {
-                    let line = format!(
-                        "flow {}: TLS file {} does not exist or is not a file",
-                        f.id,
-                        p.display()
-                    );
-                    if !missing.contains(&line) {
-                        missing.push(line);
-                    }
-                }
-            }
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let mut d = Diagnostics::default();
-    for m in missing {
-        d.error(None, None, m);
-    }
-    Err(ConfigError(d).into())
-}
-
 /// Logs what the process would serve, and every warning and ignored key once.
 fn report(cfg: &MirrorConfig) {
     for w in cfg.diagnostics.warnings() {
@@ -571,84 +480,7 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
     if cmd.plan {
         match cmd.format {
             Format::Json => println!("{}", serde_json::to_string_pretty(&cfg)?),
-            Format::Text => {
-                println!("kmirror legacy plan (MirrorMaker 1 command line)");
-                println!(
-                    "  topics        {} (same names on the target)",
-                    cfg.topics.items().join(", ")
-                );
-                println!(
-                    "  source        {}  {}  group {}",
-                    cfg.consumer
-                        .bootstrap
-                        .iter()
-                        .map(|b| b.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    describe_security(&cfg.consumer),
-                    cfg.group_id
-                );
-                println!(
-                    "  target        {}  {}",
-                    cfg.producer
-                        .bootstrap
-                        .iter()
-                        .map(|b| b.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    describe_security(&cfg.producer)
-                );
-                println!("  streams       {}", cfg.num_streams);
-                println!(
-                    "  commit every  {} ms (only records the target acknowledged)",
-                    cfg.offset_commit_interval.as_millis()
-                );
-                println!(
-                    "  on send failure  {}",
-                    if cfg.abort_on_send_failure {
-                        "stop"
-                    } else {
-                        "log, count and continue"
-                    }
-                );
-                println!(
-                    "  start         {:?} when the group has no committed offset",
-                    cfg.consumer_tuning.auto_offset_reset
-                );
-                println!(
-                    "  checks        {}",
-                    kmirror_mirror::plan::crc_check(cfg.consumer_tuning.check_crcs)
-                );
-                println!(
-                    "  partitions    Java's default partitioner on the target (murmur2 of the key; keyless records sticky per batch)"
-                );
-                println!(
-                    "  target topics {}",
-                    if cfg.create_topics {
-                        "created when missing, with the source's partition count and configs"
-                    } else {
-                        "not created (the target's auto.create.topics.enable decides)"
-                    }
-                );
-                match cfg.rate_limit {
-                    Some(l) => println!("  rate limit    {l} fetched bytes per second"),
-                    None => println!("  rate limit    none"),
-                }
-                for t in cfg.transforms.describe() {
-                    println!("  transform     {t}");
-                }
-                for i in &cfg.ignored {
-                    let hint = i
-                        .did_you_mean
-                        .as_ref()
-                        .map(|h| format!(" (did you mean '{h}'?)"))
-                        .unwrap_or_default();
-                    println!("  ignored       {}: {}{hint}", i.origin, i.reason);
-                }
-                for w in cfg.diagnostics.warnings() {
-                    println!("  {w}");
-                }
-            }
+            Format::Text => print!("{}", kmirror_mirror::legacy::plan::text(&cfg)),
         }
         return Ok(ExitCode::SUCCESS);
     }

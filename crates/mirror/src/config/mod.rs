@@ -12,6 +12,7 @@ pub mod legacy;
 pub mod mm2;
 pub mod model;
 pub mod oauth;
+pub mod preflight;
 pub mod properties;
 pub mod providers;
 pub mod values;

@@ -14,6 +14,7 @@
 //! handed to the producer is bounded by the producer file's `buffer.memory`.
 
 mod ledger;
+pub mod plan;
 mod route;
 mod stream;
 mod targets;

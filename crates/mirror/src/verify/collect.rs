@@ -3,9 +3,10 @@
 //! of partitions take seconds.
 
 use super::{
-    judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Row, Status,
+    judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Report, Row,
+    Status,
 };
-use crate::config::model::{ExactlyOnce, FlowConfig};
+use crate::config::model::{ExactlyOnce, FlowConfig, MirrorConfig};
 use crate::discovery;
 use crate::engine::read_to_end;
 use crate::filter::PatternList;
@@ -39,6 +40,69 @@ pub struct CollectError {
     pub what: String,
     #[source]
     pub source: KafkaError,
+}
+
+/// Why `verify` could not give a verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("no replicating flow {asked} to verify (flows: {known})")]
+    NoFlow { asked: String, known: String },
+    #[error("connecting to {cluster}")]
+    Connect {
+        cluster: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+}
+
+/// Verifies every replicating flow this process serves (or only `only`, a flow such as
+/// `A->B`), connecting to each flow's clusters with its admin settings.
+pub async fn all(
+    cfg: &MirrorConfig,
+    only: Option<&str>,
+    options: &Options,
+) -> Result<Report, VerifyError> {
+    let t0 = std::time::Instant::now();
+    let flows: Vec<_> = cfg
+        .served_flows()
+        .filter(|f| f.replication)
+        .filter(|f| only.is_none_or(|o| f.id.to_string() == o))
+        .collect();
+    if flows.is_empty() {
+        let known: Vec<String> = cfg
+            .flows
+            .iter()
+            .filter(|f| f.replication)
+            .map(|f| f.id.to_string())
+            .collect();
+        return Err(VerifyError::NoFlow {
+            asked: only.unwrap_or("").to_string(),
+            known: known.join(", "),
+        });
+    }
+    let mut report = Report::default();
+    for f in flows {
+        let connect = |settings: &kmirror_kafka::ClientSettings,
+                       alias: &crate::names::ClusterAlias| {
+            let settings = settings.clone();
+            let cluster = alias.to_string();
+            async move {
+                KafkaCluster::connect(settings)
+                    .await
+                    .map_err(|source| VerifyError::Connect { cluster, source })
+            }
+        };
+        let source = connect(&f.clients.source_admin, &f.id.source).await?;
+        let target = connect(&f.clients.target_admin, &f.id.target).await?;
+        let (rows, topics, partitions) = flow(f, &source, &target, options).await?;
+        report.rows.extend(rows);
+        report.topics += topics;
+        report.partitions += partitions;
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
 }
 
 struct Ctx<'a> {
