@@ -5,11 +5,10 @@
 //! set (the SDKs' override), else STS in `awsStsRegion` (default us-east-1, the library's).
 //! The role's credentials are kept until five minutes before they expire.
 
-use crate::aws_iam::{query_encode, AwsCredentials};
+use crate::aws_iam::{query_encode, signing_credentials, AwsCredentials};
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsRole;
 use crate::Secret;
-use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
 use std::collections::HashMap;
@@ -152,14 +151,7 @@ fn signed_headers(
     creds: &AwsCredentials,
     now: SystemTime,
 ) -> std::result::Result<Vec<(String, String)>, String> {
-    let identity = Credentials::new(
-        creds.access_key_id.clone(),
-        creds.secret_access_key.expose().to_string(),
-        creds.session_token.as_ref().map(|t| t.expose().to_string()),
-        None,
-        "kmirror",
-    )
-    .into();
+    let identity = signing_credentials(creds).into();
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(region)

@@ -180,6 +180,18 @@ fn region_from(settings: &AwsIam, env: &dyn Fn(&str) -> Option<String>) -> Resul
     })
 }
 
+/// `creds` as the signing crate takes them (the secrets leave their [`Secret`] wrappers only
+/// here, for the signature).
+pub(crate) fn signing_credentials(creds: &AwsCredentials) -> Credentials {
+    Credentials::new(
+        creds.access_key_id.clone(),
+        creds.secret_access_key.expose().to_string(),
+        creds.session_token.as_ref().map(|t| t.expose().to_string()),
+        None,
+        "kmirror",
+    )
+}
+
 /// The `X-Amz-*` query parameters of the presigned `GET https://<host>/?Action=...`.
 fn presign(
     host: &str,
@@ -187,14 +199,7 @@ fn presign(
     creds: &AwsCredentials,
     now: SystemTime,
 ) -> Result<Vec<(String, String)>> {
-    let identity = Credentials::new(
-        creds.access_key_id.clone(),
-        creds.secret_access_key.expose().to_string(),
-        creds.session_token.as_ref().map(|t| t.expose().to_string()),
-        None,
-        "kmirror",
-    )
-    .into();
+    let identity = signing_credentials(creds).into();
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
     settings.expires_in = Some(EXPIRES);

@@ -84,7 +84,7 @@ pub fn load(
         for p in props.iter() {
             if let Some((reason, hint)) = classify_connector_key(&p.key) {
                 ignored.push(IgnoredKey {
-                    origin: origin(&file, p.line, &p.key),
+                    origin: Origin::new(&file, p.line, &p.key),
                     reason,
                     did_you_mean: hint,
                 });
@@ -151,7 +151,7 @@ pub fn load(
                 });
             } else {
                 ignored.push(IgnoredKey {
-                    origin: origin(&file, v.origin.line, k),
+                    origin: Origin::new(&file, v.origin.line, k),
                     reason: "not used by kmirror".into(),
                     did_you_mean: None,
                 });
@@ -167,7 +167,7 @@ pub fn load(
             .next()
             .map(|s| s.origin.file.clone())
             .unwrap_or_else(|| Arc::from(""));
-        let o = origin(&file, 0, &format!("{id} (connector files)"));
+        let o = Origin::new(&file, 0, &format!("{id} (connector files)"));
         let set = |m: &mut SettingMap, k: &str, v: &str| {
             m.insert(k.into(), flow::synthetic(v, &o));
         };
@@ -266,12 +266,4 @@ pub fn load(
         ignored,
         diagnostics: diags,
     })
-}
-
-fn origin(file: &Arc<str>, line: usize, key: &str) -> Origin {
-    Origin {
-        file: file.clone(),
-        line,
-        key: key.to_string(),
-    }
 }

@@ -17,6 +17,16 @@ pub struct Origin {
     pub key: String,
 }
 
+impl Origin {
+    pub fn new(file: &Arc<str>, line: usize, key: &str) -> Self {
+        Origin {
+            file: file.clone(),
+            line,
+            key: key.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.line > 0 {

@@ -204,14 +204,6 @@ pub fn load(
     })
 }
 
-fn origin(file: &Arc<str>, line: usize, key: &str) -> Origin {
-    Origin {
-        file: file.clone(),
-        line,
-        key: key.to_string(),
-    }
-}
-
 fn join(aliases: &[ClusterAlias]) -> String {
     aliases
         .iter()
@@ -290,7 +282,7 @@ pub fn connector_props(
             .or_insert_with(|| v.clone());
     }
     // 5: defaults.
-    let o = origin(file, 0, &format!("{id} (default)"));
+    let o = Origin::new(file, 0, &format!("{id} (default)"));
     p.entry("source.cluster.alias".into())
         .or_insert_with(|| flow::synthetic(id.source.as_str(), &o));
     p.entry("target.cluster.alias".into())
