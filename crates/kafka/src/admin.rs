@@ -1,5 +1,10 @@
 //! Admin operations a replicator needs: topic configs, partitions, ACLs, consumer groups and
 //! their committed offsets, and the cluster description.
+//!
+//! Why one file of this size: a catalogue of admin wire APIs, one section per API (configs,
+//! partitions, ACLs, cluster, groups and offsets) sharing only `check` and `s`; each section is
+//! read alone. Next to split out: the groups section (coordinator, groups, committed offsets)
+//! into its own `impl KafkaCluster` file, as `cluster/` already splits its methods.
 
 use crate::cluster::KafkaCluster;
 use crate::conn::Connection;

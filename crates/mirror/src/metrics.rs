@@ -2,6 +2,11 @@
 //! process). Names follow MM2's source metrics (mm2-compatibility §5.8: `record-count`, `byte-count`,
 //! `record-age-ms`, `replication-latency-ms`, tagged source, target, topic = the remote topic,
 //! partition) with a `kmirror_` prefix and Prometheus spelling; the rest are kmirror's own.
+//!
+//! Why one file of this size: the registry is a table: each metric is a field of `Metrics`, an
+//! entry in `Metrics::new` and a `register` call with its name and help, kept side by side so
+//! none is missed; the label types are the families' keys. Next to split out: the label types
+//! and `ErrorKind` into `metrics/labels.rs`.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;

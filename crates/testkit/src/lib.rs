@@ -8,6 +8,13 @@
 //!   JVM outlives `cargo test`. A [`Cluster`] also stops its broker when dropped.
 //! - Nothing is skipped: when Java, the jars or a broker are missing, the call fails loudly with
 //!   the harness's message (which includes the tail of the broker log).
+//!
+//! Why one file of this size: `Cluster` is one handle on one harness script: each method wraps a
+//! harness subcommand, a Kafka tool or a signal to a broker, through the private `harness`,
+//! `run` and `check` and its private run dir, env file and proxies. The helpers after
+//! `impl Drop for Cluster` (MM2, record readers, process helpers) share nothing with it and move
+//! out first; then the leadership steering (`describe_partition` to `move_leader`) into another
+//! `impl Cluster` file.
 
 pub mod kdc;
 pub mod netfault;

@@ -5,6 +5,11 @@
 //! so a caller that needs ordering (the idempotent producer) submits in order and awaits the
 //! responses later. Every request has a timeout; a broken connection fails every pending request
 //! with an error naming the broker.
+//!
+//! Why one file of this size: the writer, the reader task and `ResponseFuture` share the
+//! pending map and the `closed`/`silent` flags, and re-authentication runs the handshake's
+//! `authenticate` through the pipelined writer (`SaslTransport`). Next to split out: the SASL
+//! session (`Reauth`, `sasl_token`, `authenticate`) into `conn/auth.rs`, beside `sasl.rs`.
 
 pub mod sasl;
 pub mod tls;

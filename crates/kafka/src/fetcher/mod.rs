@@ -13,6 +13,11 @@
 //!
 //! The fetch uses a connection of its own per broker: a long poll holds its connection for up to
 //! `fetch.max.wait.ms`, and metadata, offsets and commits must not queue behind it.
+//!
+//! Why one file of this size: a partition's `Slot` state is shared by its `Subscription` (a
+//! seek bumps the generation) and its `BrokerFetcher` (checks it again under the slot's lock),
+//! as are the byte `Buffer` and the broker table that `assign` and `retire` lock. Next to split
+//! out: `BrokerFetcher` (request building, `on_partition`) into `fetcher/broker.rs`.
 
 use crate::batch::{keep_until_corrupt, split_until_bad};
 use crate::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};

@@ -9,6 +9,11 @@
 //!
 //! Lanes do not write their own requests: each hands its batches to the sender of its leader's
 //! connection ([`sender`]), which puts the batches of many partitions in one Produce request.
+//!
+//! Why one file of this size: a `PartitionLane`'s recovery (resend in order, find written
+//! batches in the log, renumber sequences under a new producer id) drives the producer's private
+//! identity, senders, stats and transaction. Next to split out: the recovery methods
+//! (`complete_oldest`, `resolve_from_log`, `resend_all`) into `producer/recovery.rs`.
 
 pub mod sender;
 pub mod transaction;

@@ -1,5 +1,10 @@
 //! One flow's connector settings (a flat map, as MM2 hands its connectors) → a typed
 //! [`FlowConfig`], with MM2's defaults (mm2-compatibility §1.2–§1.5) and the cross-key checks.
+//!
+//! Why one file of this size: `build` reads all of one flow's keys in one pass through one
+//! `Reader`, so its cross-key checks (exactly-once against isolation and timeouts, checkpoints
+//! without offset syncs) see every value; the helpers below it each parse one key. Next to split
+//! out: the checks across flows (`refuse_loops`, `warn_identity_*`) into their own file.
 
 use super::client;
 use super::diagnostics::Diagnostics;

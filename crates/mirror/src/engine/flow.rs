@@ -3,6 +3,11 @@
 //! `refresh.topics.interval.seconds`, creates or grows remote topics and starts one task per new
 //! source partition. A topic that cannot be created is reported and skipped while the others
 //! continue, and tried again within a minute; a partition that fails for good stops alone.
+//!
+//! Why one file of this size: `replicate` starts the flow's helper tasks, runs the control loop
+//! and stops them in an order that matters (leader tasks, partitions, slots, group, fetcher,
+//! writers), so start and stop read together, and its loop uses `Control`'s private fields.
+//! Next to split out: `Control` and its methods (`reconcile`, `apply`, `lose`) into its own file.
 
 use super::checkpoints::CheckpointTask;
 use super::heartbeats;

@@ -4,6 +4,11 @@
 //! into retry, continue and stop. The I/O sits behind two seams, [`Feed`] (the fetcher's
 //! subscription) and [`Sink`] (the producer's lane for the remote partition), so these
 //! decisions are unit-tested without brokers.
+//!
+//! Why one file of this size: `copy` is one loop whose `report` closure and `commit_point!`,
+//! `flush_and_report!` and `pass_once_acknowledged!` macros share its locals (in-flight queue,
+//! held commit, skipped tail, slot member) and `?`/return out of it, so they stay inside it.
+//! Next to split out: batch preparation (`small_run`, `merge`, `reencode`) into its own file.
 
 use super::offset_syncs::Outbox;
 use super::positions::Board;

@@ -7,6 +7,11 @@
 //! flushes every `offset.flush.interval.ms` (60 s by default); storing four times a second costs one
 //! small batch per positions partition and bounds what a crash copies twice to about 250 ms of
 //! data.
+//!
+//! Why one file of this size: the `Board` and its `Writer` share the board's private state
+//! (dirty marks, `unstored`, flush counters) and one write order (tombstones, logs, positions);
+//! runs publication rides the same writes. Next to split out: runs publication
+//! (`RunsPublisher`, `fit_publication`) or the reading side (`Stored`, `load`, `visit`).
 
 use super::Shutdown;
 use crate::metrics::ErrorKind;

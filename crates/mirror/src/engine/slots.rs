@@ -11,6 +11,11 @@
 //! whole: the slot takes a new producer epoch (InitProducerId, which aborts the open
 //! transaction) and every partition of the slot goes back to its last committed position with a
 //! new lane ([`Admit::Rewind`]).
+//!
+//! Why one file of this size: the `Gate` is one protocol with two sides, the partitions'
+//! `Member`s and the slot's commit loop, which both change its private `Open` and phase under
+//! one lock (a member joins only the transaction open under it). Next to split out: the
+//! committer side (`Slot::commit_loop`, `commit`, `give_up`) into `slots/committer.rs`.
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};

@@ -9,6 +9,11 @@
 //! pattern once and writes a Rust pattern with the Java meaning, or rejects a construct it cannot
 //! express with an error that names it and its position. It never lets a pattern match
 //! differently in silence.
+//!
+//! Why one file of this size: it is one recursive-descent translator over one cursor and scoped
+//! state (DOTALL per group, class depth, `can_repeat`), and most of its length is the table of
+//! Java/Rust differences in `escape` and `property`, used both inside and outside classes. Next
+//! to split out: `escape` and `property` into a child module.
 
 use std::fmt;
 

@@ -9,6 +9,11 @@
 //! the broker's long poll while idle, `buffer.memory` as the bound on fetched data), as MM2 mode
 //! does: each assigned partition's subscription is drained by a small forwarding task into one
 //! queue the copy task takes from.
+//!
+//! Why one file of this size: the membership task and the `Copier` are the two sides of one
+//! revoke handshake (`Control::Revoke` is answered only after a flush and a commit), and the
+//! copier's methods share its lanes, ledger, positions and `stopping`/`cancelled` flags. Next to
+//! split out: the membership side (`membership`, `assignor`) into `stream/membership.rs`.
 
 use super::ledger::{Key, Ledger};
 use super::route::{encode, route};

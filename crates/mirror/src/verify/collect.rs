@@ -1,6 +1,11 @@
 //! Reads what `verify` compares, from both clusters of a flow, with batched requests (offsets
 //! one ListOffsets per broker, configs a few hundred topics per DescribeConfigs) so that thousands
 //! of partitions take seconds.
+//!
+//! Why one file of this size: it is verify's I/O half (judging is in `mod.rs`): `flow` reads
+//! metadata, configs and offsets once and hands them to every check (source configs also mark
+//! compacted topics, source starts feed `groups`), each adding rows through `Ctx`. Next to
+//! split out: the `acls` and `groups` checks into their own file.
 
 use super::{
     judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Report, Row,

@@ -6,6 +6,11 @@
 //! tasks and applies each assignment it is sent: it drains and stores the partitions it lost
 //! before it answers, and only then does the member rejoin, so the partitions' next owner
 //! starts from their stored positions (KIP-429's cooperative protocol).
+//!
+//! Why one file of this size: `Shared`'s private state is the lease and the claims: the
+//! membership renews or expires it, `FlowAssignor` reads it to claim partitions at each join,
+//! and writers ask `may_write`, so the rules read together (`assign.rs` holds the algorithm).
+//! Next to split out: the `Membership::run` loop into `sharing/membership.rs`.
 
 pub mod assign;
 
