@@ -225,7 +225,7 @@ mod tests {
             source: "A".into(),
             target: "B".into(),
         };
-        m.flow_connected.get_or_create(&labels).set(1);
+        m.connected_gauge(&labels).set(1);
         assert_eq!(response("GET /ready HTTP/1.1", &m, &s).0, "200 OK");
         let (code, ty, body) = response("GET /status HTTP/1.1", &m, &s);
         assert_eq!((code, ty), ("200 OK", "application/json"));

@@ -204,6 +204,15 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// The engine's state as readiness needs it (see [`Metrics::readiness`]).
+#[derive(Debug, Default)]
+struct Health {
+    /// `A->B` -> the flow's `kmirror_flow_connected` gauge (the same atomic).
+    flows: std::collections::BTreeMap<String, Gauge>,
+    /// `(flow, remote topic, partition)` of every partition stopped by an error.
+    stopped: std::collections::BTreeSet<(String, String, i32)>,
+}
+
 /// Every metric the engine keeps.
 #[derive(Debug)]
 pub struct Metrics {
@@ -214,6 +223,9 @@ pub struct Metrics {
     /// Sharing: each flow's group as the leader's last assignment describes it (not a metric:
     /// `/status` shows it, see [`Metrics::set_group`]).
     groups: std::sync::Mutex<std::collections::BTreeMap<String, Vec<crate::status::MemberStatus>>>,
+    /// What `/ready` asks of the engine, kept beside the gauges that show it (not parsed back
+    /// out of the exposition): each flow's connected gauge, and the partitions stopped.
+    health: std::sync::Mutex<Health>,
     /// MM2 `record-count`: records acknowledged by the target.
     pub record_count: Family<PartitionLabels, Counter>,
     /// MM2 `byte-count`, but counting the record batches' bytes as sent (MM2 counts values only).
@@ -317,6 +329,7 @@ impl Metrics {
             registry: Registry::default(),
             rounds_running: Default::default(),
             groups: Default::default(),
+            health: Default::default(),
             record_count: Family::default(),
             byte_count: Family::default(),
             record_age_ms: Family::default(),
@@ -656,6 +669,71 @@ impl Metrics {
             .iter()
             .map(|(flow, t)| (flow.clone(), t.elapsed()))
             .find(|(_, running)| *running > limit)
+    }
+
+    /// A flow's `kmirror_flow_connected` gauge (1 while both clusters answer), known from now
+    /// on to readiness.
+    pub fn connected_gauge(&self, labels: &FlowLabels) -> Gauge {
+        let g = self.flow_connected.get_or_create(labels).clone();
+        self.health_lock().flows.insert(
+            format!("{}->{}", &*labels.source, &*labels.target),
+            g.clone(),
+        );
+        g
+    }
+
+    /// Marks a partition stopped by an error (or started again): the gauge
+    /// `kmirror_partition_stopped` and readiness together.
+    pub fn set_partition_stopped(&self, labels: &PartitionLabels, stopped: bool) {
+        self.partition_stopped
+            .get_or_create(labels)
+            .set(i64::from(stopped));
+        let key = (
+            format!("{}->{}", &*labels.source, &*labels.target),
+            labels.topic.to_string(),
+            labels.partition,
+        );
+        let mut h = self.health_lock();
+        if stopped {
+            h.stopped.insert(key);
+        } else {
+            h.stopped.remove(&key);
+        }
+    }
+
+    /// Readiness: at least one flow, every flow's clusters answer, no partition stopped for
+    /// good. The reason says what is missing.
+    pub fn readiness(&self) -> (bool, Option<String>) {
+        let h = self.health_lock();
+        if h.flows.is_empty() {
+            return (false, Some("no flow has started yet".into()));
+        }
+        let down: Vec<&str> = h
+            .flows
+            .iter()
+            .filter(|(_, g)| g.get() < 1)
+            .map(|(f, _)| f.as_str())
+            .collect();
+        if !down.is_empty() {
+            return (
+                false,
+                Some(format!("cluster not answering for {}", down.join(", "))),
+            );
+        }
+        if !h.stopped.is_empty() {
+            return (
+                false,
+                Some(format!(
+                    "{} partition(s) stopped by an error",
+                    h.stopped.len()
+                )),
+            );
+        }
+        (true, None)
+    }
+
+    fn health_lock(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records a flow's group (sharing), shown by `/status`; empty when this process is not a

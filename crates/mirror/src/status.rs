@@ -5,7 +5,7 @@
 //! endpoints and `/metrics` can never disagree.
 
 use crate::engine::Shutdown;
-use crate::metrics::{sum_samples, Metrics};
+use crate::metrics::Metrics;
 use kmirror_kafka::cluster::KafkaCluster;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
@@ -154,41 +154,6 @@ pub fn flows(text: &str) -> Vec<FlowStatus> {
     by_flow.into_values().collect()
 }
 
-/// Readiness: at least one flow, every flow's clusters answer, no partition stopped for good.
-pub fn readiness(text: &str) -> (bool, Option<String>) {
-    let connected: Vec<_> = samples(text)
-        .filter(|(m, _, _)| *m == "kmirror_flow_connected")
-        .collect();
-    if connected.is_empty() {
-        return (false, Some("no flow has started yet".into()));
-    }
-    let down: Vec<String> = connected
-        .iter()
-        .filter(|(_, _, v)| *v < 1.0)
-        .map(|(_, l, _)| {
-            format!(
-                "{}->{}",
-                label(l, "source").unwrap_or("?"),
-                label(l, "target").unwrap_or("?")
-            )
-        })
-        .collect();
-    if !down.is_empty() {
-        return (
-            false,
-            Some(format!("cluster not answering for {}", down.join(", "))),
-        );
-    }
-    let stopped = sum_samples(text, "kmirror_partition_stopped", &[]);
-    if stopped > 0.0 {
-        return (
-            false,
-            Some(format!("{stopped} partition(s) stopped by an error")),
-        );
-    }
-    (true, None)
-}
-
 /// Samples the counters about once a second (see [`Sampler::tick`]) so that rates cover the last
 /// few seconds, whenever `/status` is asked.
 #[derive(Debug)]
@@ -253,7 +218,7 @@ impl Sampler {
         for f in flows.iter_mut() {
             f.members = metrics.group(&f.flow);
         }
-        let (ready, reason) = readiness(&text);
+        let (ready, reason) = metrics.readiness();
         Status {
             ready,
             reason,
@@ -369,16 +334,33 @@ mod tests {
 
     #[test]
     fn ready_only_when_every_flow_answers_and_nothing_stopped() {
-        let (ready, why) = readiness(TEXT);
+        let m = Metrics::new();
+        assert_eq!(
+            m.readiness(),
+            (false, Some("no flow has started yet".into()))
+        );
+        let flow = |s: &str, t: &str| crate::metrics::FlowLabels {
+            source: s.into(),
+            target: t.into(),
+        };
+        let ab = m.connected_gauge(&flow("A", "B"));
+        let ba = m.connected_gauge(&flow("B", "A"));
+        ab.set(1);
+        let (ready, why) = m.readiness();
         assert!(!ready);
         assert!(why.unwrap().contains("B->A"));
-        let up = TEXT.replace("target=\"A\"} 0", "target=\"A\"} 1");
-        assert_eq!(readiness(&up), (true, None));
-        let stopped = format!(
-            "{up}kmirror_partition_stopped{{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"}} 1\n"
+        ba.set(1);
+        assert_eq!(m.readiness(), (true, None));
+        let p = flow("A", "B").partition("A.t", 0);
+        m.set_partition_stopped(&p, true);
+        assert_eq!(
+            m.readiness(),
+            (false, Some("1 partition(s) stopped by an error".into()))
         );
-        assert!(!readiness(&stopped).0);
-        assert!(!readiness("# EOF\n").0);
+        // The gauge shows the same state.
+        assert_eq!(m.sum("kmirror_partition_stopped", &[]), 1.0);
+        m.set_partition_stopped(&p, false);
+        assert_eq!(m.readiness(), (true, None));
     }
 
     #[test]

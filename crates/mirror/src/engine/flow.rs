@@ -53,7 +53,7 @@ pub(super) async fn run(
     let name = flow.id.to_string();
     let labels = flow_labels(&flow);
     // Not ready until both clusters answer.
-    let connected = metrics.flow_connected.get_or_create(&labels).clone();
+    let connected = metrics.connected_gauge(&labels);
     connected.set(0);
     let Some((source, target)) = connect(&flow, &shutdown, &metrics, &labels).await? else {
         return Ok(());

@@ -74,11 +74,7 @@ impl PartitionTask {
     pub(super) async fn run(self) -> Result<(), Stopped> {
         let labels = self.ctx.labels.partition(&self.remote, self.partition);
         // A task started again (a re-created topic, a restarted flow) is no longer stopped.
-        self.ctx
-            .metrics
-            .partition_stopped
-            .get_or_create(&labels)
-            .set(0);
+        self.ctx.metrics.set_partition_stopped(&labels, false);
         let result = super::catch_panic(self.copy(&labels))
             .await
             .unwrap_or_else(|message| {
@@ -95,11 +91,7 @@ impl PartitionTask {
             });
         if let Err(e) = &result {
             tracing::error!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition stopped");
-            self.ctx
-                .metrics
-                .partition_stopped
-                .get_or_create(&labels)
-                .set(1);
+            self.ctx.metrics.set_partition_stopped(&labels, true);
         }
         result
     }

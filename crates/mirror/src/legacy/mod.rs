@@ -127,7 +127,7 @@ pub async fn run(
             return Err(LegacyError::SameCluster(a));
         }
     }
-    let connected = metrics.flow_connected.get_or_create(&labels()).clone();
+    let connected = metrics.connected_gauge(&labels());
     let probe = tokio::spawn(crate::status::probe(
         vec![source.clone(), target.clone()],
         connected,
