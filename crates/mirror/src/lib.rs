@@ -6,6 +6,7 @@
 pub mod config;
 pub mod discovery;
 pub mod engine;
+pub mod events;
 pub mod failover;
 pub mod filter;
 pub mod legacy;

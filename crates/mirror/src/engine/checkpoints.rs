@@ -11,7 +11,7 @@ use super::offset_syncs::read_syncs_from;
 use super::{remote_topics, Shutdown};
 use crate::config::model::{FlowConfig, Side};
 use crate::discovery;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, InternalWrite, InternalWriteFailed, LastError};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::checkpoint_rules::CheckpointRules;
 use crate::offsets::runs::{Published, Runs};
@@ -70,7 +70,7 @@ struct State {
     last_group_sync: Option<Instant>,
     /// Why a group was last skipped by the group offset sync, so each reason is logged once.
     skipped: HashMap<String, String>,
-    last_error: Option<String>,
+    last_error: LastError,
 }
 
 impl CheckpointTask {
@@ -88,7 +88,7 @@ impl CheckpointTask {
             groups_listed: None,
             last_group_sync: None,
             skipped: HashMap::new(),
-            last_error: None,
+            last_error: LastError::default(),
         };
         let mut ready = false;
         loop {
@@ -101,16 +101,21 @@ impl CheckpointTask {
             }
             .await;
             match result {
-                Ok(()) => state.last_error = None,
+                Ok(()) => {
+                    state.last_error.clear();
+                }
                 Err(e) => {
-                    let text = e.to_string();
-                    if state.last_error.as_deref() != Some(&text) {
-                        tracing::warn!(flow = %self.flow.id, error = %text, "checkpoints: retrying");
-                        self.metrics
-                            .errors
-                            .get_or_create(&self.labels.error(ErrorKind::Checkpoints))
-                            .inc();
-                        state.last_error = Some(text);
+                    if state.last_error.is_new(&e) {
+                        InternalWriteFailed {
+                            flow: &self.flow.id,
+                            what: InternalWrite::Checkpoints,
+                            topic: &checkpoints_topic,
+                            error: &e,
+                        }
+                        .emit(Emitter {
+                            metrics: &self.metrics,
+                            labels: &self.labels,
+                        });
                     }
                 }
             }

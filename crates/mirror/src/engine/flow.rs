@@ -23,6 +23,7 @@ use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{ExactlyOnce, FlowConfig, Side};
 use crate::discovery;
+use crate::events::{Emitter, Event as _, TopicSkipped};
 use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
@@ -1033,12 +1034,16 @@ impl Control {
     fn report(&mut self, topic: &str, kind: ErrorKind, e: &KafkaError) {
         let text = e.to_string();
         if self.reported.get(topic) != Some(&text) {
-            tracing::error!(flow = %self.ctx.flow.id, topic, error = %text, "topic skipped; trying again in 5 s, backing off to a minute (or refresh.topics.interval.seconds if shorter)");
-            self.ctx
-                .metrics
-                .errors
-                .get_or_create(&self.ctx.labels.error(kind))
-                .inc();
+            TopicSkipped {
+                flow: &self.ctx.flow.id,
+                topic,
+                kind,
+                error: e,
+            }
+            .emit(Emitter {
+                metrics: &self.ctx.metrics,
+                labels: &self.ctx.labels,
+            });
             self.reported.insert(topic.to_string(), text);
         }
     }

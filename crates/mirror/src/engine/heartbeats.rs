@@ -5,7 +5,7 @@
 
 use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, InternalWrite, InternalWriteFailed, LastError};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::Heartbeat;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
@@ -22,7 +22,7 @@ pub(super) async fn emit(
 ) {
     let topic = flow.policy.heartbeats_topic().to_string();
     let mut created = false;
-    let mut last_error: Option<String> = None;
+    let mut last_error = LastError::default();
     loop {
         let result = async {
             if !created {
@@ -45,19 +45,22 @@ pub(super) async fn emit(
         match result {
             Ok(()) => {
                 metrics.heartbeats.get_or_create(&labels).inc();
-                if last_error.take().is_some() {
+                if last_error.clear() {
                     tracing::info!(flow = %flow.id, topic = %topic, "heartbeats written again");
                 }
             }
             Err(e) => {
-                let text = e.to_string();
-                if last_error.as_deref() != Some(&text) {
-                    tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write heartbeats; retrying");
-                    metrics
-                        .errors
-                        .get_or_create(&labels.error(ErrorKind::Heartbeat))
-                        .inc();
-                    last_error = Some(text);
+                if last_error.is_new(&e) {
+                    InternalWriteFailed {
+                        flow: &flow.id,
+                        what: InternalWrite::Heartbeats,
+                        topic: &topic,
+                        error: &e,
+                    }
+                    .emit(Emitter {
+                        metrics: &metrics,
+                        labels: &labels,
+                    });
                 }
             }
         }

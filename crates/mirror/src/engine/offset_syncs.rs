@@ -6,7 +6,7 @@
 
 use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, InternalWrite, InternalWriteFailed, LastError};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::wire::internal::OffsetSync;
 use bytes::Bytes;
@@ -68,7 +68,7 @@ pub(super) async fn run(
 ) {
     let (topic, _) = flow.offset_syncs_topic();
     let mut created = false;
-    let mut last_error: Option<String> = None;
+    let mut last_error = LastError::default();
     loop {
         let stopping = stop.sleep(INTERVAL).await;
         loop {
@@ -95,17 +95,20 @@ pub(super) async fn run(
             .await;
             match result {
                 Ok(()) => {
-                    last_error = None;
+                    last_error.clear();
                 }
                 Err(e) => {
-                    let text = e.to_string();
-                    if last_error.as_deref() != Some(&text) {
-                        tracing::warn!(flow = %flow.id, topic = %topic, error = %text, "cannot write offset syncs; retrying");
-                        metrics
-                            .errors
-                            .get_or_create(&labels.error(ErrorKind::OffsetSyncs))
-                            .inc();
-                        last_error = Some(text);
+                    if last_error.is_new(&e) {
+                        InternalWriteFailed {
+                            flow: &flow.id,
+                            what: InternalWrite::OffsetSyncs,
+                            topic: &topic,
+                            error: &e,
+                        }
+                        .emit(Emitter {
+                            metrics: &metrics,
+                            labels: &labels,
+                        });
                     }
                     outbox.put_back(syncs);
                     break;

@@ -11,7 +11,7 @@ use super::slots::{Slot, SlotTable};
 use super::Shutdown;
 use crate::config::model::FlowConfig;
 use crate::config::model::StartPosition;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, PartitionPanicked, PartitionStopped};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
@@ -78,11 +78,7 @@ impl PartitionTask {
         let result = super::catch_panic(self.copy(&labels))
             .await
             .unwrap_or_else(|message| {
-                self.ctx
-                    .metrics
-                    .errors
-                    .get_or_create(&self.ctx.labels.error(ErrorKind::Panic))
-                    .inc();
+                PartitionPanicked.emit(self.emitter());
                 Err(Stopped::Panicked {
                     topic: self.topic.clone(),
                     partition: self.partition,
@@ -90,10 +86,22 @@ impl PartitionTask {
                 })
             });
         if let Err(e) = &result {
-            tracing::error!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition stopped");
-            self.ctx.metrics.set_partition_stopped(&labels, true);
+            PartitionStopped {
+                flow: &self.ctx.flow.id,
+                topic: &self.topic,
+                partition: &labels,
+                error: e,
+            }
+            .emit(self.emitter());
         }
         result
+    }
+
+    fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            metrics: &self.ctx.metrics,
+            labels: &self.ctx.labels,
+        }
     }
 
     async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {

@@ -14,7 +14,7 @@
 //! (`RunsPublisher`, `fit_publication`) or the reading side (`Stored`, `load`, `visit`).
 
 use super::Shutdown;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, InternalWrite, InternalWriteFailed};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::{Exported, Publication, Runs};
 use crate::wire::positions::{
@@ -464,11 +464,20 @@ impl Writer {
                 self.board.completed(covers);
             }
             Err(e) => {
-                tracing::warn!(topic = %self.topic, error = %e, "storing source positions failed; will retry");
-                self.metrics
-                    .errors
-                    .get_or_create(&self.labels.error(ErrorKind::Positions))
-                    .inc();
+                let flow = crate::names::FlowId::new(
+                    crate::names::ClusterAlias::new(&*self.labels.source),
+                    crate::names::ClusterAlias::new(&*self.labels.target),
+                );
+                InternalWriteFailed {
+                    flow: &flow,
+                    what: InternalWrite::Positions,
+                    topic: &self.topic,
+                    error: &e,
+                }
+                .emit(Emitter {
+                    metrics: &self.metrics,
+                    labels: &self.labels,
+                });
                 // A lane that failed may hold a broken sequence: start over with fresh lanes.
                 self.lanes.clear();
                 if let Ok(p) = IdempotentProducer::new(self.target.clone()).await {

@@ -5,7 +5,7 @@
 
 use super::Shutdown;
 use crate::config::model::FlowConfig;
-use crate::metrics::ErrorKind;
+use crate::events::{Emitter, Event, SyncNotApplied, SyncOf};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::topic_sync::{config_ops, group_acls, topic_acls};
 use kafka_protocol::error::ResponseError;
@@ -78,13 +78,17 @@ impl TopicSync {
             .inc();
     }
 
-    fn report(&self, state: &mut State, kind: ErrorKind, key: String, message: &str) {
+    fn report(&self, state: &mut State, of: SyncOf, key: String, message: &str) {
         if state.reported.insert(key) {
-            tracing::warn!(flow = %self.flow.id, "{message}");
-            self.metrics
-                .errors
-                .get_or_create(&self.labels.error(kind))
-                .inc();
+            SyncNotApplied {
+                flow: &self.flow.id,
+                of,
+                message,
+            }
+            .emit(Emitter {
+                metrics: &self.metrics,
+                labels: &self.labels,
+            });
         }
     }
 
@@ -111,7 +115,7 @@ impl TopicSync {
                     let msg = format!("topic config sync: cannot {op} the configs of a topic on {cluster} (needs DESCRIBE_CONFIGS on the topic): {e}");
                     self.report(
                         state,
-                        ErrorKind::ConfigSync,
+                        SyncOf::TopicConfigs,
                         format!("describe:{cluster}:{}", cause(&e)),
                         &msg,
                     );
@@ -152,7 +156,7 @@ impl TopicSync {
                     let msg = format!("topic config sync: cannot alter configs of {remote} on {cluster} (needs ALTER_CONFIGS on the topic): {e}");
                     self.report(
                         state,
-                        ErrorKind::ConfigSync,
+                        SyncOf::TopicConfigs,
                         format!("alter:{cluster}:{}", cause(&e)),
                         &msg,
                     );
@@ -180,7 +184,7 @@ impl TopicSync {
         let msg = format!("topic config sync: {remote} on {} refused {op:?}: {e}; not retried until the source value changes", self.flow.id.target);
         self.report(
             state,
-            ErrorKind::ConfigSync,
+            SyncOf::TopicConfigs,
             format!("refused:{remote}:{op:?}"),
             &msg,
         );
@@ -204,12 +208,7 @@ impl TopicSync {
             }
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.source);
-                self.report(
-                    state,
-                    ErrorKind::AclSync,
-                    format!("describe:{}", cause(&e)),
-                    &msg,
-                );
+                self.report(state, SyncOf::Acls, format!("describe:{}", cause(&e)), &msg);
                 return;
             }
         };
@@ -225,12 +224,7 @@ impl TopicSync {
                         "ACL sync: cannot describe group ACLs on {}: {e}",
                         self.flow.id.source
                     );
-                    self.report(
-                        state,
-                        ErrorKind::AclSync,
-                        format!("groups:{}", cause(&e)),
-                        &msg,
-                    );
+                    self.report(state, SyncOf::Acls, format!("groups:{}", cause(&e)), &msg);
                 }
             }
         }
@@ -243,12 +237,7 @@ impl TopicSync {
             Ok(b) => b.into_iter().collect(),
             Err(e) => {
                 let msg = format!("ACL sync: cannot describe ACLs on {} (needs DESCRIBE on the CLUSTER resource): {e}", self.flow.id.target);
-                self.report(
-                    state,
-                    ErrorKind::AclSync,
-                    format!("target:{}", cause(&e)),
-                    &msg,
-                );
+                self.report(state, SyncOf::Acls, format!("target:{}", cause(&e)), &msg);
                 return;
             }
         };
@@ -281,12 +270,7 @@ impl TopicSync {
                     "ACL sync: cannot create ACLs on {} (needs ALTER on the CLUSTER resource): {e}",
                     self.flow.id.target
                 );
-                self.report(
-                    state,
-                    ErrorKind::AclSync,
-                    format!("create:{}", cause(&e)),
-                    &msg,
-                );
+                self.report(state, SyncOf::Acls, format!("create:{}", cause(&e)), &msg);
             }
         }
     }
