@@ -1,4 +1,4 @@
-// Load - writes a benchmark backlog with one Java producer on default settings (issue 16).
+// Load - writes a benchmark backlog with one Java producer on default settings.
 // Single-file source program (Java 17, Kafka client jars on the classpath):
 //
 //   java -cp "$(bash scripts/kafka/kafka-harness.sh classpath)" bench/Load.java \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kmirror next to MirrorMaker 2, side by side, on one machine (issue 7).
+# kmirror next to MirrorMaker 2, side by side, on one machine.
 #
 # One run:
 # 1. starts a source cluster with the harness and loads it with the Java producer perf test:
@@ -40,7 +40,7 @@
 #        TOOLS="kmirror kmirror-alone" bench/mirror-bench.sh   kmirror with sharing off (one process
 #                                  serving its flows without the flow's group) next to the default
 #        TOOLS="kmirror kmirror-noresume" bench/mirror-bench.sh   kmirror without looking on the target
-#                                  for what was copied after a stored position (issue 23) next to with
+#                                  for what was copied after a stored position next to with
 #        TOOLS="kmirror kmirror-loop" bench/mirror-bench.sh   kmirror with loop prevention (producer ids
 #                                  registered on the target, every source batch's producer id
 #                                  checked; docs/topologies.md) next to without

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs kmirror's cargo-fuzz targets (fuzz/, issue 19), each for a bounded time under a memory
+# Runs kmirror's cargo-fuzz targets (fuzz/), each for a bounded time under a memory
 # limit, from the committed corpus; new inputs the fuzzer finds go into the corpus directory.
 #
 #   bash scripts/fuzz.sh                    every target, 60 s each (FUZZ_SECONDS)

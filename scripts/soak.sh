@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos soak (issue 18): 3-broker source and target clusters behind fault proxies, a
+# The chaos soak: 3-broker source and target clusters behind fault proxies, a
 # producer writing per-key sequence numbers, kmirror copying, and random faults (broker kill -9
 # and restart, leader moves, a broker black-holed for 30 s, connection resets, kmirror kill -9
 # and SIGSTOP) for a bounded time; then an auditor reports every lost record (the run fails on

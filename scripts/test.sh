@@ -13,10 +13,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-# --no-fail-fast: one failing test binary must not hide the state of the others (issue 24).
+# --no-fail-fast: one failing test binary must not hide the state of the others.
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-# The gross-regression guard of the benchmark (issue 7): kmirror against the Java producer's
+# The gross-regression guard of the benchmark: kmirror against the Java producer's
 # direct-produce baseline measured in the same run, and its peak RSS.
 QUICK=1 bash bench/mirror-bench.sh 2>&1 | tee -a "$log"
 bench=${PIPESTATUS[0]}

@@ -188,7 +188,7 @@ async fn run_engine(
 
 /// Runs `work` to its end, except that once `shutdown` is triggered it gets at most `deadline`
 /// to finish: a silent target broker would otherwise hold each in-flight produce for up to
-/// `delivery.timeout.ms` (2 minutes), longer than Kubernetes and systemd wait (issue 18).
+/// `delivery.timeout.ms` (2 minutes), longer than Kubernetes and systemd wait.
 /// Positions acknowledged before are already stored (the writer stores every 250 ms), so
 /// exiting loses nothing; what was in flight is copied again after a restart.
 async fn within_deadline<T, E>(

@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Connections answered at once. Scrapers and probes use one or two; more are closed at once, so
-/// a flood of idle connections cannot make the process hold a task and a buffer for each
-/// (issue 18). Each connection also has [`ANSWER_WITHIN`] to send its request.
+/// a flood of idle connections cannot make the process hold a task and a buffer for each.
+/// Each connection also has [`ANSWER_WITHIN`] to send its request.
 const MAX_CONNECTIONS: usize = 32;
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// How long one round of a flow's control loop may run before `/health` fails. A round creates
@@ -99,7 +99,7 @@ async fn answer(
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// `/health`: 503 once a flow's control loop has been in one round longer than `limit`, so a
-/// liveness probe restarts a wedged process (issue 18).
+/// liveness probe restarts a wedged process.
 fn health(metrics: &Metrics, limit: Duration) -> (&'static str, &'static str, String) {
     match metrics.stalled_round(limit) {
         None => ("200 OK", TEXT, "ok\n".into()),

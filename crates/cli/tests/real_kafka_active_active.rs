@@ -1,4 +1,4 @@
-//! Identity names both ways (issue 20, docs/topologies.md "Identity names both ways"): A->B and
+//! Identity names both ways (docs/topologies.md "Identity names both ways"): A->B and
 //! B->A with IdentityReplicationPolicy and `kmirror.loop.prevention.enabled`, while producers
 //! write `orders` on both clusters. Every record written on one side reaches the other once
 //! (at least once across kill -9, duplicates counted) and no record ever comes back to the

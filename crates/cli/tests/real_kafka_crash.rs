@@ -2,7 +2,7 @@
 //! the source, and the target's broker and then the source's restarted once each mid-stream:
 //! every record arrives on the target once, in order per partition with no gap. At-least-once
 //! without transactions: each restart finds the records written after its stored position on
-//! the target already and does not copy them again (issue 23; docs/engine.md, "Resuming from
+//! the target already and does not copy them again (docs/engine.md, "Resuming from
 //! what the target holds"), which the processes' logs must show happened. Run with MM2's
 //! default naming policy and with the identity policy. A final SIGTERM drains and exits 0.
 

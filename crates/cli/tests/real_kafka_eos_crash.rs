@@ -1,4 +1,4 @@
-//! Exactly-once through crashes (issue 17's acceptance, one process): a producer writes per-key
+//! Exactly-once through crashes (one process): a producer writes per-key
 //! sequence numbers to the source while the `kmirror` binary, with MM2's exactly-once switch on,
 //! is killed with SIGKILL five times, frozen with SIGSTOP, and the target broker is restarted.
 //! Then an auditor reads the target as a read_committed consumer: every source record exactly

@@ -1,4 +1,4 @@
-//! Exactly-once processes sharing a flow (issue 17's acceptance; docs/sharing.md,
+//! Exactly-once processes sharing a flow (docs/sharing.md,
 //! "Exactly-once"): three `kmirror run` processes with one exactly-once configuration divide the
 //! flow's 12 slots (transactional ids, each with its partitions of a 24-partition topic) while
 //! records stream in. One is killed with SIGKILL: the others take its slots within the session

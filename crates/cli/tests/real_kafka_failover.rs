@@ -252,7 +252,7 @@ async fn java_consumers_fail_over_without_skipping_kmirror_and_mm2() {
     assert!(run.wait().unwrap().success());
 
     // MirrorMaker 2, for comparison only: what it does or fails to do within the bound is a
-    // figure, never a failure of this test (issue 24).
+    // figure, never a failure of this test.
     let path = dir.path().join("mm2.properties");
     std::fs::write(&path, config("pay2")).unwrap();
     let mm2 = Mm2::start("mm2-failover", &path).unwrap();

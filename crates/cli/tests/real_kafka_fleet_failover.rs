@@ -1,4 +1,4 @@
-//! A fleet failover (issue 20, docs/failover.md "Many groups at once"): 200 consumer groups on A,
+//! A fleet failover (docs/failover.md "Many groups at once"): 200 consumer groups on A,
 //! each at its own position in `payments`; kmirror copies A->B with checkpoints; two of the
 //! groups already have consumers running on B. `kmirror offsets apply --groups 'fleet-.*'`
 //! refuses and commits nothing; with `--skip-active` it moves the other 198 exactly (each group

@@ -1,4 +1,4 @@
-//! Hostile source data fed to a running `kmirror run` on real brokers (issue 19): decompression
+//! Hostile source data fed to a running `kmirror run` on real brokers: decompression
 //! bombs that the source broker accepted (gzip, zstd and lz4 batches of one 128 MiB record of
 //! zeros, a few hundred KB each on the wire) and malformed batches with a valid CRC-32C, written
 //! into a segment file of the cleanly stopped source broker (a record count of 2^31-1, record

@@ -1,4 +1,4 @@
-//! SASL/GSSAPI against real brokers and a real MIT KDC (issue 21, docs/configuration.md
+//! SASL/GSSAPI against real brokers and a real MIT KDC (docs/configuration.md
 //! "Kerberos (GSSAPI)"): the testkit's KDC runs its own realm on 127.0.0.1; both clusters'
 //! brokers log in with a keytab and end SASL sessions after 8 s
 //! (`connections.max.reauth.ms`). kmirror logs in to each cluster as a different principal

@@ -1,4 +1,4 @@
-//! Network faults between kmirror and the brokers (issue 18), injected by the testkit's proxies
+//! Network faults between kmirror and the brokers, injected by the testkit's proxies
 //! (`Cluster::start_proxied`: the brokers advertise a proxy to clients and replicate on a
 //! listener of their own). A 1-broker source and a 3-broker target (replication factor 3,
 //! `min.insync.replicas=2`), the `kmirror` binary with default client settings:

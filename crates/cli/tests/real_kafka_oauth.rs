@@ -1,4 +1,4 @@
-//! SASL/OAUTHBEARER against real brokers (issue 21, docs/configuration.md "OAUTHBEARER"):
+//! SASL/OAUTHBEARER against real brokers (docs/configuration.md "OAUTHBEARER"):
 //! - OIDC client credentials: the source's brokers validate ES256 JWTs against the testkit's
 //!   identity provider (`sasl.oauthbearer.jwks.endpoint.url`) and end SASL sessions after 8 s
 //!   (`connections.max.reauth.ms`); tokens live 12 s. While kmirror copies a stream, it must

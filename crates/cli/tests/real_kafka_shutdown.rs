@@ -1,4 +1,4 @@
-//! The shutdown deadline (issue 18): with the target broker frozen (SIGSTOP: connections stay
+//! The shutdown deadline: with the target broker frozen (SIGSTOP: connections stay
 //! open, nothing answers), `kmirror run --shutdown-timeout 5` exits within the deadline after
 //! SIGTERM, with status 1, instead of waiting for each in-flight produce's delivery timeout (two
 //! minutes, beyond Kubernetes' and systemd's grace periods). Nothing is lost: once the broker is

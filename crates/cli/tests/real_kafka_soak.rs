@@ -1,4 +1,4 @@
-//! The chaos soak (issue 18): 3-broker clusters on both sides, each broker behind a fault proxy
+//! The chaos soak: 3-broker clusters on both sides, each broker behind a fault proxy
 //! (`Cluster::start_proxied`), a producer writing per-key sequence numbers to the source, the
 //! `kmirror` binary copying them, and faults injected at random one after another: broker
 //! kill -9 and restart (either side), leader moves, a broker black-holed for clients for 30 s,

@@ -1,4 +1,4 @@
-//! Topologies beyond one pair (issue 20), with MM2's default replication policy, in one
+//! Topologies beyond one pair, with MM2's default replication policy, in one
 //! `kmirror run` process: many clusters into one (A->C and B->C) and a chain (A->B->C, so A's
 //! `orders` reaches C as `B.A.orders`). Every record reaches C under its path's name, in order; a
 //! consumer group's position on A is checkpointed and synced at each hop and lands on B and on C

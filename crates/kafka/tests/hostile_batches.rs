@@ -1,4 +1,4 @@
-//! Hostile record batches on stable Rust, in the normal test suite (issue 19; scripts/fuzz.sh
+//! Hostile record batches on stable Rust, in the normal test suite (scripts/fuzz.sh
 //! runs the same decoders under cargo-fuzz for longer): decompression bombs of every codec and
 //! mutated or random bytes never panic, and never allocate beyond the decompression bound. The
 //! bound is proven with a limited global allocator: an allocation beyond the limit aborts this

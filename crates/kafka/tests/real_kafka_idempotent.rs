@@ -175,7 +175,7 @@ async fn no_loss_and_order_kept_across_a_broker_restart() {
     );
 }
 
-/// Batches a broker refuses as damaged fail at once (issue 18). A CRC mismatch is refused with
+/// Batches a broker refuses as damaged fail at once. A CRC mismatch is refused with
 /// CORRUPT_MESSAGE, which Kafka calls retriable but kmirror does not: the same bytes sent again
 /// are refused again, so the partition must stop rather than resend until the delivery timeout
 /// (two minutes). Through the producer's lane (which writes a valid CRC over its rewritten

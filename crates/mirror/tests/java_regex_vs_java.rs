@@ -1,4 +1,4 @@
-//! kmirror's Java-regex translator against `java.util.regex` itself (issue 19): a seeded sample
+//! kmirror's Java-regex translator against `java.util.regex` itself: a seeded sample
 //! of generated patterns, built from the constructs MM2 users write and the ones where Rust and
 //! Java differ, plus broken ones, is compiled by Java (through the harness's JVM) and by kmirror,
 //! and matched against the same names with `Matcher.matches()` semantics.

@@ -1,4 +1,4 @@
-//! A damaged source log (issue 19): one byte flipped inside a batch of a segment file of a
+//! A damaged source log: one byte flipped inside a batch of a segment file of a
 //! cleanly stopped broker (so log recovery, which only runs after an unclean stop, does not cut
 //! the batch off). The fetcher refuses the batch by its CRC-32C, naming topic, partition and
 //! offset, after delivering the good batches before it; with `check.crcs=false` it delivers the

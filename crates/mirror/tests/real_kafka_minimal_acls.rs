@@ -1,4 +1,4 @@
-//! The permissions of docs/permissions.md, and nothing more, are enough (issue 18): two clusters
+//! The permissions of docs/permissions.md, and nothing more, are enough: two clusters
 //! with the StandardAuthorizer, the principal `User:mm2` given exactly the example's ACLs, and a
 //! flow with every feature on (data, positions, offset syncs, checkpoints, heartbeats, group
 //! offset sync, topic config and ACL sync). Every record arrives, the group's offset is

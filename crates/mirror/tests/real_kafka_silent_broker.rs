@@ -1,4 +1,4 @@
-//! A silent target leader (issue 18): the broker leading a remote partition on a 3-broker target
+//! A silent target leader: the broker leading a remote partition on a 3-broker target
 //! is frozen (SIGSTOP: its connections stay open, requests are accepted by the kernel and never
 //! answered, as with a hung JVM or a black-holed network path). The controller fences it after
 //! its session timeout and moves leadership; kmirror must notice the silence on its own

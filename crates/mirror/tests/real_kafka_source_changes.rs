@@ -1,4 +1,4 @@
-//! A source batch larger than the target producer's `max.request.size` (issue 18): a source
+//! A source batch larger than the target producer's `max.request.size`: a source
 //! topic with `max.message.bytes` of 8 MiB holds a 3.6 MB batch, which kmirror's producer (1 MiB
 //! by default, as Java's) cannot send as it is. It used to stop the partition ("exceeds
 //! max.request.size") where MirrorMaker 2 copies it; now it is split into batches under the

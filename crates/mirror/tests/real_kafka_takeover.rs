@@ -4,7 +4,7 @@
 //! kmirror the same way. Both read the same mm2.properties. kmirror's failover tooling reads the
 //! checkpoints MM2 wrote.
 //!
-//! Only what kmirror does is asserted (issue 24): that it resumes exactly at the positions MM2
+//! Only what kmirror does is asserted: that it resumes exactly at the positions MM2
 //! stored, whatever MM2 managed to copy and store in its time; that it stores its own positions
 //! where MM2 finds them; and that MM2, if it copies anything after kmirror, starts at kmirror's
 //! next record. How long MM2 took, and whether its own copy was exact, are printed figures: a
@@ -388,7 +388,7 @@ async fn mm2_and_kmirror_take_over_from_each_other() {
     );
 }
 
-/// Both exactly-once (issue 17): kmirror copies and stops; MirrorMaker 2, with the same file
+/// Both exactly-once: kmirror copies and stops; MirrorMaker 2, with the same file
 /// and its exactly-once switch on, continues from the positions kmirror committed and is killed
 /// with SIGKILL, perhaps with transactions open; kmirror starts again, fences the ids (MM2's
 /// task ids are kmirror's slot ids), and continues from what MM2 committed. A read_committed

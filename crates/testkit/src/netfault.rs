@@ -1,4 +1,4 @@
-//! Network faults between clients and one broker (issue 18): a TCP proxy the broker advertises
+//! Network faults between clients and one broker: a TCP proxy the broker advertises
 //! to clients (`kafka-harness.sh start --advertise-base`), whose traffic a test can black-hole,
 //! slow down, throttle or reset while the broker itself, and its replication on a listener of
 //! its own, carry on.

@@ -192,7 +192,7 @@ impl KafkaCluster {
         auto_create: bool,
     ) -> Result<Arc<Metadata>> {
         // Known brokers first, those that went silent last; a broker that does not answer in
-        // time is remembered and the next one asked at once (issue 18: a frozen lowest-id
+        // time is remembered and the next one asked at once (a frozen lowest-id
         // broker used to cost every refresh a request timeout, and one more on the bootstrap
         // list). At most three, each bounded by the request timeout.
         let mut known = KafkaError::Config("no broker known".into());

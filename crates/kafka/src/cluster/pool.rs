@@ -117,7 +117,7 @@ impl KafkaCluster {
     /// at a time, so it would stall everything else sharing the connection).
     pub async fn dedicated_connection(&self, id: i32) -> Result<Arc<Connection>> {
         // Not a configuration error: the broker left or was fenced after the metadata was
-        // loaded, and a refresh names the partition's new leader (issue 18: this used to stop
+        // loaded, and a refresh names the partition's new leader (this used to stop
         // the partition).
         let addr = self
             .metadata()

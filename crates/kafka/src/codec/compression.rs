@@ -1,7 +1,7 @@
 //! Compressing and decompressing a batch's records section.
 //!
 //! gzip and Snappy compression come from `kafka_protocol::compression`; every decoder is driven
-//! here with an output bound (issue 19: kafka-protocol's Snappy decoder allocates whatever length
+//! here with an output bound (kafka-protocol's Snappy decoder allocates whatever length
 //! a block declares, up to 4 GiB from a few bytes, and none of its decoders has a bound). LZ4 and zstd are driven here, through
 //! the same `lz4` and `zstd` crates `kafka_protocol` uses, for two measured reasons
 //! (`cargo run --release -p kmirror-kafka --example codec_cost`, docs/benchmarks.md "Small
@@ -124,7 +124,7 @@ const XERIAL_HEADER_LEN: usize = 16;
 
 /// Decodes Kafka's Snappy framing. Every block declares its own decompressed length in its first
 /// bytes; the declared lengths are summed against `limit` before anything is allocated (a few
-/// bytes can declare 4 GiB, issue 19).
+/// bytes can declare 4 GiB).
 fn snappy_decompress(section: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
     let declared = |block: &[u8], total: usize| {
         let n = snap::raw::decompress_len(block).map_err(corrupt)?;
@@ -197,8 +197,8 @@ pub(crate) fn decompress(
 /// The largest zstd window (as a power of two) a frame may ask for when its output is bounded by
 /// `limit`: the bound rounded up, but at least 8 MiB (what producers at levels up to 19 declare
 /// when they do not know the content size) and at most 128 MiB (zstd's own default). Without it,
-/// a 100-byte frame header makes the decoder allocate up to 128 MiB (found by fuzzing,
-/// issue 19).
+/// a 100-byte frame header makes the decoder allocate up to 128 MiB (found by
+/// fuzzing).
 fn zstd_window_log_max(limit: usize) -> u32 {
     let log = usize::BITS - limit.saturating_sub(1).leading_zeros();
     log.clamp(23, 27)

@@ -3,7 +3,7 @@
 //! for two messages of the same length, the CRCs of `new ++ R` and `old ++ R` differ by the CRC
 //! difference of `new` and `old` carried over `R.len()` zero bytes. So a batch whose stored CRC
 //! was checked gets its new CRC from two 40-byte CRCs and one carry, instead of a pass over its
-//! records (issue 19: checking every fetched batch then costs what the rewrite used to).
+//! records (checking every fetched batch then costs what the rewrite used to).
 //!
 //! The carry is multiplication by x^(8·len) modulo the CRC polynomial, in the bit-reflected form
 //! CRC-32C registers use (bit 31 is the coefficient of x^0). The powers x^(2^k) are a constant

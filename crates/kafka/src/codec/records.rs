@@ -295,7 +295,7 @@ pub fn decode_batch(batch: &RawBatch) -> Result<Vec<Record>, BatchError> {
     })
 }
 
-/// [`decode_batch`] with the caller's bound on the decompressed records (issue 19: a few
+/// [`decode_batch`] with the caller's bound on the decompressed records (a few
 /// compressed bytes can declare gigabytes).
 pub fn decode_batch_within(batch: &RawBatch, limit: usize) -> Result<Vec<Record>, DecodeError> {
     let section = batch.bytes().slice(HEADER_LEN..);

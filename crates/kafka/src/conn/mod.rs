@@ -40,7 +40,7 @@ const MAX_FRAME: usize = 512 * 1024 * 1024;
 
 /// Largest response frame accepted before authentication is complete (ApiVersions and SASL
 /// answers are a few KiB): whoever answers on the port must not make kmirror allocate more
-/// (issue 19; librdkafka bounds every response, at 100 MB by default).
+/// (librdkafka bounds every response, at 100 MB by default).
 const HANDSHAKE_MAX_FRAME: usize = 1024 * 1024;
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -517,7 +517,7 @@ impl Connection {
         );
         // Bounded: a broker that stopped reading fills the socket's send buffer, and an
         // unbounded write would hold the writer lock, and every request behind it, until the
-        // kernel gives up on the connection (about 15 minutes, issue 18).
+        // kernel gives up on the connection (about 15 minutes).
         let written = tokio::time::timeout(self.request_timeout, writer.write_all(&frame)).await;
         let failed = match written {
             Ok(Ok(())) => None,
@@ -574,7 +574,7 @@ impl Drop for Connection {
 /// Keepalive probes after a minute of silence, every 10 s, 3 of them: an idle connection to a
 /// broker that vanished (a firewall or NAT dropping its state, a host gone) is found dead in
 /// about 90 s instead of the kernel's 2 hours, before a request has to wait on it. Busy
-/// connections are covered by the request timeout (issue 18).
+/// connections are covered by the request timeout.
 fn configure_socket(tcp: &TcpStream) -> std::io::Result<()> {
     tcp.set_nodelay(true)?;
     let keepalive = socket2::TcpKeepalive::new()

@@ -1,4 +1,4 @@
-//! One fetcher per source broker (issue 16): a single Fetch request carries every partition the
+//! One fetcher per source broker: a single Fetch request carries every partition the
 //! broker leads that has room, in an incremental fetch session ([`crate::fetch_session`]), and
 //! the broker's own wait (`fetch.min.bytes`, `fetch.max.wait.ms`) makes idle partitions cost
 //! nothing. Partitions whose leader moves are handed to the new leader's fetcher with their
@@ -1005,7 +1005,7 @@ impl BrokerFetcher {
             .filter(|b| b.last_offset() >= position)
             .collect();
         // The batches before one that does not frame are delivered; the next fetch starts at
-        // the bad one and fails there (issue 19).
+        // the bad one and fails there.
         if let (Err(bad), true) = (rest, batches.is_empty()) {
             // The claimed offset is hostile data: named only when it is plausible.
             let offset = if bad.claimed_offset >= position {
@@ -1026,7 +1026,7 @@ impl BrokerFetcher {
         }
         if self.shared.config.check_crcs {
             // The batches before a corrupt one are delivered; the next fetch starts at the
-            // corrupt one and fails the partition there, naming its offset (issue 19).
+            // corrupt one and fails the partition there, naming its offset.
             if let Err((offset, e)) = keep_until_corrupt(&mut batches) {
                 let _ = slot.mailbox.try_send((
                     generation,

@@ -638,7 +638,7 @@ impl PartitionLane {
                     // The broker lost our producer state. An earlier attempt of a batch may have
                     // been written before it did (its answer lost with a connection): look in
                     // the log under the old identity first, as a retry does, so that only what
-                    // is not there is sent again under the new one (issue 18).
+                    // is not there is sent again under the new one.
                     match Box::pin(self.resolve_from_log()).await {
                         Ok(found) => {
                             if let Some(first) = found.into_iter().next() {

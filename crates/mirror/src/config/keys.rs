@@ -135,7 +135,7 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.sharing.instance.id",
     // kmirror's own: remote names for listed topics instead of the policy's (topologies.md).
     "kmirror.topics.rename",
-    // kmirror's own: the bound on one batch's decoded records (issue 19).
+    // kmirror's own: the bound on one batch's decoded records.
     "kmirror.batch.max.decompressed.bytes",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",

@@ -233,7 +233,7 @@ pub struct FlowConfig {
     /// `kmirror.batch.max.decompressed.bytes`: the most one source batch may decompress to when
     /// its records are decoded (record mode; merging forwards a larger run as it is). Default: the
     /// source consumer's `fetch.max.bytes` (or `max.partition.fetch.bytes` if larger), so a
-    /// decompression bomb costs at most what one fetch may (issue 19).
+    /// decompression bomb costs at most what one fetch may.
     pub max_decompressed_bytes: usize,
     /// `kmirror.sharing.*`: processes serving this flow share its partitions through a group
     /// on the target (docs/sharing.md).

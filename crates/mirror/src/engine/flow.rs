@@ -366,7 +366,7 @@ async fn replicate(
         None => (Shutdown::default(), Arc::default()),
     };
     // At-least-once: a starting partition finds what the target holds past its stored
-    // position through the newest offset sync (issue 23). Exactly-once needs none.
+    // position through the newest offset sync. Exactly-once needs none.
     let resume = match (&syncs_cluster, &slots) {
         (Some(c), None) if flow.resume_from_target => Some(Arc::new(
             super::resume::SyncIndex::new(c.clone(), flow.offset_syncs_topic().0),
@@ -758,7 +758,7 @@ impl Control {
             }
         }
         // A source topic deleted (gone from the metadata): its tasks would ask for its
-        // partitions forever (issue 18). They stop and store their positions; the remote topic
+        // partitions forever. They stop and store their positions; the remote topic
         // keeps what was copied. Re-created under the same name, it is copied from its start
         // (`recreated`, since its topic id changed).
         // Missing from two metadata answers 5 s apart: a broker that just restarted may answer

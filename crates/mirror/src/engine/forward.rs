@@ -100,7 +100,7 @@ const SMALL_BATCH: usize = 16 * 1024;
 /// A merged run stays below this (and below half of `max.request.size`).
 const MERGED_MAX: usize = 256 * 1024;
 
-/// The most a run of small batches may decompress to and still be merged (issue 19): legitimate
+/// The most a run of small batches may decompress to and still be merged: legitimate
 /// runs of at most [`MERGED_MAX`] compressed bytes stay far below it, and a decompression bomb
 /// costs no more than this before the run is forwarded as it is.
 const MERGE_DECODE_MAX: usize = 16 << 20;
@@ -600,7 +600,7 @@ impl Forwarder<'_> {
                     // A batch larger than max.request.size is split, with its own codec unless
                     // transforms ask for the producer's: the source topic's max.message.bytes may
                     // be larger than the target producer's limit, and MM2 copies such batches
-                    // record by record (issue 18). One record above the limit stays an error.
+                    // record by record. One record above the limit stays an error.
                     let codec = match b.codec() {
                         Some(own) if too_large(b) && flow.transforms.is_empty() => own,
                         _ => codec,

@@ -86,7 +86,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `task` to its end; a panic in it comes back as its message instead of vanishing with the
-/// task (a spawned task's panic is only seen by whoever awaits its handle, issue 18).
+/// task (a spawned task's panic is only seen by whoever awaits its handle).
 pub(crate) async fn catch_panic<T>(
     task: impl std::future::Future<Output = T>,
 ) -> Result<T, String> {

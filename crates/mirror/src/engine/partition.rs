@@ -247,7 +247,7 @@ pub(super) async fn drive<I: PartitionIo>(
     }
     if let Some(a) = acked_through {
         // Records after the stored position that the target holds already (written before a
-        // crash, after the last store) are not copied again (issue 23).
+        // crash, after the last store) are not copied again.
         let next = io.resume(a + 1, true).await;
         if next > a + 1 {
             acked_through = Some(next - 1);

@@ -1,4 +1,4 @@
-//! Where an at-least-once partition resumes when it starts (issue 23; docs/engine.md, "Resuming
+//! Where an at-least-once partition resumes when it starts (docs/engine.md, "Resuming
 //! from what the target holds"): the I/O around the pure lockstep of `offsets/resume.rs`. The
 //! newest offset sync the flow's syncs topic holds for the partition at or before its stored
 //! position is the anchor (source record `u` is at target offset `d`); the target's tail from

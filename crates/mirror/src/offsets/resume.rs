@@ -1,5 +1,5 @@
-//! Where an at-least-once partition resumes, from what the target already holds (issue 23;
-//! docs/plans/resume-from-target.md): pure logic, no I/O. The caller reads the target's records
+//! Where an at-least-once partition resumes, from what the target already holds
+//! (docs/plans/resume-from-target.md): pure logic, no I/O. The caller reads the target's records
 //! from an anchor (an offset sync the flow wrote: source record `u` is at target offset `d`) to
 //! the target's end, and the source's records from `u` on; this walks both in lockstep and says
 //! where copying continues, or why it cannot tell (then the stored position is used, as before).
