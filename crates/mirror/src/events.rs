@@ -9,6 +9,7 @@
 use crate::metrics::{ErrorKind, FlowLabels, Metrics, PartitionLabels};
 use crate::names::FlowId;
 use std::fmt::{Debug, Display};
+use std::time::Duration;
 
 /// What went wrong, as an event carries it: shown in the log line (Display), and in Debug output.
 pub trait Cause: Display + Debug {}
@@ -120,6 +121,109 @@ impl Event for SyncNotApplied<'_> {
             SyncOf::TopicConfigs => ErrorKind::ConfigSync,
             SyncOf::Acls => ErrorKind::AclSync,
         });
+    }
+}
+
+/// A flow could not reach one of its clusters at start; it tries again after `retry_in`.
+#[derive(Debug)]
+pub struct ClusterUnreachable<'a> {
+    pub flow: &'a FlowId,
+    pub cluster: &'a str,
+    pub error: &'a dyn Cause,
+    pub retry_in: Duration,
+}
+
+impl Event for ClusterUnreachable<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::warn!(flow = %self.flow, cluster = %self.cluster, error = %self.error, retry_in = ?self.retry_in, "cannot reach cluster; retrying");
+        to.count(ErrorKind::Connect);
+    }
+}
+
+/// A flow's setup (stored positions, its producer, the offset-syncs cluster) failed in a way
+/// worth retrying.
+#[derive(Debug)]
+pub struct FlowSetupFailed<'a> {
+    pub flow: &'a FlowId,
+    pub error: &'a dyn Cause,
+    pub retry_in: Duration,
+}
+
+impl Event for FlowSetupFailed<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::warn!(flow = %self.flow, error = %self.error, retry_in = ?self.retry_in, "flow setup failed; retrying");
+        to.count(ErrorKind::Setup);
+    }
+}
+
+/// The stored positions of newly assigned partitions could not be read; tried again.
+#[derive(Debug)]
+pub struct PositionsUnreadable<'a> {
+    pub flow: &'a FlowId,
+    pub error: &'a dyn Cause,
+    pub retry_in: Duration,
+}
+
+impl Event for PositionsUnreadable<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::warn!(flow = %self.flow, error = %self.error, retry_in = ?self.retry_in, "cannot read the positions of the partitions assigned; retrying");
+        to.count(ErrorKind::Positions);
+    }
+}
+
+/// Two flows of the process would write one remote topic; the later one skips the topic (for
+/// as long as the conflict lasts, logged once).
+#[derive(Debug)]
+pub struct TopicConflict<'a> {
+    pub flow: &'a FlowId,
+    pub topic: &'a str,
+    pub error: &'a dyn Cause,
+}
+
+impl Event for TopicConflict<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::error!(flow = %self.flow, topic = %self.topic, error = %self.error, "topic skipped");
+        to.count(ErrorKind::TopicConflict);
+    }
+}
+
+/// A source topic disappeared; its partitions stopped (the remote topic keeps its records).
+#[derive(Debug)]
+pub struct SourceTopicDeleted<'a> {
+    pub flow: &'a FlowId,
+    pub topic: &'a str,
+}
+
+impl Event for SourceTopicDeleted<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::warn!(flow = %self.flow, topic = %self.topic, "source topic deleted; no longer copied (the remote topic keeps what was copied)");
+        to.count(ErrorKind::TopicDeleted);
+    }
+}
+
+/// A source topic has a new topic id: deleted and created again under its name. The new log
+/// is copied from its start; the remote topic keeps the old records before the new ones.
+#[derive(Debug)]
+pub struct SourceTopicRecreated<'a> {
+    pub flow: &'a FlowId,
+    pub topic: &'a str,
+    pub old_topic_id: &'a str,
+    pub new_topic_id: &'a str,
+    /// Found at start: the topic was re-created while kmirror was not running.
+    pub while_stopped: bool,
+}
+
+impl Event for SourceTopicRecreated<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        tracing::error!(
+            flow = %self.flow,
+            topic = %self.topic,
+            old_topic_id = %self.old_topic_id,
+            new_topic_id = %self.new_topic_id,
+            while_stopped = self.while_stopped,
+            "source topic was deleted and re-created; copying the new topic from its start (the remote topic keeps the old records)"
+        );
+        to.count(ErrorKind::TopicRecreated);
     }
 }
 

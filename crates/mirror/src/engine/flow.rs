@@ -23,7 +23,10 @@ use super::topic_sync::{Replicated, TopicSync};
 use super::{EngineError, Helpers, Shutdown};
 use crate::config::model::{ExactlyOnce, FlowConfig, Side};
 use crate::discovery;
-use crate::events::{Emitter, Event as _, TopicSkipped};
+use crate::events::{
+    ClusterUnreachable, Emitter, Event as _, FlowSetupFailed, PositionsUnreadable,
+    SourceTopicDeleted, SourceTopicRecreated, TopicConflict, TopicSkipped,
+};
 use crate::metrics::ErrorKind;
 use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
@@ -176,13 +179,15 @@ async fn connect(
                 return Ok(Some((Arc::new(s), Arc::new(t))));
             }
             Err((cluster, e)) if e.is_retriable() => {
-                metrics
-                    .errors
-                    .get_or_create(&labels.error(ErrorKind::Connect))
-                    .inc();
                 let wait = super::backoff(attempt);
                 attempt += 1;
-                tracing::warn!(flow = %name, cluster = %cluster, error = %e, retry_in = ?wait, "cannot reach cluster; retrying");
+                ClusterUnreachable {
+                    flow: &flow.id,
+                    cluster: &cluster,
+                    error: &e,
+                    retry_in: wait,
+                }
+                .emit(Emitter { metrics, labels });
                 if shutdown.sleep(wait).await {
                     return Ok(None);
                 }
@@ -246,13 +251,17 @@ async fn replicate(
         match setup(flow, &target).await {
             Ok(s) => break s,
             Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                metrics
-                    .errors
-                    .get_or_create(&labels.error(ErrorKind::Setup))
-                    .inc();
                 let wait = super::backoff(attempt);
                 attempt += 1;
-                tracing::warn!(flow = %name, error = %e, retry_in = ?wait, "flow setup failed; retrying");
+                FlowSetupFailed {
+                    flow: &flow.id,
+                    error: &e,
+                    retry_in: wait,
+                }
+                .emit(Emitter {
+                    metrics: &metrics,
+                    labels: &labels,
+                });
                 if shutdown.sleep(wait).await {
                     return Ok(());
                 }
@@ -748,11 +757,12 @@ impl Control {
                 // Logged and counted once per conflict; kept out of `reported`, which
                 // holds retriable problems (and shortens the topic refresh while any is).
                 if self.conflicts.insert(d.source.clone()) {
-                    tracing::error!(flow = %flow.id, topic = %d.source, error = %e, "topic skipped");
-                    ctx.metrics
-                        .errors
-                        .get_or_create(&ctx.labels.error(ErrorKind::TopicConflict))
-                        .inc();
+                    TopicConflict {
+                        flow: &flow.id,
+                        topic: &d.source,
+                        error: &e,
+                    }
+                    .emit(ctx.emitter());
                 }
                 d.remote = None;
             }
@@ -787,11 +797,11 @@ impl Control {
         }
         for topic in stopped_topics {
             self.announced.remove(&topic);
-            tracing::warn!(flow = %flow.id, topic, "source topic deleted; no longer copied (the remote topic keeps what was copied)");
-            ctx.metrics
-                .errors
-                .get_or_create(&ctx.labels.error(ErrorKind::TopicDeleted))
-                .inc();
+            SourceTopicDeleted {
+                flow: &flow.id,
+                topic: &topic,
+            }
+            .emit(ctx.emitter());
         }
         let (mut topics, mut partitions) = (0, 0);
         let mut eligible = BTreeSet::new();
@@ -988,14 +998,14 @@ impl Control {
     async fn recreated(&mut self, topic: &str, old: TopicId, new: TopicId) -> BTreeSet<i32> {
         let while_stopped = self.first_round;
         self.announced.remove(topic);
-        tracing::error!(
-            flow = %self.ctx.flow.id,
+        SourceTopicRecreated {
+            flow: &self.ctx.flow.id,
             topic,
-            old_topic_id = %topic_id_text(&old),
-            new_topic_id = %topic_id_text(&new),
+            old_topic_id: &topic_id_text(&old),
+            new_topic_id: &topic_id_text(&new),
             while_stopped,
-            "source topic was deleted and re-created; copying the new topic from its start (the remote topic keeps the old records)"
-        );
+        }
+        .emit(self.ctx.emitter());
         let keys: Vec<(String, i32)> = self
             .running
             .keys()
@@ -1023,11 +1033,6 @@ impl Control {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .forget(topic);
-        self.ctx
-            .metrics
-            .errors
-            .get_or_create(&self.ctx.labels.error(ErrorKind::TopicRecreated))
-            .inc();
         forget
     }
 
@@ -1040,10 +1045,7 @@ impl Control {
                 kind,
                 error: e,
             }
-            .emit(Emitter {
-                metrics: &self.ctx.metrics,
-                labels: &self.ctx.labels,
-            });
+            .emit(self.ctx.emitter());
             self.reported.insert(topic.to_string(), text);
         }
     }
@@ -1244,14 +1246,14 @@ impl Control {
             {
                 Ok(s) => break s,
                 Err(e) => {
-                    self.ctx
-                        .metrics
-                        .errors
-                        .get_or_create(&self.ctx.labels.error(ErrorKind::Positions))
-                        .inc();
                     let wait = super::backoff(attempt);
                     attempt += 1;
-                    tracing::warn!(flow = %flow.id, error = %e, retry_in = ?wait, "cannot read the positions of the partitions assigned; retrying");
+                    PositionsUnreadable {
+                        flow: &flow.id,
+                        error: &e,
+                        retry_in: wait,
+                    }
+                    .emit(self.ctx.emitter());
                     tokio::time::sleep(wait).await;
                 }
             }

@@ -57,6 +57,16 @@ pub(super) struct Context {
     pub(super) own_copies: Option<Arc<super::loop_guard::LoopGuard>>,
 }
 
+impl Context {
+    /// Where the flow's events are logged and counted.
+    pub(super) fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            metrics: &self.metrics,
+            labels: &self.labels,
+        }
+    }
+}
+
 pub(super) struct PartitionTask {
     pub(super) ctx: Arc<Context>,
     pub(super) topic: String,
@@ -78,7 +88,7 @@ impl PartitionTask {
         let result = super::catch_panic(self.copy(&labels))
             .await
             .unwrap_or_else(|message| {
-                PartitionPanicked.emit(self.emitter());
+                PartitionPanicked.emit(self.ctx.emitter());
                 Err(Stopped::Panicked {
                     topic: self.topic.clone(),
                     partition: self.partition,
@@ -92,16 +102,9 @@ impl PartitionTask {
                 partition: &labels,
                 error: e,
             }
-            .emit(self.emitter());
+            .emit(self.ctx.emitter());
         }
         result
-    }
-
-    fn emitter(&self) -> Emitter<'_> {
-        Emitter {
-            metrics: &self.ctx.metrics,
-            labels: &self.ctx.labels,
-        }
     }
 
     async fn copy(&self, labels: &PartitionLabels) -> Result<(), Stopped> {
