@@ -258,10 +258,7 @@ async fn replicate(
                     error: &e,
                     retry_in: wait,
                 }
-                .emit(Emitter {
-                    metrics: &metrics,
-                    labels: &labels,
-                });
+                .emit(Emitter { metrics, labels });
                 if shutdown.sleep(wait).await {
                     return Ok(());
                 }
