@@ -98,6 +98,25 @@ async fn ends(k: &KafkaCluster, topic: &str) -> Vec<i64> {
     v
 }
 
+/// Records in the positions topic on B (`mm2-offsets.A.internal`, 25 partitions).
+async fn stored_positions(b: &KafkaCluster) -> i64 {
+    let _ = b.refresh_metadata(None).await;
+    let mut n = 0;
+    for p in 0..25 {
+        n += b
+            .list_offset(
+                "mm2-offsets.A.internal",
+                p,
+                LATEST,
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+            .unwrap_or(0)
+            .max(0);
+    }
+    n
+}
+
 /// Both tests start two clusters: one at a time on a small machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -238,7 +257,23 @@ async fn crash_run(identity: bool) {
     // Five SIGKILLs at random points, and one restart of the target broker in between.
     let mut child = kmirror(&config, &log);
     for kill in 0..5 {
-        let wait = 1000 + rand::random::<u64>() % 2500;
+        // The first run is killed only after it stored positions: a partition that has neither
+        // a stored position nor an offset sync at or before where it starts has no anchor, and
+        // what the killed run copied is copied again (docs/engine.md, "Resuming from what the
+        // target holds"). Later kills land anywhere, stored position or not.
+        let wait = if kill == 0 {
+            let t0 = Instant::now();
+            while stored_positions(&b).await < PARTITIONS as i64 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "the first run stored no positions in 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            rand::random::<u64>() % 1000
+        } else {
+            1000 + rand::random::<u64>() % 2500
+        };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         child.0.kill().unwrap(); // SIGKILL: no drain, no final position
         child.0.wait().unwrap();
