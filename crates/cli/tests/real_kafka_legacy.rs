@@ -411,6 +411,12 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
                 "shared-group",
                 "--timeout-ms",
                 "120000",
+                // It is killed below: the group notices after its session timeout (45 s by
+                // default), which this only shortens.
+                "--consumer-property",
+                "session.timeout.ms=6000",
+                "--consumer-property",
+                "heartbeat.interval.ms=1000",
             ],
         )
         .unwrap();

@@ -6,7 +6,7 @@
 //! faults stop, kmirror catches up, and an auditor compares the target with the source record
 //! by record: every gap fails the test; duplicates are counted and printed.
 //!
-//! `KMIRROR_SOAK_SECONDS` bounds the fault phase (default 180 s, the CI variant);
+//! `KMIRROR_SOAK_SECONDS` bounds the fault phase (default 90 s, the CI variant);
 //! `scripts/soak.sh` runs it for 20 minutes. `KMIRROR_SOAK_SEED` picks the fault sequence
 //! (printed, so a failing run can be repeated).
 
@@ -253,7 +253,7 @@ async fn chaos_soak_loses_nothing() {
             s.parse()
                 .expect("KMIRROR_SOAK_SECONDS: a number of seconds")
         })
-        .unwrap_or(180);
+        .unwrap_or(90);
     let seed: u64 = std::env::var("KMIRROR_SOAK_SEED")
         .ok()
         .map(|s| s.parse().expect("KMIRROR_SOAK_SEED: a number"))

@@ -4,6 +4,8 @@
 //! offset sync, topic config and ACL sync). Every record arrives, the group's offset is
 //! translated and committed on the target, and no error of any kind is counted.
 
+use kmirror_kafka::cluster::{KafkaCluster, LATEST};
+use kmirror_kafka::IsolationLevel;
 use kmirror_mirror::config::mm2;
 use kmirror_mirror::config::properties::Properties;
 use kmirror_mirror::config::providers::SystemEnvironment;
@@ -26,17 +28,6 @@ fn allow(c: &Cluster, args: &[&str]) {
     let mut all = vec!["--add", "--allow-principal", "User:mm2"];
     all.extend(args);
     admin_tool(c, "acls", &all);
-}
-
-fn wait(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !check() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 fn jaas(c: &Cluster) -> String {
@@ -80,106 +71,112 @@ async fn documented_acls_are_enough(exactly_once: bool) {
         a.extend_from_slice(b);
         a
     };
-    allow(
-        &ca,
-        &with(
-            op(&["Describe", "Read", "DescribeConfigs"]),
-            &["--topic", "orders", "--resource-pattern-type", "literal"],
-        ),
-    );
-    allow(
-        &ca,
-        &with(
-            op(&["Create", "Describe", "Write", "Read"]),
-            &["--topic", "mm2-offset-syncs.B.internal"],
-        ),
-    );
-    allow(&ca, &with(op(&["Describe"]), &["--group", "*"]));
-    allow(&ca, &with(op(&["Describe"]), &["--cluster"]));
-    allow(
-        &ca,
-        &with(
-            op(&["Create", "Describe", "Write", "Read", "DescribeConfigs"]),
-            &["--topic", "heartbeats"],
-        ),
-    );
-    allow(
-        &cb,
-        &with(
-            op(&[
-                "Create",
-                "Describe",
-                "Write",
-                "Alter",
-                "Read",
-                "DescribeConfigs",
-                "AlterConfigs",
-            ]),
-            &["--topic", "A.", "--resource-pattern-type", "prefixed"],
-        ),
-    );
-    allow(
-        &cb,
-        &with(
-            op(&["Create", "Describe", "Write", "Read"]),
-            &[
-                "--topic",
-                "mm2-offsets.A.internal",
-                "--topic",
-                "A.checkpoints.internal",
-                "--topic",
-                "heartbeats",
-            ],
-        ),
-    );
-    allow(&cb, &with(op(&["Describe", "Read"]), &["--group", "*"]));
-    allow(
-        &cb,
-        &with(
-            op(&["Describe", "Alter", "IdempotentWrite"]),
-            &["--cluster"],
-        ),
-    );
-
-    if exactly_once {
-        allow(
-            &cb,
-            &with(
-                op(&["Write", "Describe"]),
+    // Each cluster's grants (a Java tool each) in a thread of its own.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            allow(
+                &ca,
+                &with(
+                    op(&["Describe", "Read", "DescribeConfigs"]),
+                    &["--topic", "orders", "--resource-pattern-type", "literal"],
+                ),
+            );
+            allow(
+                &ca,
+                &with(
+                    op(&["Create", "Describe", "Write", "Read"]),
+                    &["--topic", "mm2-offset-syncs.B.internal"],
+                ),
+            );
+            allow(&ca, &with(op(&["Describe"]), &["--group", "*"]));
+            allow(&ca, &with(op(&["Describe"]), &["--cluster"]));
+            allow(
+                &ca,
+                &with(
+                    op(&["Create", "Describe", "Write", "Read", "DescribeConfigs"]),
+                    &["--topic", "heartbeats"],
+                ),
+            );
+            // Data, and a group that has read part of it (as the admin: the group is the source's).
+            let lines: Vec<String> = (0..200).map(|i| format!("k{i}:order {i}")).collect();
+            kmirror_testkit::produce_keyed(&ca, "orders", &lines);
+            let cfg = ca.client_config(None);
+            ca.tool(
+                "console-consumer",
                 &[
-                    "--transactional-id",
-                    "A-mm2-MirrorSourceConnector-",
-                    "--resource-pattern-type",
-                    "prefixed",
+                    "--bootstrap-server",
+                    ca.bootstrap(),
+                    "--consumer.config",
+                    cfg.to_str().unwrap(),
+                    "--topic",
+                    "orders",
+                    "--group",
+                    "billing",
+                    "--from-beginning",
+                    "--max-messages",
+                    "120",
+                    "--timeout-ms",
+                    "20000",
                 ],
-            ),
-        );
-    }
+                None,
+            )
+            .unwrap();
+        });
+        s.spawn(|| {
+            allow(
+                &cb,
+                &with(
+                    op(&[
+                        "Create",
+                        "Describe",
+                        "Write",
+                        "Alter",
+                        "Read",
+                        "DescribeConfigs",
+                        "AlterConfigs",
+                    ]),
+                    &["--topic", "A.", "--resource-pattern-type", "prefixed"],
+                ),
+            );
+            allow(
+                &cb,
+                &with(
+                    op(&["Create", "Describe", "Write", "Read"]),
+                    &[
+                        "--topic",
+                        "mm2-offsets.A.internal",
+                        "--topic",
+                        "A.checkpoints.internal",
+                        "--topic",
+                        "heartbeats",
+                    ],
+                ),
+            );
+            allow(&cb, &with(op(&["Describe", "Read"]), &["--group", "*"]));
+            allow(
+                &cb,
+                &with(
+                    op(&["Describe", "Alter", "IdempotentWrite"]),
+                    &["--cluster"],
+                ),
+            );
 
-    // Data, and a group that has read part of it (as the admin: the group is the source's).
-    let lines: Vec<String> = (0..200).map(|i| format!("k{i}:order {i}")).collect();
-    kmirror_testkit::produce_keyed(&ca, "orders", &lines);
-    let cfg = ca.client_config(None);
-    ca.tool(
-        "console-consumer",
-        &[
-            "--bootstrap-server",
-            ca.bootstrap(),
-            "--consumer.config",
-            cfg.to_str().unwrap(),
-            "--topic",
-            "orders",
-            "--group",
-            "billing",
-            "--from-beginning",
-            "--max-messages",
-            "120",
-            "--timeout-ms",
-            "20000",
-        ],
-        None,
-    )
-    .unwrap();
+            if exactly_once {
+                allow(
+                    &cb,
+                    &with(
+                        op(&["Write", "Describe"]),
+                        &[
+                            "--transactional-id",
+                            "A-mm2-MirrorSourceConnector-",
+                            "--resource-pattern-type",
+                            "prefixed",
+                        ],
+                    ),
+                );
+            }
+        });
+    });
 
     let text = format!(
         "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
@@ -216,47 +213,46 @@ async fn documented_acls_are_enough(exactly_once: bool) {
         tokio::spawn(async move { engine::run(&c, s, m).await })
     };
 
-    // Every record copied, and billing's position (120 of 200) translated and committed on B.
-    let group_on_b = || {
-        admin_tool(
-            &cb,
-            "consumer-groups",
-            &["--describe", "--group", "billing", "--offsets"],
-        )
-    };
-    // The tools block: off the runtime's worker, so the engine keeps running meanwhile.
-    tokio::task::block_in_place(|| {
-        wait(
-            90,
-            "records copied and billing's offsets synced to B",
-            || {
-                let count = |p: &str| {
-                    admin_tool(
-                        &cb,
-                        "get-offsets",
-                        &["--topic", "A.orders", "--partitions", p],
-                    )
-                    .trim()
-                    .rsplit(':')
-                    .next()
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .unwrap_or(0)
-                };
-                let committed: i64 = group_on_b()
-                    .lines()
-                    .filter(|l| l.contains("A.orders"))
-                    .filter_map(|l| l.split_whitespace().nth(3)?.parse::<i64>().ok())
-                    .sum();
-                if exactly_once {
-                    // Offsets count transaction markers too: records are counted by kmirror,
-                    // and the group's translated offsets lie past its 120 records.
-                    metrics.sum("kmirror_record_count_total", &[]) >= 200.0 && committed >= 120
-                } else {
-                    count("0") + count("1") == 200 && committed == 120
-                }
-            },
-        )
-    });
+    // Every record copied, and billing's position (120 of 200) translated and committed on B,
+    // read as B's admin through kmirror's client (a Java tool per check costs seconds).
+    let kb = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let mut copied = 0;
+        for p in 0..2 {
+            copied += kb
+                .list_offset("A.orders", p, LATEST, IsolationLevel::ReadUncommitted)
+                .await
+                .unwrap_or(0);
+        }
+        let committed: i64 = kb
+            .fetch_group_offsets("billing")
+            .await
+            .ok()
+            .and_then(|g| {
+                g.get("A.orders")
+                    .map(|ps| ps.values().map(|c| c.offset).sum())
+            })
+            .unwrap_or(0);
+        let done = if exactly_once {
+            // Offsets count transaction markers too: records are counted by kmirror, and the
+            // group's translated offsets lie past its 120 records.
+            metrics.sum("kmirror_record_count_total", &[]) >= 200.0 && committed >= 120
+        } else {
+            copied == 200 && committed == 120
+        };
+        if done {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "timed out: records copied and billing's offsets synced to B ({copied} records, \
+             {committed} committed)"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     assert!(metrics.sum("kmirror_checkpoints_total", &[]) >= 1.0);
     if exactly_once {
         assert!(metrics.sum("kmirror_transactions_committed_total", &[]) >= 1.0);
