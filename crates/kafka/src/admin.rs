@@ -522,52 +522,46 @@ impl KafkaCluster {
                 .with_topics(None)
         };
         let resp = conn.submit(&req, version).await?.wait().await?;
-        let mut out: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = BTreeMap::new();
-        let mut put = |topic: String,
-                       partition: i32,
-                       offset: i64,
-                       epoch: i32,
-                       metadata: Option<&StrBytes>| {
-            if offset >= 0 {
-                out.entry(topic).or_default().insert(
-                    partition,
-                    CommittedOffset {
-                        offset,
-                        leader_epoch: epoch,
-                        metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
-                    },
-                );
-            }
-        };
+        // v8+ answers per group, older versions for the one group; the partitions' fields are
+        // the same in both.
+        macro_rules! rows {
+            ($topics:expr) => {
+                $topics.iter().flat_map(|t| {
+                    t.partitions.iter().map(move |p| {
+                        let at = (p.partition_index, p.committed_offset);
+                        (
+                            &t.name,
+                            at,
+                            p.committed_leader_epoch,
+                            p.error_code,
+                            &p.metadata,
+                        )
+                    })
+                })
+            };
+        }
+        let mut rows = Vec::new();
         if version >= 8 {
             for g in &resp.groups {
                 check(&conn, ApiKey::OffsetFetch, g.error_code, None)?;
-                for t in &g.topics {
-                    for p in &t.partitions {
-                        check(&conn, ApiKey::OffsetFetch, p.error_code, None)?;
-                        put(
-                            t.name.0.to_string(),
-                            p.partition_index,
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            p.metadata.as_ref(),
-                        );
-                    }
-                }
+                rows.extend(rows!(g.topics));
             }
         } else {
             check(&conn, ApiKey::OffsetFetch, resp.error_code, None)?;
-            for t in &resp.topics {
-                for p in &t.partitions {
-                    check(&conn, ApiKey::OffsetFetch, p.error_code, None)?;
-                    put(
-                        t.name.0.to_string(),
-                        p.partition_index,
-                        p.committed_offset,
-                        p.committed_leader_epoch,
-                        p.metadata.as_ref(),
-                    );
-                }
+            rows.extend(rows!(resp.topics));
+        }
+        let mut out: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = BTreeMap::new();
+        for (topic, (partition, offset), leader_epoch, error, metadata) in rows {
+            check(&conn, ApiKey::OffsetFetch, error, None)?;
+            if offset >= 0 {
+                out.entry(topic.0.to_string()).or_default().insert(
+                    partition,
+                    CommittedOffset {
+                        offset,
+                        leader_epoch,
+                        metadata: metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+                    },
+                );
             }
         }
         Ok(out)

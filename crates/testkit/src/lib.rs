@@ -11,14 +11,21 @@
 //!
 //! Why one file of this size: `Cluster` is one handle on one harness script: each method wraps a
 //! harness subcommand, a Kafka tool or a signal to a broker, through the private `harness`,
-//! `run` and `check` and its private run dir, env file and proxies. The helpers after
-//! `impl Drop for Cluster` (MM2, record readers, process helpers) share nothing with it and move
-//! out first; then the leadership steering (`describe_partition` to `move_leader`) into another
+//! `run` and `check` and its private run dir, env file and proxies. MM2 (`mm2.rs`), the record
+//! readers (`read.rs`) and the `kmirror` process helpers (`process.rs`) live apart; the
+//! leadership steering (`describe_partition` to `move_leader`) would move next, into another
 //! `impl Cluster` file.
 
 pub mod kdc;
+mod mm2;
 pub mod netfault;
 pub mod oidc;
+mod process;
+mod read;
+
+pub use mm2::{mirror_interop, Mm2};
+pub use process::{logged_metrics_address, scrape_metrics, KillOnDrop};
+pub use read::{read_committed, read_partition};
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -917,81 +924,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Runs MirrorMaker 2's own Java classes through `java/MirrorInterop.java` (a single-file
-/// program) on the harness's MM2 classpath; returns its standard output.
-pub fn mirror_interop(args: &[&str]) -> Result<String, HarnessError> {
-    let out = check(
-        "kafka-harness classpath --mm2",
-        run(
-            "kafka-harness classpath",
-            harness(&["classpath", "--mm2"]),
-            None,
-        )?,
-    )?;
-    let classpath = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("java/MirrorInterop.java");
-    let mut java = Command::new("java");
-    java.arg("-cp").arg(classpath).arg(source).args(args);
-    let what = format!("java MirrorInterop {}", args.join(" "));
-    let out = check(&what, run(&what, java, None)?)?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A MirrorMaker 2 process (dedicated mode, from the harness's jars), stopped on drop.
-#[derive(Debug)]
-pub struct Mm2 {
-    name: String,
-}
-
-impl Mm2 {
-    /// Starts `connect-mirror-maker` with `config`; returns once MM2 logged that it started
-    /// (its connectors start shortly after).
-    pub fn start(name: &str, config: &Path) -> Result<Mm2, HarnessError> {
-        let config = config.to_string_lossy().into_owned();
-        check(
-            &format!("kafka-harness mm2 {name}"),
-            run(
-                "kafka-harness mm2",
-                harness(&["mm2", "-d", name, &config]),
-                None,
-            )?,
-        )?;
-        Ok(Mm2 { name: name.into() })
-    }
-
-    /// MM2's log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(run_root().join(&self.name).join("logs/mm2.log"))
-            .unwrap_or_default()
-    }
-
-    /// Kills MM2 with SIGKILL: a crash, its open transactions and unflushed offsets left
-    /// behind.
-    pub fn kill_9(&self) {
-        if let Ok(pid) = std::fs::read_to_string(run_root().join(&self.name).join("mm2.pid")) {
-            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    /// Stops MM2 with SIGTERM (Connect commits source offsets as its tasks stop), waiting for
-    /// it to exit.
-    pub fn stop(&self) {
-        let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);
-    }
-}
-
-impl Drop for Mm2 {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// One PLAINTEXT source and one SASL/PLAIN target shared by every test of a test binary, for
 /// tests that use their own topic names and do not interfere. Started on first use; stopped by
 /// the exit watchdog when the test binary ends.
@@ -1012,88 +944,6 @@ pub fn shared_pair() -> &'static (Cluster, Cluster) {
             (a, b)
         })
     })
-}
-
-/// The records a read_committed consumer sees in one partition, in order, from its start to
-/// its last stable offset (aborted transactions and control records left out). Empty if the
-/// partition cannot be read (yet).
-pub async fn read_committed(
-    k: &kmirror_kafka::cluster::KafkaCluster,
-    topic: &str,
-    partition: i32,
-) -> Vec<kmirror_kafka::records::Record> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    for _ in 0..100_000 {
-        let Ok(f) = k
-            .fetch(
-                topic,
-                partition,
-                offset,
-                1 << 20,
-                Duration::from_millis(20),
-                kmirror_kafka::IsolationLevel::ReadCommitted,
-            )
-            .await
-        else {
-            return Vec::new();
-        };
-        for b in f.committed_batches() {
-            out.extend(kmirror_kafka::records::decode_batch(b).expect("decodable"));
-        }
-        match f.batches.last() {
-            Some(last) if last.last_offset() + 1 < f.last_stable_offset => {
-                offset = last.last_offset() + 1
-            }
-            _ => break,
-        }
-    }
-    out
-}
-
-/// Every record of a partition (control batches left out), with the codec of its batch.
-pub async fn read_partition(
-    k: &kmirror_kafka::cluster::KafkaCluster,
-    topic: &str,
-    partition: i32,
-) -> Vec<(kmirror_kafka::batch::Codec, kmirror_kafka::records::Record)> {
-    use kmirror_kafka::cluster::{EARLIEST, LATEST};
-    use kmirror_kafka::IsolationLevel::ReadUncommitted;
-    let end = k
-        .list_offset(topic, partition, LATEST, ReadUncommitted)
-        .await
-        .expect("end offset");
-    let mut offset = k
-        .list_offset(topic, partition, EARLIEST, ReadUncommitted)
-        .await
-        .expect("start offset");
-    let mut out = Vec::new();
-    while offset < end {
-        let f = k
-            .fetch(
-                topic,
-                partition,
-                offset,
-                1 << 20,
-                Duration::from_millis(100),
-                ReadUncommitted,
-            )
-            .await
-            .expect("fetch");
-        for b in f.batches {
-            offset = b.last_offset() + 1;
-            if !b.is_control() {
-                let codec = b.codec().expect("a known codec");
-                out.extend(
-                    kmirror_kafka::records::decode_batch(&b)
-                        .expect("decodable")
-                        .into_iter()
-                        .map(|r| (codec, r)),
-                );
-            }
-        }
-    }
-    out
 }
 
 /// Polls `check` every 300 ms until it holds; fails the test after `secs` seconds, naming `what`.
@@ -1121,96 +971,6 @@ pub fn init_logging() {
         )
         .with_test_writer()
         .try_init();
-}
-
-/// A child process (a `kmirror` under test) that is killed and reaped when dropped, so that a
-/// failing test leaves nothing running.
-#[derive(Debug)]
-pub struct KillOnDrop(pub std::process::Child);
-
-impl KillOnDrop {
-    /// Spawns `cmd` with its standard output and error appended to `log`.
-    pub fn spawn(cmd: &mut Command, log: &Path) -> KillOnDrop {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("log file"))
-            .stderr(file)
-            .spawn()
-            .expect("spawn");
-        KillOnDrop(child)
-    }
-
-    /// SIGKILL, and wait for it.
-    pub fn kill_9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    /// SIGTERM, and wait up to 60 s for the exit status.
-    pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.0.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(s)) = self.0.try_wait() {
-                return s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "no exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The Prometheus text a `kmirror` serves at `address`, or None while it does not answer
-/// (paused, gone, starting).
-pub fn scrape_metrics(address: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(address).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(text.split_once("\r\n\r\n")?.1.to_string())
-}
-
-/// The metrics address a `kmirror` started with `--log-format json --metrics-address ...:0`
-/// logged (waits up to 20 s).
-pub fn logged_metrics_address(log: &Path) -> String {
-    let t0 = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("serving Prometheus metrics"))
-        {
-            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
-            return v["fields"]["address"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no metrics address logged in {}:\n{text}",
-            log.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Produces `key:value` lines (keys parsed at the first `:`) with the console producer as the

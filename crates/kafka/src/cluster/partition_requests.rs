@@ -87,6 +87,29 @@ impl KafkaCluster {
         .await
     }
 
+    /// Reads the offsets `range` of a partition, fetch by fetch, handing each answer on;
+    /// returns the offset after the last batch read. It stops early at an empty answer (the
+    /// log ends before `end`, or a transaction marker's offset is the last one).
+    pub async fn read_until(
+        &self,
+        topic: &str,
+        partition: i32,
+        range: std::ops::Range<i64>,
+        isolation: IsolationLevel,
+        mut each: impl FnMut(&PartitionFetch) -> Result<()>,
+    ) -> Result<i64> {
+        let mut offset = range.start;
+        while offset < range.end {
+            let f = self
+                .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, isolation)
+                .await?;
+            let Some(last) = f.batches.last() else { break };
+            offset = last.last_offset() + 1;
+            each(&f)?;
+        }
+        Ok(offset)
+    }
+
     /// One topic of a Fetch request: v13+ names topics by id (KIP-516).
     fn fetch_topic(
         &self,

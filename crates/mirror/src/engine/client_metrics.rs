@@ -8,6 +8,9 @@ use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::fetcher::{Fetcher, FetcherStats};
 use kmirror_kafka::producer::sender::ProduceCounts;
 use kmirror_kafka::producer::IdempotentProducer;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,50 +39,56 @@ pub(super) async fn export(
     }
 }
 
+/// Adds to a counter what a client total grew by between two readings.
+fn grow<L: Clone + Hash + Eq>(family: &Family<L, Counter>, labels: &L, was: u64, now: u64) {
+    family.get_or_create(labels).inc_by(now.saturating_sub(was));
+}
+
 /// The producer's growth. Partitions restarted after a failure write with a fresh producer id
 /// through the same senders ([`IdempotentProducer::fresh`]), so they are counted here too.
 fn add_produced(m: &Metrics, labels: &FlowLabels, was: &ProduceCounts, now: &ProduceCounts) {
-    let grew = |a: u64, b: u64| b.saturating_sub(a);
-    m.produce_requests
-        .get_or_create(labels)
-        .inc_by(grew(was.requests, now.requests));
-    m.produce_batches
-        .get_or_create(labels)
-        .inc_by(grew(was.batches, now.batches));
+    grow(&m.produce_requests, labels, was.requests, now.requests);
+    grow(&m.produce_batches, labels, was.batches, now.batches);
+    grow(
+        &m.producer_new_ids,
+        labels,
+        was.new_identities,
+        now.new_identities,
+    );
+    let (t0, t1) = (was.truncated_offsets, now.truncated_offsets);
+    grow(&m.target_truncated_offsets, labels, t0, t1);
     m.produce_max_batches
         .get_or_create(labels)
         .set(now.max_batches_per_request as i64);
-    m.producer_new_ids
-        .get_or_create(labels)
-        .inc_by(grew(was.new_identities, now.new_identities));
-    m.target_truncated_offsets
-        .get_or_create(labels)
-        .inc_by(grew(was.truncated_offsets, now.truncated_offsets));
 }
 
 /// Adds what grew between two readings.
 fn add(m: &Metrics, labels: &FlowLabels, was: &FetcherStats, now: &FetcherStats) {
-    let grew = |a: u64, b: u64| b.saturating_sub(a);
-    m.fetch_requests
-        .get_or_create(&labels.fetch("full"))
-        .inc_by(grew(was.session.full_requests, now.session.full_requests));
-    m.fetch_requests
-        .get_or_create(&labels.fetch("incremental"))
-        .inc_by(grew(
-            was.session.incremental_requests,
-            now.session.incremental_requests,
-        ));
-    m.fetch_session_fallbacks
-        .get_or_create(labels)
-        .inc_by(grew(was.session.fallbacks, now.session.fallbacks));
+    let (s0, s1) = (&was.session, &now.session);
+    grow(
+        &m.fetch_requests,
+        &labels.fetch("full"),
+        s0.full_requests,
+        s1.full_requests,
+    );
+    let (i0, i1) = (s0.incremental_requests, s1.incremental_requests);
+    grow(&m.fetch_requests, &labels.fetch("incremental"), i0, i1);
+    grow(
+        &m.fetch_session_fallbacks,
+        labels,
+        s0.fallbacks,
+        s1.fallbacks,
+    );
     // One count per failed request (for all of a broker's partitions) and one per partition
     // error in an answer; the fetcher retries both itself.
-    m.errors
-        .get_or_create(&labels.error(ErrorKind::Fetch))
-        .inc_by(
-            grew(was.failed_requests, now.failed_requests)
-                + grew(was.partition_errors, now.partition_errors),
-        );
+    let errors = labels.error(ErrorKind::Fetch);
+    grow(&m.errors, &errors, was.failed_requests, now.failed_requests);
+    grow(
+        &m.errors,
+        &errors,
+        was.partition_errors,
+        now.partition_errors,
+    );
     m.fetch_max_partitions
         .get_or_create(labels)
         .set(now.max_partitions_per_request as i64);

@@ -16,7 +16,10 @@ use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
-use crate::metrics::ErrorKind;
+use crate::events::copy::{
+    At, CopyFailed, PositionBeyondEnd, ProduceFailed, SourceTruncated, TransactionFailed,
+};
+use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
 use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
@@ -803,9 +806,13 @@ impl Forwarder<'_> {
     }
 
     fn out_of_range(&self, requested: i64, log_start: i64, log_end: i64) -> Failure {
-        let labels = self.labels.partition(self.remote, self.partition);
         if requested > log_end {
-            self.count_error(ErrorKind::PositionBeyondEnd);
+            PositionBeyondEnd {
+                at: self.at(),
+                requested,
+                log_end,
+            }
+            .emit(self.emitter());
             return Failure::Stop(Stopped::BeyondEnd {
                 topic: self.topic.to_string(),
                 partition: self.partition,
@@ -815,11 +822,6 @@ impl Forwarder<'_> {
         }
         // Never skip silently: report how many offsets were lost.
         let lost = (log_start - requested).max(0);
-        self.metrics
-            .truncated_offsets
-            .get_or_create(&labels)
-            .inc_by(lost as u64);
-        self.count_error(ErrorKind::Truncation);
         let stopped = Stopped::Truncated {
             topic: self.topic.to_string(),
             partition: self.partition,
@@ -828,12 +830,18 @@ impl Forwarder<'_> {
             log_end,
             lost,
         };
-        match self.flow.on_truncation {
-            OnTruncation::Stop => Failure::Stop(stopped),
-            OnTruncation::Continue => {
-                tracing::error!(flow = %self.flow.id, error = %stopped, "records lost; continuing from the source log start (kmirror.source.truncation=continue)");
-                Failure::Continue { log_start }
-            }
+        let continuing = self.flow.on_truncation == OnTruncation::Continue;
+        SourceTruncated {
+            at: self.at(),
+            lost: lost as u64,
+            continuing,
+            error: &stopped,
+        }
+        .emit(self.emitter());
+        if continuing {
+            Failure::Continue { log_start }
+        } else {
+            Failure::Stop(stopped)
         }
     }
 
@@ -865,15 +873,23 @@ impl Forwarder<'_> {
                 KafkaError::Fenced { .. } => Rewound::Fenced,
                 _ => Rewound::Failed,
             };
-            self.count_error(ErrorKind::Transaction);
-            tracing::warn!(flow = %self.flow.id, topic = self.topic, partition = self.partition, error = %e, "the slot's transaction failed; going back to the last commit");
+            TransactionFailed {
+                at: self.at(),
+                error: &e,
+            }
+            .emit(self.emitter());
             return Failure::Rewind(cause);
         }
-        if e.is_retriable() || e.is_stale_metadata() {
-            self.count_error(ErrorKind::Produce);
+        let retrying = e.is_retriable() || e.is_stale_metadata();
+        ProduceFailed {
+            at: self.at(),
+            retrying,
+            error: &e,
+        }
+        .emit(self.emitter());
+        if retrying {
             Failure::Retry(e)
         } else {
-            self.count_error(ErrorKind::Fatal);
             let first = acked_through.map_or(start, |o| o + 1);
             Failure::Stop(Stopped::Kafka {
                 topic: self.topic.to_string(),
@@ -894,7 +910,12 @@ impl Forwarder<'_> {
     }
 
     pub(super) fn fatal(&self, offset: i64, e: KafkaError) -> Stopped {
-        self.count_error(ErrorKind::Fatal);
+        CopyFailed {
+            at: self.at(),
+            offset,
+            error: &e,
+        }
+        .emit(self.emitter());
         Stopped::Kafka {
             topic: self.topic.to_string(),
             partition: self.partition,
@@ -903,11 +924,20 @@ impl Forwarder<'_> {
         }
     }
 
-    fn count_error(&self, kind: ErrorKind) {
-        self.metrics
-            .errors
-            .get_or_create(&self.labels.error(kind))
-            .inc();
+    fn at(&self) -> At<'_> {
+        At {
+            flow: &self.flow.id,
+            topic: self.topic,
+            remote: self.remote,
+            partition: self.partition,
+        }
+    }
+
+    fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            metrics: self.metrics,
+            labels: self.labels,
+        }
     }
 }
 

@@ -9,7 +9,6 @@ use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::committed::{marker, CommittedView};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
-use std::time::Duration;
 
 /// The records from `from` (None: the log start) to the end as of now, and the offset to
 /// continue from next time.
@@ -43,20 +42,15 @@ pub(crate) async fn visit_to_end(
     let end = k.list_offset(topic, partition, LATEST, iso).await?;
     let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
     // Compaction or retention may have removed what we would read next.
-    let mut offset = from.unwrap_or(start).max(start);
+    let from = from.unwrap_or(start).max(start);
     let mut view = CommittedView::new(MAX_HELD);
-    while offset < end {
-        let f = k
-            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
-            .await?;
-        if f.batches.is_empty() {
-            break;
-        }
-        for b in &f.batches {
-            offset = b.last_offset() + 1;
-            show(&mut view, b, topic, partition, &mut visit)?;
-        }
-    }
+    let offset = k
+        .read_until(topic, partition, from..end, iso, |f| {
+            f.batches
+                .iter()
+                .try_for_each(|b| show(&mut view, b, topic, partition, &mut visit))
+        })
+        .await?;
     Ok(view
         .finish(&mut visit)
         .map_or(offset, |open| open.min(offset)))

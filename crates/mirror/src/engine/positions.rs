@@ -16,6 +16,7 @@
 use super::Shutdown;
 use crate::events::{Emitter, Event, InternalWrite, InternalWriteFailed};
 use crate::metrics::{FlowLabels, Metrics};
+use crate::names::{ClusterAlias, FlowId};
 use crate::offsets::runs::{Exported, Publication, Runs};
 use crate::wire::positions::{
     positions_partition, runs_key, runs_value, source_log_key, source_log_value, SourcePosition,
@@ -338,6 +339,8 @@ pub(super) struct Writer {
     pub(super) board: Arc<Board>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: FlowLabels,
+    /// The flow the labels name, for the events a failed store emits.
+    flow: FlowId,
     lanes: HashMap<i32, PartitionLane>,
     /// With sharing: nothing is stored while this process cannot tell it still owns its
     /// partitions (their new owner's positions are newer; docs/sharing.md).
@@ -377,6 +380,10 @@ impl Writer {
         metrics: Arc<Metrics>,
         labels: FlowLabels,
     ) -> Writer {
+        let flow = FlowId::new(
+            ClusterAlias::new(&*labels.source),
+            ClusterAlias::new(&*labels.target),
+        );
         Writer {
             cluster_alias,
             topic,
@@ -385,6 +392,7 @@ impl Writer {
             board,
             metrics,
             labels,
+            flow,
             lanes: HashMap::new(),
             lease: None,
             publisher: None,
@@ -464,12 +472,8 @@ impl Writer {
                 self.board.completed(covers);
             }
             Err(e) => {
-                let flow = crate::names::FlowId::new(
-                    crate::names::ClusterAlias::new(&*self.labels.source),
-                    crate::names::ClusterAlias::new(&*self.labels.target),
-                );
                 InternalWriteFailed {
-                    flow: &flow,
+                    flow: &self.flow,
                     what: InternalWrite::Positions,
                     topic: &self.topic,
                     error: &e,

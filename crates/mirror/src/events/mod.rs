@@ -2,9 +2,12 @@
 //! struct whose `emit` both logs it and counts it, so a log line never goes without its count
 //! or the other way round. What each metric counts: docs/metrics.md.
 //!
-//! The failures of the flow's background writers and syncs go through here; the data path's
-//! own figures (records, bytes, lag) are gauges and counters set in place, where a log line per
-//! batch would be noise.
+//! The failures of the flow's background writers and syncs are here, the copy path's in
+//! [`copy`], MM1 mode's in [`legacy`]; the data path's own figures (records, bytes, lag) are
+//! gauges and counters set in place, where a log line per batch would be noise.
+
+pub mod copy;
+pub mod legacy;
 
 use crate::metrics::{ErrorKind, FlowLabels, Metrics, PartitionLabels};
 use crate::names::FlowId;

@@ -22,7 +22,12 @@ use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
-use crate::metrics::ErrorKind;
+use crate::events::legacy::{
+    CommitRefused, NotFetchedBecause, PartitionNotFetched, RecordsDeletedUncopied, RecordsSkipped,
+    SendFailed, TargetTopicUnavailable,
+};
+// `as _`: this module has an `Event` of its own (what a partition's fetch brought).
+use crate::events::{Emitter, Event as _};
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::batch::{Codec, RawBatch};
@@ -372,10 +377,13 @@ impl Copier {
                         tx.clone(),
                     ));
                 }
-                Err(e) => {
-                    self.count_error(ErrorKind::Fetch);
-                    tracing::error!(topic = %p.topic, partition = p.partition, error = %e, "cannot fetch this partition; it is not copied until the next rebalance");
+                Err(e) => PartitionNotFetched {
+                    topic: &p.topic,
+                    partition: p.partition,
+                    because: NotFetchedBecause::Subscribe,
+                    error: &e,
                 }
+                .emit(self.emitter()),
             }
         }
         (rx, forwarders)
@@ -459,12 +467,11 @@ impl Copier {
         }
     }
 
-    fn count_error(&self, kind: ErrorKind) {
-        self.sh
-            .metrics
-            .errors
-            .get_or_create(&self.sh.labels.error(kind))
-            .inc();
+    fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            metrics: &self.sh.metrics,
+            labels: &self.sh.labels,
+        }
     }
 
     /// Takes one event of partition `i`.
@@ -487,8 +494,13 @@ impl Copier {
                 to,
             } => {
                 if requested < log_start {
-                    self.count_error(ErrorKind::Truncation);
-                    tracing::error!(topic, partition, requested, log_start, lost = log_start - requested, "the source deleted records before they were copied; continuing per auto.offset.reset");
+                    RecordsDeletedUncopied {
+                        topic: &topic,
+                        partition,
+                        requested,
+                        log_start,
+                    }
+                    .emit(self.emitter());
                 } else {
                     tracing::warn!(
                         topic,
@@ -507,10 +519,13 @@ impl Copier {
                     partition,
                 })
             }
-            Event::Failed(e) => {
-                self.count_error(ErrorKind::Fetch);
-                tracing::error!(topic, partition, error = %e, "fetching this partition failed for good; it is not copied until the next rebalance");
+            Event::Failed(e) => PartitionNotFetched {
+                topic: &topic,
+                partition,
+                because: NotFetchedBecause::Failed,
+                error: &e,
             }
+            .emit(self.emitter()),
         }
         Ok(())
     }
@@ -576,8 +591,11 @@ impl Copier {
                         counts.insert(t.clone(), n);
                     }
                     Err(e) => {
-                        self.count_error(ErrorKind::TargetTopic);
-                        tracing::warn!(stream = self.index, error = %e, "cannot write to the target topic yet; will retry");
+                        TargetTopicUnavailable {
+                            stream: self.index,
+                            error: &e,
+                        }
+                        .emit(self.emitter());
                         // Stopping: nothing of this chunk was sent, and its position was not
                         // committed, so it is copied again after a restart.
                         if self.sh.shutdown.retry_after(&mut attempt).await {
@@ -702,7 +720,12 @@ impl Copier {
         key: &Key,
         e: KafkaError,
     ) -> Result<Vec<(i64, RawBatch)>, LegacyError> {
-        self.count_error(ErrorKind::Send);
+        SendFailed {
+            topic: &key.0,
+            partition: key.1,
+            error: &e,
+        }
+        .emit(self.emitter());
         if self.sh.cfg.abort_on_send_failure {
             return Err(LegacyError::Send {
                 topic: key.0.clone(),
@@ -732,12 +755,13 @@ impl Copier {
         };
         if let Some((tag, batch)) = failed {
             self.ledger.ack(tag);
-            self.sh
-                .metrics
-                .errors
-                .get_or_create(&self.sh.labels.error(ErrorKind::RecordsSkipped))
-                .inc_by(batch.record_count().max(0) as u64);
-            tracing::error!(topic = %key.0, partition = key.1, records = batch.record_count(), error = %reason, "send failed; records skipped (--abort.on.send.failure false)");
+            RecordsSkipped {
+                topic: &key.0,
+                partition: key.1,
+                records: batch.record_count(),
+                error: &reason,
+            }
+            .emit(self.emitter());
         }
         Ok(again)
     }
@@ -831,8 +855,11 @@ impl Copier {
                 );
             }
             Err(e) => {
-                self.count_error(ErrorKind::Commit);
-                tracing::warn!(stream = self.index, error = %e, "offset commit refused; the records after the last commit may be copied again");
+                CommitRefused {
+                    stream: self.index,
+                    error: &e,
+                }
+                .emit(self.emitter());
                 self.ledger.restore(ready);
             }
         }

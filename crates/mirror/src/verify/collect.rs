@@ -442,19 +442,9 @@ async fn last_records(
 ) -> Result<Vec<Record>, KafkaError> {
     // Transaction markers take offsets: read a little more than n, keep the last n.
     let from = (end - 2 * n as i64).max(start);
-    let mut offset = from;
     let mut out = Vec::new();
-    while offset < end {
-        let f = k
-            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
-            .await?;
-        if f.batches.is_empty() {
-            break;
-        }
-        if let Some(b) = f.batches.last() {
-            offset = b.last_offset() + 1;
-        }
-        for b in visible(&f, iso) {
+    k.read_until(topic, partition, from..end, iso, |f| {
+        for b in visible(f, iso) {
             out.extend(
                 decode_batch(b)
                     .map_err(|e| KafkaError::Config(e.to_string()))?
@@ -462,7 +452,9 @@ async fn last_records(
                     .filter(|r| r.offset >= from && r.offset < end),
             );
         }
-    }
+        Ok(())
+    })
+    .await?;
     let skip = out.len().saturating_sub(n);
     Ok(out.split_off(skip))
 }

@@ -1,0 +1,194 @@
+//! Events of the copy path (MM2 mode's partitions): failures found while forwarding. Each
+//! counts its error kind; the ones whose outcome is a retry or a stop log at debug level, since
+//! the retry loop or [`PartitionStopped`](super::PartitionStopped) logs what follows once.
+
+use super::{Cause, Emitter, Event};
+use crate::metrics::ErrorKind;
+use crate::names::FlowId;
+
+/// Where a partition's copy event happened.
+#[derive(Debug, Clone, Copy)]
+pub struct At<'a> {
+    pub flow: &'a FlowId,
+    pub topic: &'a str,
+    /// The remote topic's name: the per-partition figures are labelled with it.
+    pub remote: &'a str,
+    pub partition: i32,
+}
+
+/// The source deleted records before they were copied (retention, DeleteRecords): `lost`
+/// offsets are gone. `continuing` is kmirror.source.truncation=continue, which goes on from the
+/// log start; otherwise the partition stops (docs/engine.md, "Source truncation and
+/// re-creation").
+#[derive(Debug)]
+pub struct SourceTruncated<'a> {
+    pub at: At<'a>,
+    pub lost: u64,
+    pub continuing: bool,
+    pub error: &'a dyn Cause,
+}
+
+impl Event for SourceTruncated<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let at = self.at;
+        if self.continuing {
+            tracing::error!(flow = %at.flow, error = %self.error, "records lost; continuing from the source log start (kmirror.source.truncation=continue)");
+        } else {
+            tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, lost = self.lost, "source truncated; the partition stops");
+        }
+        to.metrics
+            .truncated_offsets
+            .get_or_create(&to.labels.partition(at.remote, at.partition))
+            .inc_by(self.lost);
+        to.count(ErrorKind::Truncation);
+    }
+}
+
+/// The partition's position lies past the source log's end (the log was replaced by a shorter
+/// one); the partition stops.
+#[derive(Debug)]
+pub struct PositionBeyondEnd<'a> {
+    pub at: At<'a>,
+    pub requested: i64,
+    pub log_end: i64,
+}
+
+impl Event for PositionBeyondEnd<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let at = self.at;
+        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, requested = self.requested, log_end = self.log_end, "position beyond the source log end; the partition stops");
+        to.count(ErrorKind::PositionBeyondEnd);
+    }
+}
+
+/// The target refused or lost a batch. `retrying`: the partition copies again from after its
+/// last acknowledged offset; otherwise it stops at the batch.
+#[derive(Debug)]
+pub struct ProduceFailed<'a> {
+    pub at: At<'a>,
+    pub retrying: bool,
+    pub error: &'a dyn Cause,
+}
+
+impl Event for ProduceFailed<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let at = self.at;
+        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, retrying = self.retrying, error = %self.error, "produce failed");
+        to.count(if self.retrying {
+            ErrorKind::Produce
+        } else {
+            ErrorKind::Fatal
+        });
+    }
+}
+
+/// Something retrying cannot fix stopped the partition (other than a produce failure).
+#[derive(Debug)]
+pub struct CopyFailed<'a> {
+    pub at: At<'a>,
+    pub offset: i64,
+    pub error: &'a dyn Cause,
+}
+
+impl Event for CopyFailed<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let at = self.at;
+        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, offset = self.offset, error = %self.error, "copy failed; the partition stops");
+        to.count(ErrorKind::Fatal);
+    }
+}
+
+/// Exactly-once: the slot's transaction cannot go on (aborted by the coordinator at its
+/// timeout, fenced by another process, the producer's state lost); the slot's partitions copy
+/// again from the last commit.
+#[derive(Debug)]
+pub struct TransactionFailed<'a> {
+    pub at: At<'a>,
+    pub error: &'a dyn Cause,
+}
+
+impl Event for TransactionFailed<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let at = self.at;
+        tracing::warn!(flow = %at.flow, topic = at.topic, partition = at.partition, error = %self.error, "the slot's transaction failed; going back to the last commit");
+        to.count(ErrorKind::Transaction);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{FlowLabels, Metrics};
+    use crate::names::ClusterAlias;
+
+    #[test]
+    fn each_copy_event_counts_its_kind_and_a_truncation_its_lost_offsets() {
+        let m = Metrics::new();
+        let labels = FlowLabels {
+            source: "A".into(),
+            target: "B".into(),
+        };
+        let flow = FlowId::new(ClusterAlias::new("A"), ClusterAlias::new("B"));
+        let to = Emitter {
+            metrics: &m,
+            labels: &labels,
+        };
+        let at = At {
+            flow: &flow,
+            topic: "t",
+            remote: "A.t",
+            partition: 3,
+        };
+        let error = "gone";
+        for continuing in [false, true] {
+            SourceTruncated {
+                at,
+                lost: 40,
+                continuing,
+                error: &error,
+            }
+            .emit(to);
+        }
+        PositionBeyondEnd {
+            at,
+            requested: 9,
+            log_end: 5,
+        }
+        .emit(to);
+        for retrying in [true, false] {
+            ProduceFailed {
+                at,
+                retrying,
+                error: &error,
+            }
+            .emit(to);
+        }
+        CopyFailed {
+            at,
+            offset: 7,
+            error: &error,
+        }
+        .emit(to);
+        TransactionFailed { at, error: &error }.emit(to);
+        for (kind, n) in [
+            ("truncation", 2.0),
+            ("position_beyond_end", 1.0),
+            ("produce", 1.0),
+            ("fatal", 2.0),
+            ("transaction", 1.0),
+        ] {
+            assert_eq!(
+                m.sum("kmirror_errors_total", &[("kind", kind)]),
+                n,
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            m.sum(
+                "kmirror_source_truncated_offsets_total",
+                &[("topic", "A.t"), ("partition", "3")]
+            ),
+            80.0
+        );
+    }
+}
