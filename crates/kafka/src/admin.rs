@@ -60,6 +60,35 @@ pub struct ConfigEntry {
     pub sensitive: bool,
 }
 
+/// The topics of an offset commit from `offsets` (topic → partition → offset): OffsetCommit's
+/// and TxnOffsetCommit's are separate generated types with the same fields.
+macro_rules! commit_topics {
+    ($topic:ident, $partition:ident, $offsets:expr) => {
+        $offsets
+            .iter()
+            .map(|(t, parts)| {
+                $topic::default()
+                    .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|(p, o)| {
+                                $partition::default()
+                                    .with_partition_index(*p)
+                                    .with_committed_offset(o.offset)
+                                    .with_committed_leader_epoch(o.leader_epoch)
+                                    .with_committed_metadata(Some(StrBytes::from_string(
+                                        o.metadata.clone(),
+                                    )))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect()
+    };
+}
+pub(crate) use commit_topics;
+
 impl ConfigEntry {
     /// Whether the value is Kafka's built-in default (nothing overrides it).
     pub fn is_default(&self) -> bool {
@@ -528,10 +557,10 @@ impl KafkaCluster {
             ($topics:expr) => {
                 $topics.iter().flat_map(|t| {
                     t.partitions.iter().map(move |p| {
-                        let at = (p.partition_index, p.committed_offset);
                         (
                             &t.name,
-                            at,
+                            p.partition_index,
+                            p.committed_offset,
                             p.committed_leader_epoch,
                             p.error_code,
                             &p.metadata,
@@ -551,7 +580,7 @@ impl KafkaCluster {
             rows.extend(rows!(resp.topics));
         }
         let mut out: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = BTreeMap::new();
-        for (topic, (partition, offset), leader_epoch, error, metadata) in rows {
+        for (topic, partition, offset, leader_epoch, error, metadata) in rows {
             check(&conn, ApiKey::OffsetFetch, error, None)?;
             if offset >= 0 {
                 out.entry(topic.0.to_string()).or_default().insert(
@@ -606,31 +635,16 @@ impl KafkaCluster {
     ) -> Result<()> {
         let conn = self.coordinator(group).await?;
         let version = conn.version::<OffsetCommitRequest>()?.min(9);
-        let topics = offsets
-            .iter()
-            .map(|(t, parts)| {
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(s(t)))
-                    .with_partitions(
-                        parts
-                            .iter()
-                            .map(|(p, o)| {
-                                OffsetCommitRequestPartition::default()
-                                    .with_partition_index(*p)
-                                    .with_committed_offset(o.offset)
-                                    .with_committed_leader_epoch(o.leader_epoch)
-                                    .with_committed_metadata(Some(s(&o.metadata)))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
         let req = OffsetCommitRequest::default()
             .with_group_id(GroupId(s(group)))
             .with_generation_id_or_member_epoch(member.map_or(-1, |m| m.0))
             .with_member_id(member.map_or_else(StrBytes::default, |m| s(m.1)))
             .with_retention_time_ms(-1)
-            .with_topics(topics);
+            .with_topics(commit_topics!(
+                OffsetCommitRequestTopic,
+                OffsetCommitRequestPartition,
+                offsets
+            ));
         let resp = conn.submit(&req, version).await?.wait().await?;
         for t in &resp.topics {
             for p in &t.partitions {

@@ -8,7 +8,6 @@
 use crate::aws_iam::{query_encode, signing_credentials, AwsCredentials};
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsRole;
-use crate::Secret;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
 use std::collections::HashMap;
@@ -16,8 +15,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 const EARLY: Duration = Duration::from_secs(300);
-/// STS answers are a few KiB.
-const MAX_ANSWER: usize = 64 * 1024;
 
 type Key = (String, String, String);
 
@@ -74,70 +71,10 @@ pub async fn assume(
     for (k, v) in headers {
         req = req.header(k, v);
     }
-    let mut resp = req.send().await.map_err(|e| {
-        fail(
-            format!("AssumeRole failed: {}", crate::oauth::without_url(&e)),
-            true,
-        )
-    })?;
-    let status = resp.status();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| {
-        fail(
-            format!("reading STS's answer: {}", crate::oauth::without_url(&e)),
-            true,
-        )
-    })? {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > MAX_ANSWER {
-            return Err(fail(
-                format!("an answer larger than {MAX_ANSWER} bytes"),
-                false,
-            ));
-        }
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let element = crate::aws_web_identity::element;
-    if !status.is_success() {
-        let code = element(&text, "Code").unwrap_or_default();
-        let message: String = element(&text, "Message")
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(300)
-            .collect();
-        return Err(fail(
-            format!(
-                "AssumeRole of {}: HTTP {status}: {code} {message}",
-                role.arn
-            ),
-            status.is_server_error() || status.as_u16() == 429,
-        ));
-    }
-    let (Some(id), Some(secret), Some(token)) = (
-        element(&text, "AccessKeyId"),
-        element(&text, "SecretAccessKey"),
-        element(&text, "SessionToken"),
-    ) else {
-        return Err(fail("STS's answer has no credentials".into(), false));
-    };
-    let creds = AwsCredentials {
-        access_key_id: id,
-        secret_access_key: Secret::new(secret),
-        session_token: Some(Secret::new(token)),
-    };
-    let lifetime = element(&text, "Expiration")
-        .and_then(|e| {
-            time::OffsetDateTime::parse(&e, &time::format_description::well_known::Rfc3339).ok()
-        })
-        .map(|exp| {
-            (exp - time::OffsetDateTime::now_utc())
-                .whole_seconds()
-                .max(0) as u64
-        })
-        .unwrap_or(900);
-    tracing::info!(role = %role.arn, lifetime_s = lifetime, "AWS role assumed");
-    let until = Instant::now() + Duration::from_secs(lifetime).saturating_sub(EARLY);
+    let (creds, lifetime) =
+        crate::aws_sts::exchange(req, &format!("AssumeRole of {}", role.arn), &shown).await?;
+    tracing::info!(role = %role.arn, lifetime_s = lifetime.as_secs(), "AWS role assumed");
+    let until = Instant::now() + lifetime.saturating_sub(EARLY);
     held.insert(key, (creds.clone(), until));
     Ok(creds)
 }
@@ -187,6 +124,7 @@ fn signed_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Secret;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// One-shot STS on 127.0.0.1: answers `body` with `status`, hands back the request.

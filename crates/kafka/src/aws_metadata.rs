@@ -229,7 +229,10 @@ async fn keep(key: &str, (creds, lifetime): &(AwsCredentials, Duration)) {
         .insert(key.to_string(), (creds.clone(), until));
 }
 
-async fn send(req: reqwest::RequestBuilder, shown: &str) -> Result<(reqwest::StatusCode, Vec<u8>)> {
+pub(crate) async fn send(
+    req: reqwest::RequestBuilder,
+    shown: &str,
+) -> Result<(reqwest::StatusCode, Vec<u8>)> {
     let resp = req.send().await.map_err(|e| {
         fail(
             shown,
@@ -294,16 +297,7 @@ fn parse_json(body: &[u8]) -> std::result::Result<(AwsCredentials, Duration), St
         return Err("the answer has no AccessKeyId and SecretAccessKey".into());
     };
     let lifetime = field("Expiration")
-        .and_then(|e| {
-            time::OffsetDateTime::parse(&e, &time::format_description::well_known::Rfc3339).ok()
-        })
-        .map(|exp| {
-            Duration::from_secs(
-                (exp - time::OffsetDateTime::now_utc())
-                    .whole_seconds()
-                    .max(0) as u64,
-            )
-        })
+        .and_then(|e| crate::aws_sts::remaining(&e))
         .unwrap_or(Duration::from_secs(3600));
     Ok((
         AwsCredentials {

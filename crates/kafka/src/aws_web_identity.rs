@@ -6,7 +6,6 @@
 
 use crate::aws_iam::{query_encode, AwsCredentials};
 use crate::error::{KafkaError, Result};
-use crate::Secret;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -46,8 +45,9 @@ pub async fn credentials(
             return Ok(Some(c.clone()));
         }
     }
+    let shown = crate::oauth::redact(&endpoint);
     let fail = |message: String, retriable: bool| KafkaError::Token {
-        endpoint: endpoint.clone(),
+        endpoint: shown.clone(),
         message,
         retriable,
     };
@@ -68,75 +68,16 @@ pub async fn credentials(
     );
     let client = crate::oauth::http_client(&endpoint, None, None, Duration::from_secs(30))
         .map_err(|e| fail(e, false))?;
-    let resp = client
+    let req = client
         .post(&endpoint)
         .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| {
-            fail(
-                format!(
-                    "AssumeRoleWithWebIdentity failed: {}",
-                    crate::oauth::without_url(&e)
-                ),
-                true,
-            )
-        })?;
-    let status = resp.status();
-    let text = resp.text().await.map_err(|e| {
-        fail(
-            format!("reading STS's answer: {}", crate::oauth::without_url(&e)),
-            true,
-        )
-    })?;
-    if !status.is_success() {
-        let code = element(&text, "Code").unwrap_or_default();
-        let message: String = element(&text, "Message")
-            .unwrap_or_default()
-            .chars()
-            .take(300)
-            .collect();
-        return Err(fail(
-            format!("AssumeRoleWithWebIdentity for {role}: HTTP {status}: {code} {message}"),
-            status.is_server_error() || status.as_u16() == 429,
-        ));
-    }
-    let (Some(id), Some(secret), Some(session_token)) = (
-        element(&text, "AccessKeyId"),
-        element(&text, "SecretAccessKey"),
-        element(&text, "SessionToken"),
-    ) else {
-        return Err(fail("STS's answer has no credentials".into(), false));
-    };
-    let creds = AwsCredentials {
-        access_key_id: id,
-        secret_access_key: Secret::new(secret),
-        session_token: Some(Secret::new(session_token)),
-    };
-    let lifetime = element(&text, "Expiration")
-        .and_then(|e| {
-            time::OffsetDateTime::parse(&e, &time::format_description::well_known::Rfc3339).ok()
-        })
-        .map(|exp| {
-            (exp - time::OffsetDateTime::now_utc())
-                .whole_seconds()
-                .max(0) as u64
-        })
-        .unwrap_or(900);
-    let until = Instant::now() + Duration::from_secs(lifetime).saturating_sub(EARLY);
-    tracing::info!(role = %role, lifetime_s = lifetime, "AWS web identity credentials obtained");
+        .body(body);
+    let what = format!("AssumeRoleWithWebIdentity for {role}");
+    let (creds, lifetime) = crate::aws_sts::exchange(req, &what, &shown).await?;
+    let until = Instant::now() + lifetime.saturating_sub(EARLY);
+    tracing::info!(role = %role, lifetime_s = lifetime.as_secs(), "AWS web identity credentials obtained");
     *held = Some((key, creds.clone(), until));
     Ok(Some(creds))
-}
-
-/// The text of the first `<name>...</name>` in an STS answer (no entities in these values).
-pub(crate) fn element(xml: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let close = format!("</{name}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&close)?;
-    Some(xml[start..end].trim().to_string())
 }
 
 #[cfg(test)]

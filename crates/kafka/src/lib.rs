@@ -10,6 +10,7 @@ pub mod admin;
 pub mod aws_assume_role;
 pub mod aws_iam;
 pub mod aws_metadata;
+mod aws_sts;
 pub mod aws_web_identity;
 pub mod cluster;
 pub mod codec;

@@ -5,15 +5,14 @@
 //! The client speaks the pre-KIP-890 protocol (explicit AddPartitionsToTxn, Produce up to v11,
 //! EndTxn up to v4), which Kafka 2.x to 4.x brokers all accept.
 
-use crate::admin::CommittedOffset;
+use crate::admin::{commit_topics, CommittedOffset};
 use crate::batch::RawBatch;
-use crate::cluster::{KafkaCluster, PartitionFetch};
+use crate::cluster::{produce_answer, KafkaCluster, PartitionFetch};
 use crate::committed::{marker, Marker};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
@@ -126,17 +125,14 @@ impl TransactionalProducer {
             .with_transactional_id(Some(TransactionalId(s(&self.transactional_id))))
             .with_acks(-1)
             .with_timeout_ms(self.cluster.settings().request_timeout.as_millis() as i32)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(s(topic)))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(out.into_bytes()))])]);
+            .with_topic_data(vec![self.cluster.produce_topic(
+                version,
+                topic,
+                partition,
+                out.into_bytes(),
+            )]);
         let resp = conn.submit(&req, version).await?.wait().await?;
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| conn.empty_response(ApiKey::Produce))?;
+        let p = produce_answer(&conn, &resp)?;
         self.fenced_or(&conn, ApiKey::Produce, p.error_code)?;
         self.sequences
             .insert(key, seq.wrapping_add(batch.record_count()).max(0));
@@ -209,27 +205,11 @@ impl TransactionalProducer {
             .with_producer_epoch(self.epoch)
             .with_generation_id(-1)
             .with_member_id(StrBytes::default())
-            .with_topics(
+            .with_topics(commit_topics!(
+                TxnOffsetCommitRequestTopic,
+                TxnOffsetCommitRequestPartition,
                 offsets
-                    .iter()
-                    .map(|(t, parts)| {
-                        TxnOffsetCommitRequestTopic::default()
-                            .with_name(TopicName(s(t)))
-                            .with_partitions(
-                                parts
-                                    .iter()
-                                    .map(|(p, o)| {
-                                        TxnOffsetCommitRequestPartition::default()
-                                            .with_partition_index(*p)
-                                            .with_committed_offset(o.offset)
-                                            .with_committed_leader_epoch(o.leader_epoch)
-                                            .with_committed_metadata(Some(s(&o.metadata)))
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            );
+            ));
         let resp = conn.send(&req).await?;
         for t in &resp.topics {
             for p in &t.partitions {

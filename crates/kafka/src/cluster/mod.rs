@@ -21,6 +21,7 @@ pub use metadata::{
 };
 pub use offsets::{EARLIEST, LATEST};
 pub use partition_requests::PartitionFetch;
+pub(crate) use partition_requests::{fetch_partition, produce_answer};
 use pool::BrokerSlot;
 pub use pool::{data_channel, DATA_CHANNELS};
 pub use topics::NewTopic;

@@ -4,13 +4,18 @@
 
 use super::{broker_error, data_channel, isolation_byte, KafkaCluster, EARLIEST, LATEST};
 use crate::batch::{keep_until_corrupt, split_batches, RawBatch};
+use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
 use crate::settings::IsolationLevel;
 use bytes::Bytes;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, ProduceRequest, ProduceResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use std::time::Duration;
 
@@ -24,6 +29,25 @@ pub struct PartitionFetch {
     pub batches: Vec<RawBatch>,
     /// (producer id, first offset) of transactions aborted in the fetched range.
     pub aborted: Vec<(i64, i64)>,
+}
+
+impl PartitionFetch {
+    /// One partition's answer: its positions and aborted transactions, with `batches` split
+    /// from its records (taken out of it before).
+    pub(crate) fn new(p: &PartitionData, batches: Vec<RawBatch>) -> Self {
+        PartitionFetch {
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            batches,
+            aborted: p
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect(),
+        }
+    }
 }
 
 impl KafkaCluster {
@@ -40,26 +64,17 @@ impl KafkaCluster {
         let (leader, _) = self.leader_of(topic, partition)?;
         let conn = self.broker(leader).await?;
         let version = conn.version::<ProduceRequest>()?;
-        let mut data =
-            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(batch.bytes().clone()))]);
-        // Produce v13 names topics by id (KIP-516).
-        if version >= 13 {
-            data = data.with_topic_id(self.topic_id(topic));
-        } else {
-            data = data.with_name(TopicName(StrBytes::from_string(topic.to_string())));
-        }
         let req = ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(self.settings.request_timeout.as_millis() as i32)
-            .with_topic_data(vec![data]);
+            .with_topic_data(vec![self.produce_topic(
+                version,
+                topic,
+                partition,
+                batch.bytes().clone(),
+            )]);
         let resp = conn.submit(&req, version).await?.wait().await?;
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| conn.empty_response(ApiKey::Produce))?;
+        let p = produce_answer(&conn, &resp)?;
         if let Some(e) = broker_error(
             conn.broker(),
             ApiKey::Produce,
@@ -125,6 +140,26 @@ impl KafkaCluster {
         }
     }
 
+    /// One topic of a Produce request, with one partition's records: v13+ names topics by id
+    /// (KIP-516).
+    pub(crate) fn produce_topic(
+        &self,
+        version: i16,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> TopicProduceData {
+        let data =
+            TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))]);
+        if version >= 13 {
+            data.with_topic_id(self.topic_id(topic))
+        } else {
+            data.with_name(TopicName(StrBytes::from_string(topic.to_string())))
+        }
+    }
+
     /// [`fetch`](Self::fetch) without its retries: one attempt, so a caller holding resources
     /// for the response (a memory budget) can let go of them between attempts. After a stale
     /// metadata error the caller should [`refresh_metadata`](Self::refresh_metadata).
@@ -159,7 +194,7 @@ impl KafkaCluster {
         if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
             return Err(e);
         }
-        let p = resp
+        let mut p = resp
             .responses
             .into_iter()
             .next()
@@ -190,7 +225,7 @@ impl KafkaCluster {
             offset: at,
             message: format!("{message} (from broker {})", conn.broker()),
         };
-        let (batches, _truncated) = split_batches(p.records.unwrap_or_else(Bytes::new))
+        let (batches, _truncated) = split_batches(p.records.take().unwrap_or_default())
             .map_err(|e| corrupt(offset, e.to_string()))?;
         let mut batches: Vec<RawBatch> = batches
             .into_iter()
@@ -200,26 +235,31 @@ impl KafkaCluster {
         // damaged batch must be an error rather than a misread position or a false verdict. The
         // batches before a damaged one are returned; the next read fails at it.
         keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
-        Ok(PartitionFetch {
-            high_watermark: p.high_watermark,
-            last_stable_offset: p.last_stable_offset,
-            log_start_offset: p.log_start_offset,
-            batches,
-            aborted: p
-                .aborted_transactions
-                .unwrap_or_default()
-                .iter()
-                .map(|a| (a.producer_id.0, a.first_offset))
-                .collect(),
-        })
+        Ok(PartitionFetch::new(&p, batches))
     }
 }
 
-fn fetch_partition(partition: i32, epoch: i32, offset: i64, max_bytes: i32) -> FetchPartition {
+pub(crate) fn fetch_partition(
+    partition: i32,
+    epoch: i32,
+    offset: i64,
+    max_bytes: i32,
+) -> FetchPartition {
     FetchPartition::default()
         .with_partition(partition)
         .with_current_leader_epoch(epoch)
         .with_fetch_offset(offset)
         .with_log_start_offset(-1)
         .with_partition_max_bytes(max_bytes)
+}
+
+/// The one partition's answer to a Produce request for one partition.
+pub(crate) fn produce_answer<'a>(
+    conn: &Connection,
+    resp: &'a ProduceResponse,
+) -> Result<&'a PartitionProduceResponse> {
+    resp.responses
+        .first()
+        .and_then(|t| t.partition_responses.first())
+        .ok_or_else(|| conn.empty_response(ApiKey::Produce))
 }

@@ -302,38 +302,30 @@ impl Connection {
                 source,
             }
         };
+        let timed_out = |_| KafkaError::Timeout {
+            broker: broker.clone(),
+            api: ApiKey::ApiVersions,
+            after: timeout,
+        };
+        let tls_failed = |message: String| KafkaError::Tls {
+            broker: broker.clone(),
+            message,
+        };
         let tcp = tokio::time::timeout(timeout, TcpStream::connect((host, port)))
             .await
-            .map_err(|_| KafkaError::Timeout {
-                broker: broker.clone(),
-                api: ApiKey::ApiVersions,
-                after: timeout,
-            })?
+            .map_err(timed_out)?
             .map_err(io_err("connect"))?;
         configure_socket(&tcp).map_err(io_err("set TCP options"))?;
         let mut stream: Stream = match &settings.tls {
             None => Box::new(tcp),
             Some(tls) => {
-                let config = tls::client_config(tls).map_err(|message| KafkaError::Tls {
-                    broker: broker.clone(),
-                    message,
-                })?;
-                let name = tls::server_name(host).map_err(|message| KafkaError::Tls {
-                    broker: broker.clone(),
-                    message,
-                })?;
+                let config = tls::client_config(tls).map_err(tls_failed)?;
+                let name = tls::server_name(host).map_err(tls_failed)?;
                 let connector = tokio_rustls::TlsConnector::from(config);
                 let s = tokio::time::timeout(timeout, connector.connect(name, tcp))
                     .await
-                    .map_err(|_| KafkaError::Timeout {
-                        broker: broker.clone(),
-                        api: ApiKey::ApiVersions,
-                        after: timeout,
-                    })?
-                    .map_err(|e| KafkaError::Tls {
-                        broker: broker.clone(),
-                        message: e.to_string(),
-                    })?;
+                    .map_err(timed_out)?
+                    .map_err(|e| tls_failed(e.to_string()))?;
                 Box::new(s)
             }
         };

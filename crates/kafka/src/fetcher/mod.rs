@@ -20,7 +20,7 @@
 //! out: `BrokerFetcher` (request building, `on_partition`) into `fetcher/broker.rs`.
 
 use crate::batch::{keep_until_corrupt, split_until_bad};
-use crate::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
+use crate::cluster::{fetch_partition, KafkaCluster, PartitionFetch, EARLIEST, LATEST};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
 use crate::fetch_session::{
@@ -39,6 +39,25 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 
 mod mailbox;
+
+/// The topics of a Fetch request, grouped by (name, id): `FetchTopic` and `ForgottenTopic` are
+/// separate generated types that name a topic the same two ways, by id from v13 (KIP-516), else
+/// by name.
+macro_rules! named_topics {
+    ($kind:ident, $groups:expr, $ids:expr) => {
+        $groups
+            .into_iter()
+            .map(|((t, id), parts): ((Arc<str>, uuid::Uuid), _)| {
+                let topic = $kind::default().with_partitions(parts);
+                if $ids {
+                    topic.with_topic_id(id)
+                } else {
+                    topic.with_topic(TopicName(StrBytes::from_string(t.to_string())))
+                }
+            })
+            .collect()
+    };
+}
 
 /// The longest a fetcher with nothing to ask for sleeps before looking again.
 const IDLE_TICK: Duration = Duration::from_millis(100);
@@ -199,6 +218,23 @@ struct Slot {
     mailbox: Mailbox,
     /// The owning fetcher's wake-up: the consumer took an event, sought or left.
     wake: Mutex<Arc<Notify>>,
+}
+
+impl Slot {
+    /// Fails the partition at a damaged batch at `offset`; the fetcher drops it. (Its mailbox
+    /// has room: the partition is asked for only then.)
+    fn corrupt(&self, generation: u64, offset: i64, message: String) -> Verdict {
+        let _ = self.mailbox.try_send((
+            generation,
+            FetchEvent::Failed(KafkaError::CorruptBatch {
+                topic: self.topic.to_string(),
+                partition: self.partition,
+                offset,
+                message,
+            }),
+        ));
+        Verdict::Drop
+    }
 }
 
 #[derive(Debug)]
@@ -756,14 +792,12 @@ impl BrokerFetcher {
             topics
                 .entry((k.topic.clone(), k.topic_id))
                 .or_default()
-                .push(
-                    FetchPartition::default()
-                        .with_partition(k.partition)
-                        .with_current_leader_epoch(pos.leader_epoch)
-                        .with_fetch_offset(pos.fetch_offset)
-                        .with_log_start_offset(-1)
-                        .with_partition_max_bytes(pos.max_bytes),
-                );
+                .push(fetch_partition(
+                    k.partition,
+                    pos.leader_epoch,
+                    pos.fetch_offset,
+                    pos.max_bytes,
+                ));
         }
         let n = plan.partitions.len();
         self.shared.max_partitions.fetch_max(n, Ordering::SeqCst);
@@ -774,7 +808,6 @@ impl BrokerFetcher {
                 .or_default()
                 .push(k.partition);
         }
-        let name = |t: &Arc<str>| TopicName(StrBytes::from_string(t.to_string()));
         // At most a quarter of the buffer per request: a response is held whole while its
         // partitions' records are copied out of it, so a bigger one would double the memory
         // for a moment; and the next request can go out while the last is being forwarded.
@@ -795,32 +828,8 @@ impl BrokerFetcher {
             })
             .with_session_id(plan.session_id)
             .with_session_epoch(plan.session_epoch)
-            .with_topics(
-                topics
-                    .into_iter()
-                    .map(|((t, id), parts)| {
-                        let ft = FetchTopic::default().with_partitions(parts);
-                        if ids {
-                            ft.with_topic_id(id)
-                        } else {
-                            ft.with_topic(name(&t))
-                        }
-                    })
-                    .collect(),
-            )
-            .with_forgotten_topics_data(
-                forgotten
-                    .into_iter()
-                    .map(|((t, id), parts)| {
-                        let ft = ForgottenTopic::default().with_partitions(parts);
-                        if ids {
-                            ft.with_topic_id(id)
-                        } else {
-                            ft.with_topic(name(&t))
-                        }
-                    })
-                    .collect(),
-            );
+            .with_topics(named_topics!(FetchTopic, topics, ids))
+            .with_forgotten_topics_data(named_topics!(ForgottenTopic, forgotten, ids));
         self.shared.requests.fetch_add(1, Ordering::SeqCst);
         tracing::trace!(
             broker = self.broker,
@@ -918,7 +927,7 @@ impl BrokerFetcher {
         conn: &Connection,
         slot: &Slot,
         generation: u64,
-        p: kafka_protocol::messages::fetch_response::PartitionData,
+        mut p: kafka_protocol::messages::fetch_response::PartitionData,
         detach: bool,
     ) -> Verdict {
         if slot.lock().generation != generation {
@@ -992,7 +1001,7 @@ impl BrokerFetcher {
             }
         }
         let position = slot.lock().position;
-        let records = p.records.unwrap_or_default();
+        let records = p.records.take().unwrap_or_default();
         let records = if detach {
             bytes::Bytes::copy_from_slice(&records)
         } else {
@@ -1013,36 +1022,20 @@ impl BrokerFetcher {
             } else {
                 position
             };
-            let _ = slot.mailbox.try_send((
-                generation,
-                FetchEvent::Failed(KafkaError::CorruptBatch {
-                    topic: slot.topic.to_string(),
-                    partition: slot.partition,
-                    offset,
-                    message: format!("{} (from broker {})", bad.error, conn.broker()),
-                }),
-            ));
-            return Verdict::Drop;
+            let message = format!("{} (from broker {})", bad.error, conn.broker());
+            return slot.corrupt(generation, offset, message);
         }
         if self.shared.config.check_crcs {
             // The batches before a corrupt one are delivered; the next fetch starts at the
             // corrupt one and fails the partition there, naming its offset.
             if let Err((offset, e)) = keep_until_corrupt(&mut batches) {
-                let _ = slot.mailbox.try_send((
-                    generation,
-                    FetchEvent::Failed(KafkaError::CorruptBatch {
-                        topic: slot.topic.to_string(),
-                        partition: slot.partition,
-                        offset,
-                        message: format!(
-                            "{} (from broker {}; the source log is damaged, check.crcs=false \
-                             copies it anyway)",
-                            e.message,
-                            conn.broker()
-                        ),
-                    }),
-                ));
-                return Verdict::Drop;
+                let message = format!(
+                    "{} (from broker {}; the source log is damaged, check.crcs=false copies it \
+                     anyway)",
+                    e.message,
+                    conn.broker()
+                );
+                return slot.corrupt(generation, offset, message);
             }
         }
         {
@@ -1062,18 +1055,7 @@ impl BrokerFetcher {
             bytes,
             buffer: self.shared.buffer.clone(),
         };
-        let data = PartitionFetch {
-            high_watermark: p.high_watermark,
-            last_stable_offset: p.last_stable_offset,
-            log_start_offset: p.log_start_offset,
-            batches,
-            aborted: p
-                .aborted_transactions
-                .unwrap_or_default()
-                .iter()
-                .map(|a| (a.producer_id.0, a.first_offset))
-                .collect(),
-        };
+        let data = PartitionFetch::new(&p, batches);
         // The generation is checked again under the lock that a seek takes: a seek since the
         // check above must not be overwritten by this answer's end (the records between the
         // sought offset and it would never be delivered).

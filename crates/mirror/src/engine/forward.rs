@@ -16,9 +16,7 @@ use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
-use crate::events::copy::{
-    At, CopyFailed, PositionBeyondEnd, ProduceFailed, SourceTruncated, TransactionFailed,
-};
+use crate::events::copy::{At, CopyFailed, PositionBeyondEnd, SourceTruncated, TransactionFailed};
 use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use crate::offsets::runs::Runs;
@@ -385,20 +383,26 @@ impl Forwarder<'_> {
                 }
             }
         };
+        // Waits for every batch in flight and reports what was acknowledged.
+        macro_rules! flushed_and_reported {
+            () => {
+                report(
+                    lane.flush()
+                        .await
+                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
+                    acked_through,
+                    &mut in_flight,
+                    &mut skipped,
+                );
+            };
+        }
         // Exactly-once: flushes the lane, hands the position reached to the slot and waits for
         // the transaction's outcome; committed, what was held counts as copied, aborted, the
         // partition goes back to its last committed position. `hurry` asks for the commit now.
         macro_rules! commit_point {
             ($hurry:expr) => {
                 if member.is_some() {
-                    report(
-                        lane.flush()
-                            .await
-                            .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                        acked_through,
-                        &mut in_flight,
-                        &mut skipped,
-                    );
+                    flushed_and_reported!();
                     let h = held
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -428,17 +432,10 @@ impl Forwarder<'_> {
                 }
             };
         }
-        // Waits for every batch in flight and reports what was acknowledged.
+        // Waits for every batch in flight and reports what was acknowledged, then commits.
         macro_rules! flush_and_report {
             () => {
-                report(
-                    lane.flush()
-                        .await
-                        .map_err(|e| self.lane_failure(acked_through, start, e))?,
-                    acked_through,
-                    &mut in_flight,
-                    &mut skipped,
-                );
+                flushed_and_reported!();
                 commit_point!(true);
             };
         }
@@ -881,22 +878,18 @@ impl Forwarder<'_> {
             return Failure::Rewind(cause);
         }
         let retrying = e.is_retriable() || e.is_stale_metadata();
-        ProduceFailed {
-            at: self.at(),
-            retrying,
-            error: &e,
-        }
-        .emit(self.emitter());
+        let first = acked_through.map_or(start, |o| o + 1);
         if retrying {
+            CopyFailed {
+                at: self.at(),
+                offset: first,
+                retrying,
+                error: &e,
+            }
+            .emit(self.emitter());
             Failure::Retry(e)
         } else {
-            let first = acked_through.map_or(start, |o| o + 1);
-            Failure::Stop(Stopped::Kafka {
-                topic: self.topic.to_string(),
-                partition: self.partition,
-                first,
-                source: e,
-            })
+            Failure::Stop(self.fatal(first, e))
         }
     }
 
@@ -913,6 +906,7 @@ impl Forwarder<'_> {
         CopyFailed {
             at: self.at(),
             offset,
+            retrying: false,
             error: &e,
         }
         .emit(self.emitter());

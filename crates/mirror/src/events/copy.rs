@@ -61,40 +61,26 @@ impl Event for PositionBeyondEnd<'_> {
     }
 }
 
-/// The target refused or lost a batch. `retrying`: the partition copies again from after its
-/// last acknowledged offset; otherwise it stops at the batch.
-#[derive(Debug)]
-pub struct ProduceFailed<'a> {
-    pub at: At<'a>,
-    pub retrying: bool,
-    pub error: &'a dyn Cause,
-}
-
-impl Event for ProduceFailed<'_> {
-    fn emit(self, to: Emitter<'_>) {
-        let at = self.at;
-        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, retrying = self.retrying, error = %self.error, "produce failed");
-        to.count(if self.retrying {
-            ErrorKind::Produce
-        } else {
-            ErrorKind::Fatal
-        });
-    }
-}
-
-/// Something retrying cannot fix stopped the partition (other than a produce failure).
+/// A batch could not be copied from `offset` on. `retrying`: the target refused or lost it
+/// for now, and the partition copies again from there (counted `produce`); otherwise retrying
+/// cannot fix it and the partition stops there (counted `fatal`).
 #[derive(Debug)]
 pub struct CopyFailed<'a> {
     pub at: At<'a>,
     pub offset: i64,
+    pub retrying: bool,
     pub error: &'a dyn Cause,
 }
 
 impl Event for CopyFailed<'_> {
     fn emit(self, to: Emitter<'_>) {
         let at = self.at;
-        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, offset = self.offset, error = %self.error, "copy failed; the partition stops");
-        to.count(ErrorKind::Fatal);
+        tracing::debug!(flow = %at.flow, topic = at.topic, partition = at.partition, offset = self.offset, retrying = self.retrying, error = %self.error, "copy failed");
+        to.count(if self.retrying {
+            ErrorKind::Produce
+        } else {
+            ErrorKind::Fatal
+        });
     }
 }
 
@@ -155,20 +141,15 @@ mod tests {
             log_end: 5,
         }
         .emit(to);
-        for retrying in [true, false] {
-            ProduceFailed {
+        for retrying in [true, false, false] {
+            CopyFailed {
                 at,
+                offset: 7,
                 retrying,
                 error: &error,
             }
             .emit(to);
         }
-        CopyFailed {
-            at,
-            offset: 7,
-            error: &error,
-        }
-        .emit(to);
         TransactionFailed { at, error: &error }.emit(to);
         for (kind, n) in [
             ("truncation", 2.0),

@@ -131,21 +131,21 @@ fn full_regex(s: &Setting, diags: &mut Diagnostics) -> Option<String> {
 }
 
 fn text_regex(s: &Setting, diags: &mut Diagnostics) -> Option<regex::Regex> {
-    let r = full_regex(s, diags)?;
-    regex::Regex::new(&r)
-        .map_err(|e| {
-            diags.error(
-                Some(&s.origin),
-                Some(&s.value),
-                format!("invalid regex: {e}"),
-            )
-        })
-        .ok()
+    compiled(s, diags, regex::Regex::new)
 }
 
 fn bytes_regex(s: &Setting, diags: &mut Diagnostics) -> Option<regex::bytes::Regex> {
+    compiled(s, diags, regex::bytes::Regex::new)
+}
+
+/// The setting's Java regex, anchored to the whole value, built by `build`.
+fn compiled<R>(
+    s: &Setting,
+    diags: &mut Diagnostics,
+    build: impl Fn(&str) -> Result<R, regex::Error>,
+) -> Option<R> {
     let r = full_regex(s, diags)?;
-    regex::bytes::Regex::new(&r)
+    build(&r)
         .map_err(|e| {
             diags.error(
                 Some(&s.origin),
