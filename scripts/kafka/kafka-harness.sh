@@ -542,7 +542,8 @@ cmd_cds() {
 cds_make() {  # one broker started and stopped, one admin tool run against it, each dumping
   local port name="cds-$$" t0=$SECONDS
   for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 10000 * 2))
+    # Below 32768, where Linux's ephemeral ports begin (the testkit's range is 20000-32767 too).
+    port=$((20000 + RANDOM % 6000 * 2))
     if ! port_open "$port" && ! port_open $((port + 1)); then break; fi
   done
   local broker_tmp="$CDS_DIR/broker.jsa.tmp.$$" tools_tmp="$CDS_DIR/tools.jsa.tmp.$$"
@@ -1088,10 +1089,7 @@ cmd_stop_node() {
   check_name "$1"
   local nd; nd="$(node_arg "$1" "$2")"
   if [[ "${3:-}" == --kill ]]; then
-    if pid_alive_here "$nd/broker.pid" "$nd"; then kill -KILL "$(cat "$nd/broker.pid")" 2>/dev/null || true; fi
-    local pid; pid="$(cat "$nd/broker.pid" 2>/dev/null || echo 0)"
-    while ((pid > 0)) && proc_running "$pid"; do sleep 0.1; done
-    rm -f "$nd/broker.pid"
+    kill_pidfile "$nd/broker.pid" "$nd"
   elif [[ -n "${3:-}" ]]; then
     die "stop-node: unknown option $3"
   else
@@ -1160,6 +1158,16 @@ stop_pidfile() {  # stop_pidfile PIDFILE DIR  (SIGTERM, then SIGKILL after STOP_
   rm -f "$f"
 }
 
+kill_pidfile() {  # kill_pidfile PIDFILE DIR  (SIGKILL, a crash; waits until it is gone)
+  local f="$1" dir="$2" pid
+  if pid_alive_here "$f" "$dir"; then
+    pid="$(cat "$f")"
+    kill -KILL "$pid" 2>/dev/null || true
+    while proc_running "$pid"; do sleep 0.05; done
+  fi
+  rm -f "$f"
+}
+
 cmd_stop() {
   local keep=""
   if [[ "${1:-}" == "--keep-data" ]]; then keep=1; shift; fi
@@ -1168,16 +1176,10 @@ cmd_stop() {
     shift
     [[ $# -eq 1 ]] || die "usage: stop --kill NAME"
     check_name "$1"
-    local dir="$RUN_ROOT/$1" f pid
+    local dir="$RUN_ROOT/$1" f
     [[ -d "$dir" ]] || return 0
     for f in "$dir"/*.pid "$dir"/node-*/broker.pid; do
-      [[ -e "$f" ]] || continue
-      if pid_alive_here "$f" "$(dirname "$f")"; then
-        pid="$(cat "$f")"
-        kill -KILL "$pid" 2>/dev/null || true
-        while proc_running "$pid"; do sleep 0.05; done
-      fi
-      rm -f "$f"
+      [[ -e "$f" ]] && kill_pidfile "$f" "$(dirname "$f")"
     done
     rm -rf "$dir/data" "$dir"/node-*/data
     return 0

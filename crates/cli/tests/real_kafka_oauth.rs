@@ -1,17 +1,21 @@
 //! SASL/OAUTHBEARER against real brokers (docs/configuration.md "OAUTHBEARER"):
-//! - OIDC client credentials: the source's brokers validate ES256 JWTs against the testkit's
-//!   identity provider (`sasl.oauthbearer.jwks.endpoint.url`) and end SASL sessions after 8 s
-//!   (`connections.max.reauth.ms`); tokens live 12 s. While kmirror copies a stream, it must
-//!   renew its token and re-authenticate its connections, losing nothing; a wrong client secret
-//!   gives an error naming the endpoint and the refusal. No secret or token is ever logged.
+//! - OIDC client credentials: both clusters' brokers validate ES256 JWTs against the testkit's
+//!   identity provider (`sasl.oauthbearer.jwks.endpoint.url`), run an authorizer with kmirror's
+//!   subject a super user, and end SASL sessions after 8 s (`connections.max.reauth.ms`);
+//!   tokens live 12 s. While kmirror copies a stream, it must renew its tokens and
+//!   re-authenticate its connections, losing nothing, and sync topic configs, ACLs and group
+//!   offsets through the same logins (the target's lines name the handler by its older
+//!   `secured` class). A wrong client secret gives an error naming the endpoint and the
+//!   refusal. MM1 mode takes the same lines. No secret or token is ever logged or served.
 //! - The unsecured JWS of test setups, against Kafka's default validator.
-
 use bytes::Bytes;
+use kmirror_kafka::admin::{acl, AclBinding, CommittedOffset};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_testkit::oidc::TokenServer;
 use kmirror_testkit::{Cluster, KillOnDrop, Security};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +23,9 @@ use std::time::{Duration, Instant};
 const MODULE: &str = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
 const HANDLER: &str =
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler";
+/// The handler's name before Kafka 3.7 moved it out of the `secured` package.
+const OLD_HANDLER: &str =
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler";
 const SECRET: &str = "kmirror-client-secret-42";
 
 /// Broker properties: OAUTHBEARER next to PLAIN (the harness's admin and inter-broker
@@ -43,7 +50,7 @@ async fn source_topic(c: &Cluster) -> KafkaCluster {
             name: "orders".into(),
             partitions: 2,
             replication_factor: 1,
-            configs: vec![],
+            configs: vec![("max.message.bytes".into(), "500000".into())],
         }],
         false,
     )
@@ -174,7 +181,9 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
         "sasl.oauthbearer.expected.audience=kafka".to_string(),
         "sasl.oauthbearer.expected.issuer=kmirror-test-idp".to_string(),
     ];
-    let props = oauth_props(&validator, 8000);
+    // An authorizer on both sides (ACL sync needs one), kmirror's subject a super user.
+    let mut props = oauth_props(&validator, 8000);
+    props.push("super.users=User:admin;User:ANONYMOUS;User:kmirror".into());
     let props: Vec<&str> = props.iter().map(String::as_str).collect();
     let allowed = format!(
         "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={}",
@@ -182,23 +191,54 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
     );
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| {
-            Cluster::start_with_jvm("oidc-a", Security::SaslPlain, &props, &[&allowed]).unwrap()
+            Cluster::start_with_jvm("oidc-a", Security::SaslAcl, &props, &[&allowed]).unwrap()
         });
-        let b = s.spawn(|| Cluster::start("oidc-b", Security::Plaintext).unwrap());
+        let b = s.spawn(|| {
+            Cluster::start_with_jvm("oidc-b", Security::SaslAcl, &props, &[&allowed]).unwrap()
+        });
         (a.join().unwrap(), b.join().unwrap())
     });
     let a = source_topic(&ca).await;
+    // The harness's admin speaks PLAIN on the same listener.
     let b = KafkaCluster::connect(cb.client_settings(None))
         .await
         .unwrap();
     write(&a, 0, 500).await;
+    let mut group = BTreeMap::new();
+    group
+        .entry("orders".to_string())
+        .or_insert_with(BTreeMap::new)
+        .insert(
+            0,
+            CommittedOffset {
+                offset: 100,
+                leader_epoch: -1,
+                metadata: String::new(),
+            },
+        );
+    a.commit_group_offsets("billing", &group).await.unwrap();
+    let alice_reads = |topic: &str| AclBinding {
+        resource_type: acl::RESOURCE_TOPIC,
+        resource_name: Some(topic.into()),
+        pattern_type: acl::PATTERN_LITERAL,
+        principal: Some("User:alice".into()),
+        host: Some("*".into()),
+        operation: acl::OP_READ,
+        permission: acl::PERMISSION_ALLOW,
+    };
+    a.create_acls(&[alice_reads("orders")]).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("mm2.properties");
     let auth = format!(
-        "A.sasl.login.callback.handler.class = {HANDLER}\nA.sasl.oauthbearer.token.endpoint.url = {}\n\
-         A.sasl.jaas.config = {MODULE} required clientId=\"kmirror\" clientSecret=\"{SECRET}\" scope=\"kafka\";\n",
-        idp.token_url()
+        "A.sasl.login.callback.handler.class = {HANDLER}\nA.sasl.oauthbearer.token.endpoint.url = {url}\n\
+         A.sasl.jaas.config = {MODULE} required clientId=\"kmirror\" clientSecret=\"{SECRET}\" scope=\"kafka\";\n\
+         B.security.protocol = SASL_PLAINTEXT\nB.sasl.mechanism = OAUTHBEARER\n\
+         B.sasl.login.callback.handler.class = {OLD_HANDLER}\nB.sasl.oauthbearer.token.endpoint.url = {url}\n\
+         B.sasl.jaas.config = {MODULE} required clientId=\"kmirror\" clientSecret=\"{SECRET}\";\n\
+         sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
+         emit.checkpoints.interval.seconds = 1\nsync.topic.acls.interval.seconds = 1\n",
+        url = idp.token_url()
     );
     config(&cfg, &ca, &cb, &auth);
     let text = plan(&cfg);
@@ -222,6 +262,44 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     copied(&b, 2 * written, &log).await;
+    // Config, ACL and group-offset sync: read through A's login, written through B's.
+    let configs = b.describe_topic_configs("A.orders").await.unwrap();
+    assert!(
+        configs
+            .iter()
+            .any(|c| c.name == "max.message.bytes" && c.value.as_deref() == Some("500000")),
+        "topic config synced: {configs:?}"
+    );
+    let t1 = Instant::now();
+    while b
+        .describe_acls(&alice_reads("A.orders"))
+        .await
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            t1.elapsed() < Duration::from_secs(60),
+            "alice's ACL not synced to A.orders on B:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    loop {
+        let synced = b
+            .fetch_group_offsets("billing")
+            .await
+            .ok()
+            .and_then(|g| g.get("A.orders")?.get(&0).map(|c| c.offset));
+        if synced == Some(100) {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(60),
+            "group offset not synced to B: {synced:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // What an operator's tools read: no secret or token either.
     let address = kmirror_testkit::logged_metrics_address(&log);
     for path in ["/status", "/metrics"] {
@@ -249,6 +327,12 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
         "a secret or a token in the log:\n{text}"
     );
     assert!(!text.contains("authentication failed"), "{text}");
+    // No warning or error at all: renewals and re-authentications are quiet successes.
+    let loud: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+        .collect();
+    assert!(loud.is_empty(), "warnings or errors:\n{}", loud.join("\n"));
     eprintln!(
         "tokens issued: {}; re-authentications logged: {}",
         idp.issued(),
@@ -292,7 +376,17 @@ sasl.oauthbearer.token.endpoint.url={}
     )
     .unwrap();
     let producer = dir.path().join("producer.properties");
-    std::fs::write(&producer, format!("bootstrap.servers={}\n", cb.bootstrap())).unwrap();
+    std::fs::write(
+        &producer,
+        format!(
+            "bootstrap.servers={}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n\
+             sasl.login.callback.handler.class={HANDLER}\nsasl.oauthbearer.token.endpoint.url={}\n\
+             sasl.jaas.config={MODULE} required clientId=\"kmirror\" clientSecret=\"{SECRET}\";\n",
+            cb.bootstrap(),
+            idp.token_url()
+        ),
+    )
+    .unwrap();
     let mm1_log = dir.path().join("mm1.log");
     let before = idp.issued();
     let mm1 = KillOnDrop::spawn(

@@ -30,7 +30,16 @@ const MAX_LIFETIME_MS: i64 = 366 * 24 * 3600 * 1000;
 /// The current token of one set of OAUTHBEARER settings. Clones share it; it is not part of
 /// the configuration (equal whatever it holds).
 #[derive(Clone, Default)]
-pub struct TokenCache(Arc<tokio::sync::Mutex<Option<Held>>>);
+pub struct TokenCache(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    /// Held briefly, never across a request.
+    held: std::sync::Mutex<Option<Held>>,
+    /// One renewal at a time: an identity provider that is slow or retrying keeps only the
+    /// connections that have no usable token waiting.
+    renewal: tokio::sync::Mutex<()>,
+}
 
 impl PartialEq for TokenCache {
     fn eq(&self, _: &Self) -> bool {
@@ -45,12 +54,47 @@ impl std::fmt::Debug for TokenCache {
     }
 }
 
+impl TokenCache {
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+        self.0.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The token held, if it is not yet due for renewal (nor expired: after a failed renewal,
+    /// the next try may be due after the expiry).
+    fn fresh(&self) -> Option<Secret> {
+        let held = self.held();
+        let h = held.as_ref()?;
+        (Instant::now() < h.renew_at && now_ms() < h.expires_ms).then(|| h.value.clone())
+    }
+
+    /// The token held, if it has not expired (it may be due for renewal).
+    fn unexpired(&self) -> Option<Secret> {
+        let held = self.held();
+        let h = held.as_ref()?;
+        (now_ms() < h.expires_ms).then(|| h.value.clone())
+    }
+}
+
 impl OAuthBearer {
-    /// The token to authenticate with: the one held, or a new one once it is due.
+    /// The token to authenticate with: the one held, or a new one once it is due. While one
+    /// caller renews it, the others take the held token if it has not expired.
     pub async fn token(&self) -> Result<Secret> {
-        let mut held = self.cache.0.lock().await;
-        if let Some(h) = held.as_ref().filter(|h| Instant::now() < h.renew_at) {
-            return Ok(h.value.clone());
+        let cache = &self.cache;
+        if let Some(t) = cache.fresh() {
+            return Ok(t);
+        }
+        let _renewing = match cache.0.renewal.try_lock() {
+            Ok(g) => g,
+            Err(_) => {
+                if let Some(t) = cache.unexpired() {
+                    return Ok(t);
+                }
+                cache.0.renewal.lock().await
+            }
+        };
+        // Renewed while this caller waited for its turn.
+        if let Some(t) = cache.fresh() {
+            return Ok(t);
         }
         let fetched = match &self.source {
             TokenSource::Unsecured { .. } => Ok(unsecured(&self.source, now_ms())),
@@ -60,6 +104,7 @@ impl OAuthBearer {
             }
         };
         let now = now_ms();
+        let mut held = cache.held();
         let (value, expires_ms) = match fetched {
             Ok(t) => t,
             // As Java's client: the token held serves until it expires, while renewal is
@@ -124,6 +169,14 @@ pub fn redact(url: &str) -> String {
     } else {
         format!("{scheme}://{rest}")
     }
+}
+
+/// [`redact`] for serde: a URL in a serialized configuration.
+pub(crate) fn serialize_redacted<S: serde::Serializer>(
+    url: &str,
+    to: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    to.serialize_str(&redact(url))
 }
 
 fn now_ms() -> i64 {
@@ -390,119 +443,4 @@ pub fn initial_response(token: &Secret, extensions: &[(String, String)]) -> Vec<
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refresh() -> TokenRefresh {
-        TokenRefresh::default()
-    }
-
-    #[test]
-    fn an_hour_long_token_is_renewed_between_80_and_85_percent() {
-        let hour = 3_600_000;
-        assert_eq!(
-            refresh_after(0, hour, &refresh(), 0.0),
-            Duration::from_secs(2880)
-        );
-        assert_eq!(
-            refresh_after(0, hour, &refresh(), 1.0),
-            Duration::from_secs(3060)
-        );
-    }
-
-    #[test]
-    fn the_buffer_and_the_minimum_period_bound_the_renewal() {
-        // 10 minutes: 80 % is 8 min, but the 5-minute buffer wants it by 5 min.
-        assert_eq!(
-            refresh_after(0, 600_000, &refresh(), 0.0),
-            Duration::from_secs(300)
-        );
-        // 30 s: too short for both; the fraction alone decides.
-        assert_eq!(
-            refresh_after(0, 30_000, &refresh(), 0.0),
-            Duration::from_secs(24)
-        );
-        // Expired already: now.
-        assert_eq!(
-            refresh_after(10_000, 5_000, &refresh(), 0.5),
-            Duration::ZERO
-        );
-        let slow = TokenRefresh {
-            min_period: Duration::from_secs(400),
-            buffer: Duration::from_secs(60),
-            ..refresh()
-        };
-        // 20 minutes: 80 % is 16 min, within the buffer; 400 s minimum does not bind.
-        assert_eq!(
-            refresh_after(0, 1_200_000, &slow, 0.0),
-            Duration::from_secs(960)
-        );
-    }
-
-    #[test]
-    fn the_unsecured_token_is_kafkas_unsecured_jws() {
-        let source = TokenSource::Unsecured {
-            principal_claim: "sub".into(),
-            principal: "alice".into(),
-            lifetime_secs: 3600,
-            scope_claim: "scope".into(),
-            scope: vec!["a".into(), "b".into()],
-        };
-        let (token, exp) = unsecured(&source, 1_700_000_000_123);
-        assert_eq!(exp, 1_700_003_600_000);
-        let parts: Vec<&str> = token.expose().split('.').collect();
-        assert_eq!(parts.len(), 3);
-        assert_eq!(
-            URL_SAFE_NO_PAD.decode(parts[0]).unwrap(),
-            br#"{"alg":"none"}"#
-        );
-        assert_eq!(parts[2], "");
-        let claims: serde_json::Value =
-            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
-        assert_eq!(claims["sub"], "alice");
-        assert_eq!(claims["iat"], 1_700_000_000);
-        assert_eq!(claims["exp"], 1_700_003_600);
-        assert_eq!(claims["scope"], serde_json::json!(["a", "b"]));
-        assert_eq!(jwt_expiry(token.expose()), Some(1_700_003_600_000));
-    }
-
-    #[test]
-    fn jwt_expiry_takes_only_well_formed_tokens() {
-        let payload = URL_SAFE_NO_PAD.encode(r#"{"exp":12.5}"#);
-        assert_eq!(jwt_expiry(&format!("h.{payload}.s")), Some(12_500));
-        for bad in [
-            "",
-            "a.b",
-            "h.!!!.s",
-            &format!("h.{}.s", URL_SAFE_NO_PAD.encode("[]")),
-            &format!("h.{}.s", URL_SAFE_NO_PAD.encode(r#"{"exp":"soon"}"#)),
-            &format!("h.{}.s", URL_SAFE_NO_PAD.encode(r#"{"exp":-1}"#)),
-        ] {
-            assert_eq!(jwt_expiry(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_initial_response_is_kafkas() {
-        let t = Secret::new("tok");
-        assert_eq!(initial_response(&t, &[]), b"n,,\x01auth=Bearer tok\x01\x01");
-        assert_eq!(
-            initial_response(&t, &[("traceId".into(), "42".into())]),
-            b"n,,\x01auth=Bearer tok\x01traceId=42\x01\x01"
-        );
-    }
-
-    #[test]
-    fn urls_lose_their_credentials_when_shown() {
-        assert_eq!(
-            redact("https://user:pw@idp.example/token?key=s3cret#x"),
-            "https://idp.example/token"
-        );
-        assert_eq!(redact("http://127.0.0.1:8080/t"), "http://127.0.0.1:8080/t");
-    }
-
-    #[test]
-    fn scopes_are_form_encoded_as_java_does() {
-        assert_eq!(form_encode("kafka read:all"), "kafka+read%3Aall");
-    }
-}
+mod tests;

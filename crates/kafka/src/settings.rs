@@ -203,6 +203,8 @@ pub enum TokenSource {
     AwsMskIam { aws: AwsIam },
     /// OIDC client credentials at `sasl.oauthbearer.token.endpoint.url` (KIP-768).
     ClientCredentials {
+        /// Shown (plan's JSON) without user information or query, which may carry credentials.
+        #[serde(serialize_with = "crate::oauth::serialize_redacted")]
         endpoint: String,
         client_id: String,
         client_secret: Secret,

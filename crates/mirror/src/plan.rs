@@ -53,24 +53,11 @@ pub fn describe_security(c: &ClientSettings) -> String {
     let mut s = c.security_protocol.as_str().to_string();
     match c.sasl.as_ref().map(|s| (s, s.oauth.as_ref())) {
         Some((sasl, None)) if sasl.aws.is_some() => {
-            let profile = sasl.aws.as_ref().and_then(|a| a.profile.as_deref());
-            let _ = write!(
-                s,
-                " AWS_MSK_IAM SigV4 credentials from {}",
-                match profile {
-                    Some(p) => format!("profile '{p}' (awsProfileName)"),
-                    None =>
-                        "the default chain (environment, web identity, shared files' profile, container, instance metadata)"
-                            .into(),
-                }
-            );
-            if let Some(r) = sasl.aws.as_ref().and_then(|a| a.role.as_ref()) {
+            if let Some(aws) = &sasl.aws {
                 let _ = write!(
                     s,
-                    ", assuming role {} (session {}, STS {})",
-                    r.arn,
-                    r.session_name,
-                    r.sts_region.as_deref().unwrap_or("us-east-1")
+                    " AWS_MSK_IAM SigV4 credentials from {}",
+                    aws_credentials(aws)
                 );
             }
         }
@@ -118,10 +105,7 @@ pub fn describe_security(c: &ClientSettings) -> String {
                     let _ = write!(
                         s,
                         " OAUTHBEARER Amazon MSK IAM token, credentials from {}, {refresh}",
-                        aws.profile
-                            .as_deref()
-                            .map(|p| format!("profile '{p}'"))
-                            .unwrap_or_else(|| "the environment or the shared files".into())
+                        aws_credentials(aws)
                     );
                 }
                 TokenSource::ClientCredentials {
@@ -129,6 +113,9 @@ pub fn describe_security(c: &ClientSettings) -> String {
                     client_id,
                     client_secret,
                     scope,
+                    tls,
+                    connect_timeout,
+                    read_timeout,
                     ..
                 } => {
                     let _ = write!(
@@ -137,6 +124,16 @@ pub fn describe_security(c: &ClientSettings) -> String {
                         kmirror_kafka::oauth::redact(endpoint),
                         scope.as_deref().unwrap_or("(none)")
                     );
+                    let _ = write!(
+                        s,
+                        "; token endpoint timeouts connect {} ms, read {} ms",
+                        connect_timeout.as_millis(),
+                        read_timeout.as_millis()
+                    );
+                    if endpoint.starts_with("https:") {
+                        let tls = tls.as_ref().map_or("system roots".into(), describe_tls);
+                        let _ = write!(s, ", TLS {tls}");
+                    }
                 }
             }
             if !o.extensions.is_empty() {
@@ -147,19 +144,42 @@ pub fn describe_security(c: &ClientSettings) -> String {
         None => {}
     }
     if let Some(tls) = &c.tls {
-        let trust = match &tls.trust {
-            TrustMaterial::SystemRoots => "system roots".to_string(),
-            TrustMaterial::PemFile { path } => format!("CA {}", path.display()),
-            TrustMaterial::PemInline { .. } => "inline CA".to_string(),
-            TrustMaterial::Pkcs12File { path, .. } => format!("truststore {}", path.display()),
-        };
-        let _ = write!(s, " trust={trust}");
-        if tls.identity.is_some() {
-            s.push_str(" client-cert=yes");
-        }
-        if !tls.verify_hostname {
-            s.push_str(" hostname-verification=OFF");
-        }
+        let _ = write!(s, " {}", describe_tls(tls));
+    }
+    s
+}
+
+/// TLS trust and identity in a few words; secrets are never part of it.
+fn describe_tls(tls: &kmirror_kafka::settings::TlsSettings) -> String {
+    let mut s = match &tls.trust {
+        TrustMaterial::SystemRoots => "trust=system roots".to_string(),
+        TrustMaterial::PemFile { path } => format!("trust=CA {}", path.display()),
+        TrustMaterial::PemInline { .. } => "trust=inline CA".to_string(),
+        TrustMaterial::Pkcs12File { path, .. } => format!("trust=truststore {}", path.display()),
+    };
+    if tls.identity.is_some() {
+        s.push_str(" client-cert=yes");
+    }
+    if !tls.verify_hostname {
+        s.push_str(" hostname-verification=OFF");
+    }
+    s
+}
+
+/// Where MSK IAM credentials come from, and the role they assume.
+fn aws_credentials(aws: &kmirror_kafka::settings::AwsIam) -> String {
+    let mut s = match aws.profile.as_deref() {
+        Some(p) => format!("profile '{p}' (awsProfileName)"),
+        None => "the default chain (environment, web identity, shared files' profile, container, instance metadata)".into(),
+    };
+    if let Some(r) = &aws.role {
+        let _ = write!(
+            s,
+            ", assuming role {} (session {}, STS {})",
+            r.arn,
+            r.session_name,
+            r.sts_region.as_deref().unwrap_or("us-east-1")
+        );
     }
     s
 }

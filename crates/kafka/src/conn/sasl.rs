@@ -30,8 +30,9 @@ pub enum Step {
     Done,
 }
 
-/// A client exchange for one mechanism.
-#[derive(Debug)]
+/// A client exchange for one mechanism. Its Debug shows the mechanism and step only: the
+/// PLAIN token holds the password, the OAUTHBEARER one a bearer token, the MSK IAM document a
+/// session token.
 pub enum Exchange {
     Plain {
         token: Option<Vec<u8>>,
@@ -50,6 +51,26 @@ pub enum Exchange {
     /// GSSAPI: the AP-REQ, the broker's AP-REP, an empty token, the broker's wrapped
     /// security-layer offer, kmirror's wrapped answer, and the broker's empty last word.
     Gssapi(Box<crate::kerberos::Login>),
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pending = |t: &Option<Vec<u8>>| if t.is_some() { "to send" } else { "sent" };
+        match self {
+            Exchange::Plain { token } => write!(f, "Exchange::Plain(token {})", pending(token)),
+            Exchange::Scram(s) => f.debug_tuple("Exchange::Scram").field(s).finish(),
+            Exchange::OAuth { initial, refusal } => write!(
+                f,
+                "Exchange::OAuth(token {}, refused: {})",
+                pending(initial),
+                refusal.is_some()
+            ),
+            Exchange::AwsIam { payload } => {
+                write!(f, "Exchange::AwsIam(payload {})", pending(payload))
+            }
+            Exchange::Gssapi(l) => f.debug_tuple("Exchange::Gssapi").field(l).finish(),
+        }
+    }
 }
 
 /// What a mechanism has before its exchange starts.
@@ -375,6 +396,31 @@ mod tests {
         );
         assert_eq!(e.start(), b"\0alice\0pw");
         assert_eq!(e.next(b""), Ok(Step::Done));
+    }
+
+    #[test]
+    fn an_exchanges_debug_shows_no_password_token_or_document() {
+        let plain = Exchange::new(
+            &creds(SaslMechanism::Plain, "alice", "pw-secret-9"),
+            Prepared::Nothing,
+        );
+        let bearer = Exchange::new(
+            &creds(SaslMechanism::OAuthBearer, "", ""),
+            Prepared::Token(Secret::new("eyJ.bearer-token-xyz")),
+        );
+        let msk = Exchange::new(
+            &creds(SaslMechanism::AwsMskIam, "", ""),
+            Prepared::Token(Secret::new("{\"x-amz-security-token\":\"session-xyz\"}")),
+        );
+        for (e, secret) in [
+            (plain, "pw-secret-9"),
+            (bearer, "bearer-token-xyz"),
+            (msk, "session-xyz"),
+        ] {
+            let shown = format!("{e:?}");
+            assert!(shown.contains("to send"), "{shown}");
+            assert!(!shown.contains(secret), "{shown}");
+        }
     }
 
     #[test]

@@ -47,6 +47,16 @@ impl KeytabKey {
     pub fn expose(&self) -> &[u8] {
         &self.key
     }
+
+    #[cfg(test)]
+    pub(crate) fn for_test() -> KeytabKey {
+        KeytabKey {
+            principal: "kmirror@TEST".into(),
+            kvno: 1,
+            enctype: 18,
+            key: vec![7; 32],
+        }
+    }
 }
 
 impl fmt::Debug for KeytabKey {

@@ -23,7 +23,7 @@ use krb5_gss::gss::{GssContext, NativeGssContext};
 use krb5_gss::{AcquiredTicket, KdcBoxFuture, KdcTransport, KerberosCredentials, Krb5Client};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -284,6 +284,8 @@ impl OneKeyFile {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         static N: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(sweep_orphans);
         let path = std::env::temp_dir().join(format!(
             "kmirror-{}-{}.keytab",
             std::process::id(),
@@ -298,6 +300,31 @@ impl OneKeyFile {
         f.write_all(&keytab::single(key))?;
         Ok(file)
     }
+}
+
+/// Removes the one-key files of kmirror processes that no longer run (killed before their
+/// `Drop`): a key must not outlive its process on disk.
+fn sweep_orphans() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = orphan_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The process id in a one-key file's name (`kmirror-<pid>-<n>.keytab`).
+fn orphan_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("kmirror-")?.strip_suffix(".keytab")?;
+    let (pid, n) = rest.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 impl Drop for OneKeyFile {
@@ -487,6 +514,30 @@ async fn ask(host: &str, port: u16, req: &[u8]) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_key_files_of_dead_processes_are_swept() {
+        assert_eq!(orphan_pid("kmirror-4242-7.keytab"), Some(4242));
+        for other in [
+            "kmirror-wi-1",
+            "kmirror-4242.keytab",
+            "a.keytab",
+            "kmirror-x-1.keytab",
+        ] {
+            assert_eq!(orphan_pid(other), None, "{other}");
+        }
+        // A pid above Linux's maximum runs nowhere.
+        let dead = std::env::temp_dir().join("kmirror-4294967294-0.keytab");
+        std::fs::write(&dead, b"key").unwrap();
+        let mine = OneKeyFile::write(&keytab::KeytabKey::for_test()).unwrap();
+        // (The first login of the process sweeps; here, another test's may have come first.)
+        sweep_orphans();
+        assert!(!dead.exists(), "the dead process's key is gone");
+        assert!(mine.0.exists(), "a live process's key stays");
+        let path = mine.0.clone();
+        drop(mine);
+        assert!(!path.exists());
+    }
 
     #[test]
     fn ticket_end_times_are_read_as_time_left() {

@@ -51,3 +51,36 @@ fn json_plan_masks_secrets_and_marks_served_flows() {
     assert_eq!(json["served_targets"][0], "A");
     assert_eq!(flows[0]["config"]["topics"]["include"][0], ".*");
 }
+
+#[test]
+fn plan_shows_both_msk_iam_forms_with_their_roles_and_an_oidc_endpoints_tls() {
+    let text = "clusters = A, B, C\nA.bootstrap.servers = a:9098\nB.bootstrap.servers = b:9098\n\
+        C.bootstrap.servers = c:9093\n\
+        A.security.protocol = SASL_SSL\nA.sasl.mechanism = AWS_MSK_IAM\n\
+        A.sasl.jaas.config = software.amazon.msk.auth.iam.IAMLoginModule required awsRoleArn=\"arn:aws:iam::1:role/reader\" awsRoleExternalId=\"ext-secret-7\";\n\
+        A.sasl.client.callback.handler.class = software.amazon.msk.auth.iam.IAMClientCallbackHandler\n\
+        B.security.protocol = SASL_SSL\nB.sasl.mechanism = OAUTHBEARER\n\
+        B.sasl.jaas.config = org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required awsProfileName=\"ops\" awsRoleArn=\"arn:aws:iam::2:role/writer\";\n\
+        B.sasl.login.callback.handler.class = software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler\n\
+        C.security.protocol = SASL_SSL\nC.sasl.mechanism = OAUTHBEARER\n\
+        C.sasl.oauthbearer.token.endpoint.url = https://idp.example/token?key=query-secret-8\n\
+        C.sasl.login.callback.handler.class = org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler\n\
+        C.sasl.login.connect.timeout.ms = 7000\n\
+        C.sasl.jaas.config = org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"km\" clientSecret=\"client-secret-9\" ssl.truststore.type=\"PEM\" ssl.truststore.location=\"/etc/idp-ca.pem\";\n\
+        A->B.enabled = true\nA->C.enabled = true\n";
+    let p = plan(text, &[]);
+    let shown = p.render_text();
+    for needle in [
+        "SASL_SSL AWS_MSK_IAM SigV4 credentials from the default chain (environment, web identity, shared files' profile, container, instance metadata), assuming role arn:aws:iam::1:role/reader (session kmirror, STS us-east-1)",
+        "SASL_SSL OAUTHBEARER Amazon MSK IAM token, credentials from profile 'ops' (awsProfileName), assuming role arn:aws:iam::2:role/writer",
+        "OAUTHBEARER OIDC client credentials at https://idp.example/token client=km secret=[hidden]",
+        "token endpoint timeouts connect 7000 ms, read 10000 ms, TLS trust=CA /etc/idp-ca.pem",
+    ] {
+        assert!(shown.contains(needle), "missing {needle:?} in:\n{shown}");
+    }
+    let json = serde_json::to_value(&p).unwrap().to_string();
+    for secret in ["ext-secret-7", "query-secret-8", "client-secret-9"] {
+        assert!(!shown.contains(secret), "{secret} in:\n{shown}");
+        assert!(!json.contains(secret), "{secret} in:\n{json}");
+    }
+}
