@@ -11,6 +11,9 @@
 //!   past it; false logs, counts and skips it, and copies the records after it.
 //! - `--rate.limit.bytes.per.second` and a 1 MiB `buffer.memory` bound the copy; SIGTERM with
 //!   the target down exits within the request timeout, and a restart copies what was left.
+//!
+//! Why one file of this size: MM1 mode's four real-cluster tests share the Java-tool and
+//! config-file helpers at the top, and two of them the process's shared pair of clusters.
 
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_testkit::{eventually, produce_keyed, read_partition, Cluster, KillOnDrop, Security};

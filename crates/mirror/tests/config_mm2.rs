@@ -1,5 +1,8 @@
 //! MM2 dedicated-mode configuration: precedence, client-key copying, `--clusters`, and every
 //! validation error (no brokers needed).
+//!
+//! Why one file of this size: a catalogue of the form's rules and errors, one short test each,
+//! sharing the `load` helpers at the top.
 
 use kmirror_kafka::{
     AutoOffsetReset, Compression, IsolationLevel, SaslMechanism, SecurityProtocol,

@@ -5,6 +5,9 @@
 //! read `orders` on A consumes `A.orders` on B with the same group. Then kmirror runs as an
 //! ordinary user holding only the ACLs docs/permissions.md lists, and everything works; without
 //! some of them, each missing permission is reported once and replication goes on.
+//!
+//! Why one file of this size: one long test, a sequence of steps on the same two secured
+//! clusters (each step starts from the state the last one left), with its Java-tool helpers.
 
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_mirror::config::mm2;

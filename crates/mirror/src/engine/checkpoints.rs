@@ -142,13 +142,7 @@ impl CheckpointTask {
         for r in records {
             if let (Some(k), Some(v)) = (r.key.as_deref(), r.value.as_deref()) {
                 if let Ok(c) = Checkpoint::decode(k, v) {
-                    state.rules.seen(
-                        &c.group,
-                        &c.topic,
-                        c.partition,
-                        c.upstream_offset,
-                        c.downstream_offset,
-                    );
+                    state.rules.seen(&c);
                 }
             }
         }

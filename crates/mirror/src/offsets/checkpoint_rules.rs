@@ -2,6 +2,7 @@
 //! the group was rewound upstream; or when the translated offset moved forward. So checkpoints
 //! never repeat and never move back for the same upstream position.
 
+use crate::wire::internal::Checkpoint;
 use std::collections::HashMap;
 
 /// The last checkpoint written per (group, target topic, partition): (upstream, downstream).
@@ -12,17 +13,10 @@ pub struct CheckpointRules {
 
 impl CheckpointRules {
     /// Remembers a checkpoint read back from the checkpoints topic at start.
-    pub fn seen(
-        &mut self,
-        group: &str,
-        topic: &str,
-        partition: i32,
-        upstream: i64,
-        downstream: i64,
-    ) {
+    pub fn seen(&mut self, c: &Checkpoint) {
         self.last.insert(
-            (group.to_string(), topic.to_string(), partition),
-            (upstream, downstream),
+            (c.group.clone(), c.topic.clone(), c.partition),
+            (c.upstream_offset, c.downstream_offset),
         );
     }
 
@@ -96,7 +90,14 @@ mod tests {
             "the group was rewound upstream"
         );
         assert!(r.should_emit("g", "A.t", 1, 10, 5), "another partition");
-        r.seen("h", "A.t", 0, 50, 40);
+        r.seen(&Checkpoint {
+            group: "h".into(),
+            topic: "A.t".into(),
+            partition: 0,
+            upstream_offset: 50,
+            downstream_offset: 40,
+            metadata: String::new(),
+        });
         assert!(!r.should_emit("h", "A.t", 0, 50, 40), "read back at start");
         assert_eq!(
             r.group("g"),
