@@ -244,6 +244,10 @@ struct SlotState {
     /// Bumped by a seek: responses and events of an older generation are dropped.
     generation: u64,
     out_of_range: bool,
+    /// An out-of-range answer seen once and not yet believed: right after a broker restarts,
+    /// its first answers (and ListOffsets) can name a log start past records that are there
+    /// (docs/engine.md, "Out of range"). A second one, after new metadata, is believed.
+    out_of_range_once: bool,
     /// The partition's end as of the last answer (the last stable offset for read_committed).
     end: i64,
     /// Retriable partition errors back off until this instant.
@@ -306,6 +310,7 @@ impl Subscription {
             s.position = offset;
             s.generation += 1;
             s.out_of_range = false;
+            s.out_of_range_once = false;
         }
         self.slot.wake();
     }
@@ -423,6 +428,7 @@ impl Fetcher {
                 leader_epoch,
                 generation: 0,
                 out_of_range: false,
+                out_of_range_once: false,
                 end: -1,
                 backoff_until: None,
                 backoff_attempt: 0,
@@ -957,6 +963,16 @@ impl BrokerFetcher {
                 // A seek during the lookups wins: pausing its new position would stall the
                 // partition for good (its consumer drops this generation's event).
                 let mut s = slot.lock();
+                let (believed, once) =
+                    believe_out_of_range(requested, log_start, log_end, s.out_of_range_once);
+                if s.generation == generation && !believed {
+                    // Asked again after a back-off, with new metadata.
+                    s.out_of_range_once = once;
+                    drop(s);
+                    self.back_off(slot);
+                    tracing::debug!(topic = %slot.topic, partition = slot.partition, requested, log_start, log_end, "offset out of range; asking again before believing it");
+                    return Verdict::Reroute;
+                }
                 if s.generation == generation {
                     s.out_of_range = true;
                     let _ = slot.mailbox.try_send((
@@ -1042,6 +1058,7 @@ impl BrokerFetcher {
             let mut s = slot.lock();
             s.backoff_attempt = 0;
             s.backoff_until = None;
+            s.out_of_range_once = false;
             s.end = match self.shared.config.isolation {
                 IsolationLevel::ReadCommitted if p.last_stable_offset >= 0 => p.last_stable_offset,
                 _ => p.high_watermark,
@@ -1127,5 +1144,32 @@ async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Whether an OFFSET_OUT_OF_RANGE answer for `requested` is believed, given the log's start
+/// and end from ListOffsets and whether one was seen already (docs/engine.md, "Out of range");
+/// and whether one is now seen. A position inside the log is never out of range.
+fn believe_out_of_range(requested: i64, log_start: i64, log_end: i64, once: bool) -> (bool, bool) {
+    let in_range = (log_start..=log_end).contains(&requested);
+    (!in_range && once, !in_range)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::believe_out_of_range;
+
+    #[test]
+    fn an_out_of_range_answer_is_believed_the_second_time_and_never_inside_the_log() {
+        // Below the log start: once not yet believed, twice believed.
+        assert_eq!(believe_out_of_range(0, 100, 500, false), (false, true));
+        assert_eq!(believe_out_of_range(0, 100, 500, true), (true, true));
+        // Past the end (unclean election) alike.
+        assert_eq!(believe_out_of_range(900, 100, 500, true), (true, true));
+        // ListOffsets puts the position inside the log: a stale answer, never believed, and
+        // it clears what was seen.
+        for at in [100, 300, 500] {
+            assert_eq!(believe_out_of_range(at, 100, 500, true), (false, false));
+        }
     }
 }
