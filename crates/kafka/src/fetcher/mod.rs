@@ -244,10 +244,11 @@ struct SlotState {
     /// Bumped by a seek: responses and events of an older generation are dropped.
     generation: u64,
     out_of_range: bool,
-    /// An out-of-range answer seen once and not yet believed: right after a broker restarts,
-    /// its first answers (and ListOffsets) can name a log start past records that are there
-    /// (docs/engine.md, "Out of range"). A second one, after new metadata, is believed.
-    out_of_range_once: bool,
+    /// Since when out-of-range answers have come, not yet believed: right after a broker
+    /// restarts or a leader moves, answers (ListOffsets too) have named a log start past
+    /// records that are there (docs/engine.md, "Out of range"). Believed once they held for
+    /// [`OUT_OF_RANGE_CONFIRM`], asked again with new metadata after each back-off.
+    out_of_range_since: Option<tokio::time::Instant>,
     /// The partition's end as of the last answer (the last stable offset for read_committed).
     end: i64,
     /// Retriable partition errors back off until this instant.
@@ -310,7 +311,7 @@ impl Subscription {
             s.position = offset;
             s.generation += 1;
             s.out_of_range = false;
-            s.out_of_range_once = false;
+            s.out_of_range_since = None;
         }
         self.slot.wake();
     }
@@ -428,7 +429,7 @@ impl Fetcher {
                 leader_epoch,
                 generation: 0,
                 out_of_range: false,
-                out_of_range_once: false,
+                out_of_range_since: None,
                 end: -1,
                 backoff_until: None,
                 backoff_attempt: 0,
@@ -963,11 +964,13 @@ impl BrokerFetcher {
                 // A seek during the lookups wins: pausing its new position would stall the
                 // partition for good (its consumer drops this generation's event).
                 let mut s = slot.lock();
-                let (believed, once) =
-                    believe_out_of_range(requested, log_start, log_end, s.out_of_range_once);
+                let now = tokio::time::Instant::now();
+                let held = s.out_of_range_since.map(|t| now - t);
+                let believed = believe_out_of_range(requested, log_start, log_end, held);
                 if s.generation == generation && !believed {
                     // Asked again after a back-off, with new metadata.
-                    s.out_of_range_once = once;
+                    let stale = (log_start..=log_end).contains(&requested);
+                    s.out_of_range_since = (!stale).then(|| s.out_of_range_since.unwrap_or(now));
                     drop(s);
                     self.back_off(slot);
                     tracing::debug!(topic = %slot.topic, partition = slot.partition, requested, log_start, log_end, "offset out of range; asking again before believing it");
@@ -1058,7 +1061,7 @@ impl BrokerFetcher {
             let mut s = slot.lock();
             s.backoff_attempt = 0;
             s.backoff_until = None;
-            s.out_of_range_once = false;
+            s.out_of_range_since = None;
             s.end = match self.shared.config.isolation {
                 IsolationLevel::ReadCommitted if p.last_stable_offset >= 0 => p.last_stable_offset,
                 _ => p.high_watermark,
@@ -1147,29 +1150,38 @@ async fn sleep_until(t: Option<tokio::time::Instant>) {
     }
 }
 
+/// How long out-of-range answers must keep coming before one is believed.
+const OUT_OF_RANGE_CONFIRM: Duration = Duration::from_secs(1);
+
 /// Whether an OFFSET_OUT_OF_RANGE answer for `requested` is believed, given the log's start
-/// and end from ListOffsets and whether one was seen already (docs/engine.md, "Out of range");
-/// and whether one is now seen. A position inside the log is never out of range.
-fn believe_out_of_range(requested: i64, log_start: i64, log_end: i64, once: bool) -> (bool, bool) {
-    let in_range = (log_start..=log_end).contains(&requested);
-    (!in_range && once, !in_range)
+/// and end from ListOffsets and how long such answers have come (docs/engine.md, "Out of
+/// range"). A position inside the log is never out of range.
+fn believe_out_of_range(
+    requested: i64,
+    log_start: i64,
+    log_end: i64,
+    held: Option<Duration>,
+) -> bool {
+    !(log_start..=log_end).contains(&requested) && held.is_some_and(|h| h >= OUT_OF_RANGE_CONFIRM)
 }
 
 #[cfg(test)]
 mod tests {
     use super::believe_out_of_range;
+    use std::time::Duration;
 
     #[test]
-    fn an_out_of_range_answer_is_believed_the_second_time_and_never_inside_the_log() {
-        // Below the log start: once not yet believed, twice believed.
-        assert_eq!(believe_out_of_range(0, 100, 500, false), (false, true));
-        assert_eq!(believe_out_of_range(0, 100, 500, true), (true, true));
+    fn an_out_of_range_answer_is_believed_once_it_held_and_never_inside_the_log() {
+        let ms = Duration::from_millis;
+        // Below the log start: not at the first answer, nor 0.9 s on; after 1 s, believed.
+        assert!(!believe_out_of_range(0, 100, 500, None));
+        assert!(!believe_out_of_range(0, 100, 500, Some(ms(900))));
+        assert!(believe_out_of_range(0, 100, 500, Some(ms(1000))));
         // Past the end (unclean election) alike.
-        assert_eq!(believe_out_of_range(900, 100, 500, true), (true, true));
-        // ListOffsets puts the position inside the log: a stale answer, never believed, and
-        // it clears what was seen.
+        assert!(believe_out_of_range(900, 100, 500, Some(ms(1500))));
+        // ListOffsets puts the position inside the log: a stale answer, never believed.
         for at in [100, 300, 500] {
-            assert_eq!(believe_out_of_range(at, 100, 500, true), (false, false));
+            assert!(!believe_out_of_range(at, 100, 500, Some(ms(5000))), "{at}");
         }
     }
 }
