@@ -177,10 +177,17 @@ async fn run_engine(
         kmirror_mirror::engine::run(&cfg, shutdown.clone(), metrics.clone()),
     )
     .await?;
+    let flows = metrics.flow_figures();
+    let batches = |mode: &str| -> u64 {
+        flows
+            .iter()
+            .filter_map(|f| metrics.batches.get(&f.labels.mode(mode)).map(|c| c.get()))
+            .sum()
+    };
     tracing::info!(
-        records = metrics.sum("kmirror_record_count_total", &[]),
-        batches_forwarded = metrics.sum("kmirror_batches_total", &[("mode", "batch")]),
-        batches_reencoded = metrics.sum("kmirror_batches_total", &[("mode", "record")]),
+        records = flows.iter().map(|f| f.records).sum::<u64>(),
+        batches_forwarded = batches("batch"),
+        batches_reencoded = batches("record"),
         "stopped"
     );
     Ok(())
@@ -229,7 +236,11 @@ async fn run_legacy(
     )
     .await?;
     tracing::info!(
-        records = metrics.sum("kmirror_record_count_total", &[]),
+        records = metrics
+            .flow_figures()
+            .iter()
+            .map(|f| f.records)
+            .sum::<u64>(),
         "stopped"
     );
     Ok(())

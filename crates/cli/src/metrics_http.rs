@@ -28,9 +28,10 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             loop {
                 let t = std::time::Instant::now();
                 sampler.tick(&metrics);
-                // A sample renders every series: a few ms for a few hundred partitions, tens of
-                // ms at 10,000. The pause is 100 times what it took (at least 1 s, at most 30 s),
-                // so sampling never costs more than about 1% of a core.
+                // A sample reads every partition's series: microseconds for a few hundred
+                // partitions, about a millisecond at 10,000. The pause is 100 times what it took
+                // (at least 1 s, at most 30 s), so sampling never costs more than about 1% of a
+                // core.
                 let pause =
                     (t.elapsed() * 100).clamp(Duration::from_secs(1), Duration::from_secs(30));
                 tokio::time::sleep(pause).await;

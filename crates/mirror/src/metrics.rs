@@ -204,13 +204,49 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// The engine's state as readiness needs it (see [`Metrics::readiness`]).
+/// Why an exactly-once transaction was aborted: every `reason` of
+/// `kmirror_transactions_aborted_total` (docs/metrics.md), so `/status` can add them up.
+pub const ABORT_REASONS: [&str; 4] = ["failed", "timeout", "commit_failed", "fenced"];
+
+/// One partition's series that `/status` adds up per flow: the same atomics the exposition
+/// shows, so the two cannot disagree.
+#[derive(Clone, Debug)]
+pub struct PartitionSeries {
+    pub records: Counter,
+    pub bytes: Counter,
+    pub age_ms: Gauge,
+    pub latency_ms: Gauge,
+    pub lag: Gauge,
+}
+
+/// One flow's per-partition series added up (see [`Metrics::flow_figures`]).
+#[derive(Clone, Debug)]
+pub struct FlowFigures {
+    pub labels: FlowLabels,
+    pub connected: bool,
+    pub records: u64,
+    pub bytes: u64,
+    pub lag_records: i64,
+    /// The largest `record-age-ms` over the flow's partitions.
+    pub max_age_ms: i64,
+    pub partitions_stopped: i64,
+}
+
+/// The engine's state as readiness and `/status` need it (see [`Metrics::readiness`],
+/// [`Metrics::flow_figures`]): handles on the series themselves, never the exposition parsed
+/// back.
 #[derive(Debug, Default)]
 struct Health {
-    /// `A->B` -> the flow's `kmirror_flow_connected` gauge (the same atomic).
-    flows: std::collections::BTreeMap<String, Gauge>,
+    /// `(source, target)` -> the flow's labels and its `kmirror_flow_connected` gauge.
+    flows: std::collections::BTreeMap<(String, String), (FlowLabels, Gauge)>,
     /// `(flow, remote topic, partition)` of every partition stopped by an error.
     stopped: std::collections::BTreeSet<(String, String, i32)>,
+    /// Every partition's series, created once per partition by [`Metrics::partition_series`].
+    partitions: std::collections::HashMap<PartitionLabels, PartitionSeries>,
+}
+
+fn flow_name(source: &str, target: &str) -> String {
+    format!("{source}->{target}")
 }
 
 /// Every metric the engine keeps.
@@ -676,10 +712,73 @@ impl Metrics {
     pub fn connected_gauge(&self, labels: &FlowLabels) -> Gauge {
         let g = self.flow_connected.get_or_create(labels).clone();
         self.health_lock().flows.insert(
-            format!("{}->{}", &*labels.source, &*labels.target),
-            g.clone(),
+            (labels.source.to_string(), labels.target.to_string()),
+            (labels.clone(), g.clone()),
         );
         g
+    }
+
+    /// A partition's record, byte, age, latency and lag series (created on first use), known
+    /// from now on to [`Metrics::flow_figures`]. Callers keep the handles: a lookup takes a
+    /// lock.
+    pub fn partition_series(&self, labels: &PartitionLabels) -> PartitionSeries {
+        if let Some(s) = self.health_lock().partitions.get(labels) {
+            return s.clone();
+        }
+        // One statement per lookup, and no lock of ours held meanwhile: a family's guard lives
+        // to the end of its statement.
+        let records = self.record_count.get_or_create(labels).clone();
+        let bytes = self.byte_count.get_or_create(labels).clone();
+        let age_ms = self.record_age_ms.get_or_create(labels).clone();
+        let latency_ms = self.replication_latency_ms.get_or_create(labels).clone();
+        let lag = self.lag_records.get_or_create(labels).clone();
+        let s = PartitionSeries {
+            records,
+            bytes,
+            age_ms,
+            latency_ms,
+            lag,
+        };
+        self.health_lock()
+            .partitions
+            .entry(labels.clone())
+            .or_insert(s)
+            .clone()
+    }
+
+    /// Every flow started so far, with its partitions' series added up.
+    pub fn flow_figures(&self) -> Vec<FlowFigures> {
+        let h = self.health_lock();
+        let mut out: std::collections::BTreeMap<(&str, &str), FlowFigures> = h
+            .flows
+            .iter()
+            .map(|((s, t), (labels, g))| {
+                let f = FlowFigures {
+                    labels: labels.clone(),
+                    connected: g.get() >= 1,
+                    records: 0,
+                    bytes: 0,
+                    lag_records: 0,
+                    max_age_ms: 0,
+                    partitions_stopped: 0,
+                };
+                ((s.as_str(), t.as_str()), f)
+            })
+            .collect();
+        for (p, series) in &h.partitions {
+            let Some(f) = out.get_mut(&(&*p.source, &*p.target)) else {
+                continue;
+            };
+            f.records += series.records.get();
+            f.bytes += series.bytes.get();
+            f.lag_records += series.lag.get();
+            f.max_age_ms = f.max_age_ms.max(series.age_ms.get());
+        }
+        for f in out.values_mut() {
+            let name = flow_name(&f.labels.source, &f.labels.target);
+            f.partitions_stopped = h.stopped.iter().filter(|(n, _, _)| *n == name).count() as i64;
+        }
+        out.into_values().collect()
     }
 
     /// Marks a partition stopped by an error (or started again): the gauge
@@ -689,7 +788,7 @@ impl Metrics {
             .get_or_create(labels)
             .set(i64::from(stopped));
         let key = (
-            format!("{}->{}", &*labels.source, &*labels.target),
+            flow_name(&labels.source, &labels.target),
             labels.topic.to_string(),
             labels.partition,
         );
@@ -708,11 +807,11 @@ impl Metrics {
         if h.flows.is_empty() {
             return (false, Some("no flow has started yet".into()));
         }
-        let down: Vec<&str> = h
+        let down: Vec<String> = h
             .flows
             .iter()
-            .filter(|(_, g)| g.get() < 1)
-            .map(|(f, _)| f.as_str())
+            .filter(|(_, (_, g))| g.get() < 1)
+            .map(|((s, t), _)| flow_name(s, t))
             .collect();
         if !down.is_empty() {
             return (

@@ -1,15 +1,16 @@
 //! What `/health`, `/ready` and `/status` report, and what `kmirror status` prints: per flow
 //! the topics and partitions replicating, records/s and MB/s (from two samples of the
 //! counters), lag in records and seconds, the time to catch up at the current rate, errors,
-//! and whether both clusters answer. Built from the metrics' own text exposition, so the
-//! endpoints and `/metrics` can never disagree.
+//! and whether both clusters answer. Read from the series `/metrics` shows (the same atomics,
+//! never the exposition parsed back), so the endpoints and `/metrics` cannot disagree.
 
 use crate::engine::Shutdown;
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorKind, FlowLabels, Metrics, ABORT_REASONS};
 use kmirror_kafka::cluster::KafkaCluster;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,66 +93,51 @@ pub struct Status {
     pub flows: Vec<FlowStatus>,
 }
 
-/// Sample series: (metric, its labels as written, value). Labels are read on demand with
-/// [`label`]: at 10,000 partitions an exposition has about 70,000 series, and a map of labels
-/// for each one, built every second, was most of the cost of sampling.
-fn samples(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let value: f64 = value.parse().ok()?;
-            Some(match series.split_once('{') {
-                Some((m, r)) => (m, r.trim_end_matches('}'), value),
-                None => (series, "", value),
-            })
+/// Figures per flow, read from the engine's series (rates are filled in by [`Sampler`]).
+pub fn flows(metrics: &Metrics) -> Vec<FlowStatus> {
+    metrics
+        .flow_figures()
+        .into_iter()
+        .map(|f| {
+            let l = &f.labels;
+            // `get` leaves a series that was never set out, as the exposition does.
+            let gauge = |family: &Family<FlowLabels, Gauge>| family.get(l).map(|g| g.get());
+            let counter =
+                |family: &Family<FlowLabels, Counter>| family.get(l).map_or(0, |c| c.get());
+            let errors = ErrorKind::ALL
+                .iter()
+                .filter_map(|k| metrics.errors.get(&l.error(*k)).map(|c| c.get()))
+                .sum();
+            let aborted = ABORT_REASONS
+                .iter()
+                .filter_map(|r| {
+                    metrics
+                        .transactions_aborted
+                        .get(&l.reason(r))
+                        .map(|c| c.get())
+                })
+                .sum();
+            FlowStatus {
+                flow: format!("{}->{}", &*l.source, &*l.target),
+                connected: f.connected,
+                topics: gauge(&metrics.topics).unwrap_or(0),
+                partitions: gauge(&metrics.partitions).unwrap_or(0),
+                partitions_stopped: f.partitions_stopped,
+                records: f.records,
+                bytes: f.bytes,
+                lag_records: f.lag_records,
+                lag_seconds: f.max_age_ms.max(0) as f64 / 1000.0,
+                errors,
+                assigned_partitions: gauge(&metrics.assigned_partitions),
+                group_leader: gauge(&metrics.group_leader).map(|v| v >= 1),
+                group_members: gauge(&metrics.group_members).filter(|v| *v >= 1),
+                exactly_once_slots: gauge(&metrics.exactly_once_slots),
+                transactions_committed: counter(&metrics.transactions_committed),
+                transactions_aborted: aborted,
+                ..FlowStatus::default()
+            }
         })
-}
-
-/// The value of one label in a series' label text (`a="x",b="y"`). Label values here are
-/// cluster aliases, topics and numbers, which hold no commas or quotes.
-fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
-    labels.split(',').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        (k == key).then(|| v.trim_matches('"'))
-    })
-}
-
-/// Figures per flow from one exposition (rates are filled in by [`Sampler`]).
-pub fn flows(text: &str) -> Vec<FlowStatus> {
-    // Keyed by the label text, so a series costs no allocation.
-    let mut by_flow: BTreeMap<(&str, &str), FlowStatus> = BTreeMap::new();
-    for (metric, labels, v) in samples(text) {
-        if !metric.starts_with("kmirror_") {
-            continue;
-        }
-        let (Some(s), Some(t)) = (label(labels, "source"), label(labels, "target")) else {
-            continue;
-        };
-        let f = by_flow.entry((s, t)).or_insert_with(|| FlowStatus {
-            flow: format!("{s}->{t}"),
-            ..FlowStatus::default()
-        });
-        match metric {
-            "kmirror_flow_connected" => f.connected = v >= 1.0,
-            "kmirror_topics" => f.topics = v as i64,
-            "kmirror_partitions" => f.partitions = v as i64,
-            "kmirror_partition_stopped" => f.partitions_stopped += v as i64,
-            "kmirror_record_count_total" => f.records += v as u64,
-            "kmirror_byte_count_total" => f.bytes += v as u64,
-            "kmirror_replication_lag_records" => f.lag_records += v as i64,
-            "kmirror_record_age_ms" => f.lag_seconds = f.lag_seconds.max(v / 1000.0),
-            "kmirror_errors_total" => f.errors += v as u64,
-            "kmirror_assigned_partitions" => f.assigned_partitions = Some(v as i64),
-            "kmirror_group_leader" => f.group_leader = Some(v >= 1.0),
-            "kmirror_group_members" if v >= 1.0 => f.group_members = Some(v as i64),
-            "kmirror_exactly_once_slots" => f.exactly_once_slots = Some(v as i64),
-            "kmirror_transactions_committed_total" => f.transactions_committed += v as u64,
-            "kmirror_transactions_aborted_total" => f.transactions_aborted += v as u64,
-            _ => {}
-        }
-    }
-    by_flow.into_values().collect()
+        .collect()
 }
 
 /// Samples the counters about once a second (see [`Sampler::tick`]) so that rates cover the last
@@ -183,7 +169,7 @@ impl Sampler {
 
     /// Records the counters now (call about once a second).
     pub fn tick(&self, metrics: &Metrics) {
-        let now = flows(&metrics.render());
+        let now = flows(metrics);
         let mut t = self.lock();
         t.push_back((Instant::now(), now));
         while t.len() > RATE_WINDOW + 1 {
@@ -193,8 +179,7 @@ impl Sampler {
 
     /// The status now, with rates over the sampled window.
     pub fn status(&self, metrics: &Metrics) -> Status {
-        let text = metrics.render();
-        let mut flows = flows(&text);
+        let mut flows = flows(metrics);
         let ticks = self.lock();
         if let (Some((t0, first)), Some((t1, last))) = (ticks.front(), ticks.back()) {
             let dt = t1.duration_since(*t0).as_secs_f64();
@@ -302,23 +287,40 @@ pub fn render(s: &Status) -> String {
 mod tests {
     use super::*;
 
-    const TEXT: &str = "# HELP kmirror_flow_connected x\n\
-        kmirror_flow_connected{source=\"A\",target=\"B\"} 1\n\
-        kmirror_topics{source=\"A\",target=\"B\"} 2\n\
-        kmirror_partitions{source=\"A\",target=\"B\"} 6\n\
-        kmirror_record_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 100\n\
-        kmirror_record_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"1\"} 50\n\
-        kmirror_byte_count_total{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 2000000\n\
-        kmirror_replication_lag_records{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 30\n\
-        kmirror_record_age_ms{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"0\"} 1500\n\
-        kmirror_record_age_ms{source=\"A\",target=\"B\",topic=\"A.t\",partition=\"1\"} 500\n\
-        kmirror_errors_total{source=\"A\",target=\"B\",kind=\"fetch\"} 2\n\
-        kmirror_flow_connected{source=\"B\",target=\"A\"} 0\n\
-        # EOF\n";
+    fn flow(s: &str, t: &str) -> FlowLabels {
+        FlowLabels {
+            source: s.into(),
+            target: t.into(),
+        }
+    }
+
+    /// Two flows, A->B copying two partitions and B->A not answering, set up through the
+    /// calls the engine makes.
+    fn two_flows() -> Metrics {
+        let m = Metrics::new();
+        let ab = flow("A", "B");
+        m.connected_gauge(&ab).set(1);
+        m.connected_gauge(&flow("B", "A")).set(0);
+        m.topics.get_or_create(&ab).set(2);
+        m.partitions.get_or_create(&ab).set(6);
+        let p0 = m.partition_series(&ab.partition("A.t", 0));
+        let p1 = m.partition_series(&ab.partition("A.t", 1));
+        p0.records.inc_by(100);
+        p1.records.inc_by(50);
+        p0.bytes.inc_by(2_000_000);
+        p0.lag.set(30);
+        p0.age_ms.set(1500);
+        p1.age_ms.set(500);
+        m.errors
+            .get_or_create(&ab.error(ErrorKind::Fetch))
+            .inc_by(2);
+        m
+    }
 
     #[test]
-    fn figures_per_flow_from_the_exposition() {
-        let f = flows(TEXT);
+    fn figures_per_flow_from_the_engine_s_series() {
+        let m = two_flows();
+        let f = flows(&m);
         assert_eq!(f.len(), 2);
         let ab = &f[0];
         assert_eq!(ab.flow, "A->B");
@@ -329,7 +331,34 @@ mod tests {
             (150, 2_000_000, 30, 2)
         );
         assert_eq!(ab.lag_seconds, 1.5);
+        assert_eq!(ab.partitions_stopped, 0);
         assert!(!f[1].connected);
+        assert_eq!(f[1].records, 0);
+        m.set_partition_stopped(&flow("A", "B").partition("A.t", 1), true);
+        assert_eq!(flows(&m)[0].partitions_stopped, 1);
+        assert_eq!(flows(&m)[1].partitions_stopped, 0);
+    }
+
+    /// `/status` and `/metrics` read the same atomics: every figure equals the exposition's sum.
+    #[test]
+    fn figures_agree_with_the_exposition() {
+        let m = two_flows();
+        let sum = |name: &str, s: &str, t: &str| m.sum(name, &[("source", s), ("target", t)]);
+        for f in flows(&m) {
+            let (s, t) = f.flow.split_once("->").unwrap();
+            assert_eq!(f.records as f64, sum("kmirror_record_count_total", s, t));
+            assert_eq!(f.bytes as f64, sum("kmirror_byte_count_total", s, t));
+            assert_eq!(
+                f.lag_records as f64,
+                sum("kmirror_replication_lag_records", s, t)
+            );
+            assert_eq!(f.errors as f64, sum("kmirror_errors_total", s, t));
+            assert_eq!(f.topics as f64, sum("kmirror_topics", s, t));
+            assert_eq!(
+                f64::from(u8::from(f.connected)),
+                sum("kmirror_flow_connected", s, t)
+            );
+        }
     }
 
     #[test]
@@ -339,10 +368,6 @@ mod tests {
             m.readiness(),
             (false, Some("no flow has started yet".into()))
         );
-        let flow = |s: &str, t: &str| crate::metrics::FlowLabels {
-            source: s.into(),
-            target: t.into(),
-        };
         let ab = m.connected_gauge(&flow("A", "B"));
         let ba = m.connected_gauge(&flow("B", "A"));
         ab.set(1);
@@ -387,12 +412,18 @@ mod tests {
 
     #[test]
     fn an_exactly_once_flow_shows_its_slots_and_transactions() {
-        let text = "kmirror_flow_connected{source=\"A\",target=\"B\"} 1\n\
-            kmirror_exactly_once_slots{source=\"A\",target=\"B\"} 4\n\
-            kmirror_transactions_committed_total{source=\"A\",target=\"B\"} 120\n\
-            kmirror_transactions_aborted_total{source=\"A\",target=\"B\",reason=\"failed\"} 2\n\
-            kmirror_transactions_aborted_total{source=\"A\",target=\"B\",reason=\"fenced\"} 1\n";
-        let f = &flows(text)[0];
+        let m = Metrics::new();
+        let ab = flow("A", "B");
+        m.connected_gauge(&ab).set(1);
+        m.exactly_once_slots.get_or_create(&ab).set(4);
+        m.transactions_committed.get_or_create(&ab).inc_by(120);
+        m.transactions_aborted
+            .get_or_create(&ab.reason("failed"))
+            .inc_by(2);
+        m.transactions_aborted
+            .get_or_create(&ab.reason("fenced"))
+            .inc();
+        let f = &flows(&m)[0];
         assert_eq!(
             (
                 f.exactly_once_slots,
@@ -403,7 +434,7 @@ mod tests {
         );
         let out = render(&Status {
             ready: true,
-            flows: flows(text),
+            flows: flows(&m),
             ..Status::default()
         });
         assert!(
@@ -411,7 +442,7 @@ mod tests {
             "{out}"
         );
         assert!(!render(&Status {
-            flows: flows(TEXT),
+            flows: flows(&two_flows()),
             ..Status::default()
         })
         .contains("exactly-once"));
@@ -419,12 +450,12 @@ mod tests {
 
     #[test]
     fn a_shared_flow_shows_this_process_s_share_and_the_leader_the_members() {
-        let leader = format!(
-            "{TEXT}kmirror_assigned_partitions{{source=\"A\",target=\"B\"}} 2\n\
-             kmirror_group_leader{{source=\"A\",target=\"B\"}} 1\n\
-             kmirror_group_members{{source=\"A\",target=\"B\"}} 3\n"
-        );
-        let f = &flows(&leader)[0];
+        let m = two_flows();
+        let ab = flow("A", "B");
+        m.assigned_partitions.get_or_create(&ab).set(2);
+        m.group_leader.get_or_create(&ab).set(1);
+        m.group_members.get_or_create(&ab).set(3);
+        let f = &flows(&m)[0];
         assert_eq!(
             (f.assigned_partitions, f.group_leader, f.group_members),
             (Some(2), Some(true), Some(3))
@@ -437,16 +468,10 @@ mod tests {
             text.contains("partitions 6 (this process 2; leads 3 processes)"),
             "{text}"
         );
-        let other = leader
-            .replace(
-                "group_leader{source=\"A\",target=\"B\"} 1",
-                "group_leader{source=\"A\",target=\"B\"} 0",
-            )
-            .replace(
-                "group_members{source=\"A\",target=\"B\"} 3",
-                "group_members{source=\"A\",target=\"B\"} 0",
-            );
-        let f = &flows(&other)[0];
+        // Another process: not the leader, so it does not count the members.
+        m.group_leader.get_or_create(&ab).set(0);
+        m.group_members.get_or_create(&ab).set(0);
+        let f = &flows(&m)[0];
         assert_eq!((f.group_leader, f.group_members), (Some(false), None));
         // Every process shows the whole group, as the leader assigned it.
         let mut f = f.clone();
@@ -474,7 +499,7 @@ mod tests {
         );
         let back: FlowStatus = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
         assert_eq!(back.members, f.members);
-        let json = serde_json::to_string(&flows(TEXT)[0]).unwrap();
+        let json = serde_json::to_string(&flows(&two_flows())[0]).unwrap();
         assert!(
             !json.contains("assigned"),
             "not shared: nothing in JSON: {json}"

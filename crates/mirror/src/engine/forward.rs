@@ -211,11 +211,7 @@ impl Gauges {
     pub(super) fn new(m: &Metrics, flow: &FlowLabels, partition: &PartitionLabels) -> Gauges {
         // One statement per lookup: a family's guard lives to the end of its statement, and a
         // second lookup in the same family within it would deadlock on the family's lock.
-        let records = m.record_count.get_or_create(partition).clone();
-        let bytes = m.byte_count.get_or_create(partition).clone();
-        let age = m.record_age_ms.get_or_create(partition).clone();
-        let latency = m.replication_latency_ms.get_or_create(partition).clone();
-        let lag = m.lag_records.get_or_create(partition).clone();
+        let series = m.partition_series(partition);
         let batch_mode = m.batches.get_or_create(&flow.mode("batch")).clone();
         let record_mode = m.batches.get_or_create(&flow.mode("record")).clone();
         let merged_mode = m.batches.get_or_create(&flow.mode("merged")).clone();
@@ -223,11 +219,11 @@ impl Gauges {
         let loop_skipped = m.loop_records_skipped.get_or_create(flow).clone();
         Gauges {
             loop_skipped,
-            records,
-            bytes,
-            age,
-            latency,
-            lag,
+            records: series.records,
+            bytes: series.bytes,
+            age: series.age_ms,
+            latency: series.latency_ms,
+            lag: series.lag,
             batch_mode,
             record_mode,
             merged_mode,

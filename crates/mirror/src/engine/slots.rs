@@ -861,6 +861,27 @@ impl Drop for Member {
 mod tests {
     use super::*;
 
+    /// `/status` adds the aborts up over `metrics::ABORT_REASONS`: a reason missing there would
+    /// be counted in `/metrics` and not in `/status`.
+    #[test]
+    fn every_abort_reason_is_one_status_adds_up() {
+        // A new reason fails to compile here until it is added to the list below.
+        let _every = |r: AbortReason| match r {
+            AbortReason::Failed
+            | AbortReason::Timeout
+            | AbortReason::Commit
+            | AbortReason::Fenced => {}
+        };
+        let all = [
+            AbortReason::Failed,
+            AbortReason::Timeout,
+            AbortReason::Commit,
+            AbortReason::Fenced,
+        ];
+        let labels: Vec<&str> = all.iter().map(|r| r.label()).collect();
+        assert_eq!(labels, crate::metrics::ABORT_REASONS);
+    }
+
     #[test]
     fn slots_are_stable_and_spread_a_topics_partitions() {
         // Fixed values: a change would move partitions between slots across versions, and a

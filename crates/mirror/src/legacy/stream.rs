@@ -564,22 +564,17 @@ impl Copier {
         let Some(end) = f.batches.last().map(|b| (b.last_offset() + 1).max(next)) else {
             return Ok(());
         };
-        let labels = self.sh.labels.partition(&topic, partition);
+        let series = self
+            .sh
+            .metrics
+            .partition_series(&self.sh.labels.partition(&topic, partition));
         let log_end = match tuning.isolation_level {
             IsolationLevel::ReadCommitted => f.last_stable_offset,
             IsolationLevel::ReadUncommitted => f.high_watermark,
         };
-        self.sh
-            .metrics
-            .lag_records
-            .get_or_create(&labels)
-            .set((log_end - end).max(0));
+        series.lag.set((log_end - end).max(0));
         if let Some(ts) = newest_ts {
-            self.sh
-                .metrics
-                .record_age_ms
-                .get_or_create(&labels)
-                .set(crate::engine::now_ms() - ts);
+            series.age_ms.set(crate::engine::now_ms() - ts);
         }
         // Partition counts of the target topics named, creating missing topics.
         let mut counts: HashMap<String, i32> = HashMap::new();
@@ -630,18 +625,10 @@ impl Copier {
             .ledger
             .open(&(topic.clone(), partition), end, out.len() as u32);
         for (key, batch) in out {
-            self.sh
-                .metrics
-                .byte_count
-                .get_or_create(&labels)
-                .inc_by(batch.bytes().len() as u64);
+            series.bytes.inc_by(batch.bytes().len() as u64);
             self.send(key, tag, batch).await?;
         }
-        self.sh
-            .metrics
-            .record_count
-            .get_or_create(&labels)
-            .inc_by(copied);
+        series.records.inc_by(copied);
         self.positions[i].next = end;
         Ok(())
     }
