@@ -11,14 +11,12 @@
 
 use base64::Engine;
 use bytes::Bytes;
-use kmirror_kafka::admin::{acl, AclBinding, CommittedOffset};
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, LATEST};
 use kmirror_kafka::kerberos::keytab;
 use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_testkit::kdc::Kdc;
-use kmirror_testkit::{Cluster, KillOnDrop, Security};
-use std::collections::BTreeMap;
+use kmirror_testkit::{sync_check, Cluster, KillOnDrop, Security};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -223,29 +221,7 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
     .await
     .unwrap();
     write(&a, 0, 500).await;
-    let mut group = BTreeMap::new();
-    group
-        .entry("orders".to_string())
-        .or_insert_with(BTreeMap::new)
-        .insert(
-            0,
-            CommittedOffset {
-                offset: 100,
-                leader_epoch: -1,
-                metadata: String::new(),
-            },
-        );
-    a.commit_group_offsets("billing", &group).await.unwrap();
-    let alice_reads = |topic: &str| AclBinding {
-        resource_type: acl::RESOURCE_TOPIC,
-        resource_name: Some(topic.into()),
-        pattern_type: acl::PATTERN_LITERAL,
-        principal: Some("User:alice".into()),
-        host: Some("*".into()),
-        operation: acl::OP_READ,
-        permission: acl::PERMISSION_ALLOW,
-    };
-    a.create_acls(&[alice_reads("orders")]).await.unwrap();
+    sync_check::seed_syncables(&a, "orders").await;
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("mm2.properties");
@@ -299,45 +275,8 @@ async fn keytab_logins_per_cluster_outlive_their_tickets() {
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
     copied_to(&b, "A.orders", 2 * written, &log).await;
-    // Config sync and group-offset sync went through B's login too.
-    let configs = b.describe_topic_configs("A.orders").await.unwrap();
-    assert!(
-        configs
-            .iter()
-            .any(|c| c.name == "max.message.bytes" && c.value.as_deref() == Some("500000")),
-        "topic config synced: {configs:?}"
-    );
-    // ACL sync: read through A's login, written through B's.
-    let t1 = Instant::now();
-    while b
-        .describe_acls(&alice_reads("A.orders"))
-        .await
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(
-            t1.elapsed() < Duration::from_secs(60),
-            "alice's ACL not synced to A.orders on B:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    loop {
-        let synced = b
-            .fetch_group_offsets("billing")
-            .await
-            .ok()
-            .and_then(|g| g.get("A.orders")?.get(&0).map(|c| c.offset));
-        if synced == Some(100) {
-            break;
-        }
-        assert!(
-            t1.elapsed() < Duration::from_secs(60),
-            "group offset not synced to B: {synced:?}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    // Config, ACL and group-offset sync: read through A's login, written through B's.
+    sync_check::assert_synced(&b, "A.orders", ("max.message.bytes", "500000"), &log).await;
     let address = kmirror_testkit::logged_metrics_address(&log);
     for path in ["/status", "/metrics"] {
         let body = http_get(&address, path);

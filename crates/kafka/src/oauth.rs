@@ -5,7 +5,7 @@
 //! `conn`).
 
 use crate::error::{KafkaError, Result};
-use crate::settings::{OAuthBearer, TokenRefresh, TokenSource};
+use crate::settings::{ClientCredentials, OAuthBearer, TokenRefresh, TokenSource};
 use crate::Secret;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -98,7 +98,7 @@ impl OAuthBearer {
         }
         let fetched = match &self.source {
             TokenSource::Unsecured { .. } => Ok(unsecured(&self.source, now_ms())),
-            TokenSource::ClientCredentials { .. } => client_credentials(&self.source).await,
+            TokenSource::ClientCredentials(c) => client_credentials(c).await,
             TokenSource::AwsMskIam { aws } => {
                 crate::aws_iam::oauth_token(aws, SystemTime::now()).await
             }
@@ -140,11 +140,9 @@ impl TokenSource {
     pub fn describe(&self) -> String {
         match self {
             TokenSource::Unsecured { principal, .. } => format!("unsecured JWS for '{principal}'"),
-            TokenSource::ClientCredentials {
-                endpoint,
-                client_id,
-                ..
-            } => format!("{} as client '{client_id}'", redact(endpoint)),
+            TokenSource::ClientCredentials(c) => {
+                format!("{} as client '{}'", redact(&c.endpoint), c.client_id)
+            }
             TokenSource::AwsMskIam { aws } => format!(
                 "AWS MSK IAM ({})",
                 aws.profile.as_deref().unwrap_or("default credentials")
@@ -246,33 +244,24 @@ pub fn jwt_expiry(token: &str) -> Option<i64> {
 /// KIP-768's client credentials grant: POST `grant_type=client_credentials` (and the scope)
 /// with HTTP Basic authentication, retried with backoff while the endpoint cannot be reached
 /// or answers 5xx/429, within `sasl.login.retry.backoff.max.ms`.
-async fn client_credentials(source: &TokenSource) -> Result<(Secret, i64)> {
-    let TokenSource::ClientCredentials {
-        endpoint,
-        retry_backoff,
-        retry_backoff_max,
-        ..
-    } = source
-    else {
-        return Err(KafkaError::Config("not a client credentials source".into()));
-    };
+async fn client_credentials(c: &ClientCredentials) -> Result<(Secret, i64)> {
     let started = Instant::now();
-    let mut wait = *retry_backoff;
+    let mut wait = c.retry_backoff;
     loop {
-        match request_token(source).await {
+        match request_token(c).await {
             Ok(t) => return Ok(t),
-            Err(e) if e.is_retriable() && started.elapsed() + wait <= *retry_backoff_max => {
-                tracing::debug!(endpoint = %endpoint, error = %e, retry_in = ?wait, "OAuth token request failed; retrying");
+            Err(e) if e.is_retriable() && started.elapsed() + wait <= c.retry_backoff_max => {
+                tracing::debug!(endpoint = %redact(&c.endpoint), error = %e, retry_in = ?wait, "OAuth token request failed; retrying");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(*retry_backoff_max);
+                wait = (wait * 2).min(c.retry_backoff_max);
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
-    let TokenSource::ClientCredentials {
+async fn request_token(c: &ClientCredentials) -> Result<(Secret, i64)> {
+    let ClientCredentials {
         endpoint,
         client_id,
         client_secret,
@@ -281,10 +270,7 @@ async fn request_token(source: &TokenSource) -> Result<(Secret, i64)> {
         connect_timeout,
         read_timeout,
         ..
-    } = source
-    else {
-        return Err(KafkaError::Config("not a client credentials source".into()));
-    };
+    } = c;
     let fail = |message: String, retriable: bool| KafkaError::Token {
         endpoint: redact(endpoint),
         message,

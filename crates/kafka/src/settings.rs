@@ -201,25 +201,29 @@ pub enum TokenSource {
     /// Amazon MSK's IAM token (`IAMOAuthBearerLoginCallbackHandler`): a SigV4-presigned URL for
     /// `kafka.<region>.amazonaws.com`, base64url-encoded (`crate::aws_iam`).
     AwsMskIam { aws: AwsIam },
-    /// OIDC client credentials at `sasl.oauthbearer.token.endpoint.url` (KIP-768).
-    ClientCredentials {
-        /// Shown (plan's JSON) without user information or query, which may carry credentials.
-        #[serde(serialize_with = "crate::oauth::serialize_redacted")]
-        endpoint: String,
-        client_id: String,
-        client_secret: Secret,
-        scope: Option<String>,
-        /// TLS to an `https` endpoint: the `ssl.*` options of the JAAS line, as Java reads them.
-        tls: Option<TlsSettings>,
-        #[serde(with = "millis")]
-        connect_timeout: Duration,
-        #[serde(with = "millis")]
-        read_timeout: Duration,
-        #[serde(with = "millis")]
-        retry_backoff: Duration,
-        #[serde(with = "millis")]
-        retry_backoff_max: Duration,
-    },
+    /// OIDC client credentials (see [`ClientCredentials`]).
+    ClientCredentials(ClientCredentials),
+}
+
+/// OIDC client credentials at `sasl.oauthbearer.token.endpoint.url` (KIP-768).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientCredentials {
+    /// Shown (plan's JSON) without user information or query, which may carry credentials.
+    #[serde(serialize_with = "crate::oauth::serialize_redacted")]
+    pub endpoint: String,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub scope: Option<String>,
+    /// TLS to an `https` endpoint: the `ssl.*` options of the JAAS line, as Java reads them.
+    pub tls: Option<TlsSettings>,
+    #[serde(with = "millis")]
+    pub connect_timeout: Duration,
+    #[serde(with = "millis")]
+    pub read_timeout: Duration,
+    #[serde(with = "millis")]
+    pub retry_backoff: Duration,
+    #[serde(with = "millis")]
+    pub retry_backoff_max: Duration,
 }
 
 /// `sasl.login.refresh.*`: when a token is renewed (Java's defaults: between 80 % and 85 % of

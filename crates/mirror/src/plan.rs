@@ -108,30 +108,26 @@ pub fn describe_security(c: &ClientSettings) -> String {
                         aws_credentials(aws)
                     );
                 }
-                TokenSource::ClientCredentials {
-                    endpoint,
-                    client_id,
-                    client_secret,
-                    scope,
-                    tls,
-                    connect_timeout,
-                    read_timeout,
-                    ..
-                } => {
+                TokenSource::ClientCredentials(cc) => {
                     let _ = write!(
                         s,
-                        " OAUTHBEARER OIDC client credentials at {} client={client_id} secret={client_secret} scope={}, {refresh}",
-                        kmirror_kafka::oauth::redact(endpoint),
-                        scope.as_deref().unwrap_or("(none)")
+                        " OAUTHBEARER OIDC client credentials at {} client={} secret={} scope={}, {refresh}",
+                        kmirror_kafka::oauth::redact(&cc.endpoint),
+                        cc.client_id,
+                        cc.client_secret,
+                        cc.scope.as_deref().unwrap_or("(none)")
                     );
                     let _ = write!(
                         s,
                         "; token endpoint timeouts connect {} ms, read {} ms",
-                        connect_timeout.as_millis(),
-                        read_timeout.as_millis()
+                        cc.connect_timeout.as_millis(),
+                        cc.read_timeout.as_millis()
                     );
-                    if endpoint.starts_with("https:") {
-                        let tls = tls.as_ref().map_or("system roots".into(), describe_tls);
+                    if cc.endpoint.starts_with("https:") {
+                        let tls = cc
+                            .tls
+                            .as_ref()
+                            .map_or("trust=system roots".into(), describe_tls);
                         let _ = write!(s, ", TLS {tls}");
                     }
                 }

@@ -22,6 +22,7 @@ pub mod netfault;
 pub mod oidc;
 mod process;
 mod read;
+pub mod sync_check;
 
 pub use mm2::{mirror_interop, Mm2};
 pub use process::{logged_metrics_address, scrape_metrics, KillOnDrop};

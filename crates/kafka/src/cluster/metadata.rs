@@ -60,6 +60,13 @@ pub struct Metadata {
     pub topics: BTreeMap<String, TopicMetadata>,
 }
 
+impl Metadata {
+    /// The number of partitions `topic` has, if it is known.
+    pub fn partition_count(&self, topic: &str) -> Option<i32> {
+        self.topics.get(topic).map(|t| t.partitions.len() as i32)
+    }
+}
+
 impl KafkaCluster {
     /// The metadata as last loaded.
     pub fn metadata(&self) -> Arc<Metadata> {

@@ -103,7 +103,7 @@ fn granted(token: &str, expires_in: u64) -> Answer {
 /// Client-credential settings for `endpoint`; renewal at a quarter of the lifetime.
 fn settings(endpoint: &str, tls: Option<TlsSettings>) -> OAuthBearer {
     OAuthBearer {
-        source: TokenSource::ClientCredentials {
+        source: TokenSource::ClientCredentials(ClientCredentials {
             endpoint: endpoint.into(),
             client_id: "kmirror".into(),
             client_secret: Secret::new("s3cret"),
@@ -113,7 +113,7 @@ fn settings(endpoint: &str, tls: Option<TlsSettings>) -> OAuthBearer {
             read_timeout: Duration::from_secs(5),
             retry_backoff: Duration::from_millis(50),
             retry_backoff_max: Duration::from_millis(300),
-        },
+        }),
         extensions: vec![],
         refresh: TokenRefresh {
             window_factor_permille: 250,
@@ -302,7 +302,7 @@ fn the_initial_response_is_kafkas() {
 
 #[test]
 fn a_serialized_endpoint_loses_its_credentials() {
-    let source = TokenSource::ClientCredentials {
+    let source = TokenSource::ClientCredentials(ClientCredentials {
         endpoint: "https://id:pw@idp.example/token?key=k1".into(),
         client_id: "c".into(),
         client_secret: Secret::new("s3cret"),
@@ -312,7 +312,7 @@ fn a_serialized_endpoint_loses_its_credentials() {
         read_timeout: Duration::from_secs(1),
         retry_backoff: Duration::from_secs(1),
         retry_backoff_max: Duration::from_secs(1),
-    };
+    });
     let json = serde_json::to_string(&source).unwrap();
     assert!(json.contains("https://idp.example/token"), "{json}");
     for secret in ["pw", "k1", "s3cret"] {

@@ -9,7 +9,7 @@
 //! Error messages never carry a JAAS option's value.
 
 use super::values::{Reader, Setting, SettingMap};
-use kmirror_kafka::settings::{OAuthBearer, TokenRefresh, TokenSource};
+use kmirror_kafka::settings::{ClientCredentials, OAuthBearer, TokenRefresh, TokenSource};
 use kmirror_kafka::{SaslCredentials, SaslMechanism, Secret};
 use std::time::Duration;
 
@@ -138,7 +138,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             } else {
                 None
             };
-            let source = TokenSource::ClientCredentials {
+            let source = TokenSource::ClientCredentials(ClientCredentials {
                 endpoint: url,
                 client_id: client_id.clone(),
                 client_secret: Secret::new(client_secret),
@@ -148,7 +148,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
                 read_timeout: r.millis("sasl.login.read.timeout.ms", 10_000),
                 retry_backoff: r.millis("sasl.login.retry.backoff.ms", 100),
                 retry_backoff_max: r.millis("sasl.login.retry.backoff.max.ms", 10_000),
-            };
+            });
             (source, prefixed(&options, "extension_"), client_id)
         }
         Some(h) => {
@@ -319,14 +319,14 @@ mod tests {
         ])
         .unwrap();
         let o = c.oauth.clone().unwrap();
-        let TokenSource::ClientCredentials {
+        let TokenSource::ClientCredentials(ClientCredentials {
             endpoint,
             client_id,
             scope,
             tls,
             connect_timeout,
             ..
-        } = &o.source
+        }) = &o.source
         else {
             panic!("client credentials")
         };

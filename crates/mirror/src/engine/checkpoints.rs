@@ -368,9 +368,9 @@ impl CheckpointTask {
         let partitions = self
             .target
             .metadata()
-            .topics
-            .get(topic)
-            .map_or(1, |t| t.partitions.len().max(1) as i32);
+            .partition_count(topic)
+            .unwrap_or(1)
+            .max(1);
         // Records of processes killed before they could remove theirs, once later owners
         // replaced all they described: removed, so the topic does not keep one per process
         // that ever ran.

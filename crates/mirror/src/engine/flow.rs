@@ -1077,11 +1077,9 @@ impl Control {
             // The leader may know topics or partitions this process's last refresh did not.
             let (source, target) = (&self.ctx.source, &self.ctx.target);
             let md = source.metadata();
-            let unknown = added.iter().any(|(t, p)| {
-                md.topics
-                    .get(t)
-                    .is_none_or(|m| m.partitions.len() as i32 <= *p)
-            });
+            let unknown = added
+                .iter()
+                .any(|(t, p)| md.partition_count(t).is_none_or(|n| n <= *p));
             if unknown {
                 let _ = source.refresh_metadata(None).await;
                 let _ = target.refresh_metadata(None).await;

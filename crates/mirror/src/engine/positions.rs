@@ -110,11 +110,7 @@ pub(super) async fn visit(
     next: &mut HashMap<i32, i64>,
     mut f: impl FnMut(StoredRecord),
 ) -> Result<(), KafkaError> {
-    let partitions = k
-        .metadata()
-        .topics
-        .get(topic)
-        .map_or(0, |t| t.partitions.len() as i32);
+    let partitions = k.metadata().partition_count(topic).unwrap_or(0);
     for p in 0..partitions {
         let from = next.get(&p).copied();
         let resume = super::log_reader::visit_to_end(k, topic, p, from, |r| {
@@ -569,9 +565,8 @@ impl Writer {
         let partitions = self
             .target
             .metadata()
-            .topics
-            .get(&self.topic)
-            .map_or(1, |t| t.partitions.len() as i32);
+            .partition_count(&self.topic)
+            .unwrap_or(1);
         let by_partition = records_by_partition(records, partitions, now);
         for (p, records) in &by_partition {
             let batch = encode_batch(records, &BatchOptions::default())

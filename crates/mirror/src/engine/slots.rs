@@ -587,9 +587,8 @@ impl Slot {
             let partitions = c
                 .target
                 .metadata()
-                .topics
-                .get(&c.positions_topic)
-                .map_or(1, |t| t.partitions.len() as i32);
+                .partition_count(&c.positions_topic)
+                .unwrap_or(1);
             let batches = super::positions::position_batches(
                 &c.source_alias,
                 positions,

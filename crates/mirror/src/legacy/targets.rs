@@ -105,15 +105,14 @@ impl Targets {
     }
 
     async fn create_from(&self, topic: &str, source_topic: &str) -> Result<(), KafkaError> {
-        let partitions = match self.source.metadata().topics.get(source_topic) {
-            Some(t) => t.partitions.len() as i32,
+        let partitions = match self.source.metadata().partition_count(source_topic) {
+            Some(n) => n,
             None => self
                 .source
                 .refresh_metadata(Some(&[source_topic]))
                 .await?
-                .topics
-                .get(source_topic)
-                .map_or(1, |t| t.partitions.len() as i32),
+                .partition_count(source_topic)
+                .unwrap_or(1),
         };
         let configs = copied_configs(
             false,
