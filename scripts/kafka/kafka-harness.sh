@@ -96,6 +96,12 @@
 # Needs java 17+, mvn (first fetch only), openssl + keytool (--ssl), python3 or unzip (fetch).
 set -euo pipefail
 
+# Why one file of this size: the testkit, the benchmark, the demo and CI call this script by
+# path, and every subcommand shares the same run-directory layout, env file, classpath and pid
+# bookkeeping (above, and the helpers below); one file keeps them from drifting apart. The
+# parts that would move out next, into files it sources: the pom and fetch (print_pom to
+# ensure_libs), and the certificates of --ssl (gen_ssl to client_ssl_lines).
+
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
 HARNESS_CACHE="${KAFKA_HARNESS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kafka-harness}"
 RUN_ROOT="${KAFKA_HARNESS_RUN:-${TMPDIR:-/tmp}/kafka-harness-$(id -u)}"

@@ -349,25 +349,14 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
                 applied.committed.len() - moved,
                 applied.refused.len(),
                 args.target,
-                if applied.refused.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ": {}",
-                        applied
-                            .refused
-                            .iter()
-                            .map(|(g, m, s)| format!("{g} ({m} members, {s})"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                },
+                listed(
+                    applied
+                        .refused
+                        .iter()
+                        .map(|(g, m, s)| format!("{g} ({m} members, {s})"))
+                ),
                 without.len(),
-                if without.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", without.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "))
-                },
+                listed(without.iter()),
                 started.elapsed().as_secs_f64()
             );
             if !applied.refused.is_empty() {
@@ -379,22 +368,21 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
             "summary: {} group(s) with checkpoints; {} named without a checkpoint{}; {:.1} s",
             groups.len(),
             without.len(),
-            if without.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ": {}",
-                    without
-                        .iter()
-                        .map(|g| g.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
+            listed(without.iter()),
             started.elapsed().as_secs_f64()
         );
     }
     Ok(code)
+}
+
+/// `: a, b` after a count in a summary line, or nothing when there is none.
+fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    let items: Vec<String> = items.map(|i| i.to_string()).collect();
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", items.join(", "))
+    }
 }
 
 /// Loads whichever configuration form the arguments name.

@@ -15,4 +15,5 @@ pub mod oauth;
 pub mod preflight;
 pub mod properties;
 pub mod providers;
+mod tls;
 pub mod values;

@@ -265,7 +265,7 @@ fn endpoint_tls(
         .collect();
     let before = r.diags.errors().count();
     let mut inner = Reader::new(&map, r.diags);
-    let tls = super::client::tls(&mut inner);
+    let tls = super::tls::tls(&mut inner);
     if r.diags.errors().count() > before {
         return None;
     }

@@ -3,6 +3,7 @@
 use super::super::diagnostics::Origin;
 use super::super::values::Setting;
 use super::*;
+use kmirror_kafka::{KeyMaterial, TrustMaterial};
 use std::sync::Arc;
 
 fn map(pairs: &[(&str, &str)]) -> SettingMap {
