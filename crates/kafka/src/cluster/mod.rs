@@ -5,7 +5,7 @@
 //! for log recovery, the log reader and tests). Data moves through [`crate::fetcher`] and
 //! [`crate::producer`], which build on these.
 //!
-//! Every error says whether it is retriable. Single attempts (`*_once`, `fetch_attempt`) leave
+//! Every error says whether it is retriable. Single attempts (`*_once`) leave
 //! the policy to callers that have deadlines of their own; the other calls go through
 //! [`KafkaCluster::retrying`], which re-learns leaders after NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION or FENCED_LEADER_EPOCH within the request timeout.

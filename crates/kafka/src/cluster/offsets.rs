@@ -23,40 +23,30 @@ impl KafkaCluster {
         at: i64,
         isolation: IsolationLevel,
     ) -> Result<i64> {
-        self.retrying(topic, true, || {
-            self.list_offset_once(topic, partition, at, isolation)
+        self.retrying(topic, true, || async move {
+            let (leader, epoch) = self.leader_of(topic, partition)?;
+            let conn = self.broker(leader).await?;
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_isolation_level(isolation_byte(isolation))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_current_leader_epoch(epoch)
+                        .with_timestamp(at)])]);
+            let resp = conn.send(&req).await?;
+            let p = resp
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
+            if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
+                return Err(e);
+            }
+            Ok(p.offset)
         })
         .await
-    }
-
-    pub(super) async fn list_offset_once(
-        &self,
-        topic: &str,
-        partition: i32,
-        at: i64,
-        isolation: IsolationLevel,
-    ) -> Result<i64> {
-        let (leader, epoch) = self.leader_of(topic, partition)?;
-        let conn = self.broker(leader).await?;
-        let req = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_isolation_level(isolation_byte(isolation))
-            .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(epoch)
-                    .with_timestamp(at)])]);
-        let resp = conn.send(&req).await?;
-        let p = resp
-            .topics
-            .first()
-            .and_then(|t| t.partitions.first())
-            .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
-        if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
-            return Err(e);
-        }
-        Ok(p.offset)
     }
 
     /// ListOffsets for many partitions: one request per leader broker, so thousands of

@@ -96,8 +96,71 @@ impl KafkaCluster {
         max_wait: Duration,
         isolation: IsolationLevel,
     ) -> Result<PartitionFetch> {
-        self.retrying(topic, true, || {
-            self.fetch_attempt(topic, partition, offset, max_bytes, max_wait, isolation)
+        self.retrying(topic, true, || async move {
+            let (leader, epoch) = self.leader_of(topic, partition)?;
+            let conn = self
+                .broker_channel(leader, data_channel(topic, partition))
+                .await?;
+            let version = conn.version::<FetchRequest>()?;
+            let ft = self.fetch_topic(
+                version,
+                topic,
+                vec![fetch_partition(partition, epoch, offset, max_bytes)],
+            );
+            let req = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(max_wait.as_millis() as i32)
+                .with_min_bytes(1)
+                .with_max_bytes(max_bytes)
+                .with_isolation_level(isolation_byte(isolation))
+                .with_session_epoch(-1)
+                .with_topics(vec![ft]);
+            let resp = conn.submit(&req, version).await?.wait().await?;
+            if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
+                return Err(e);
+            }
+            let mut p = resp
+                .responses
+                .into_iter()
+                .next()
+                .and_then(|t| t.partitions.into_iter().next())
+                .ok_or_else(|| conn.empty_response(ApiKey::Fetch))?;
+            if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
+                // The caller decides (stop, or resume at the log start): tell it where the log is.
+                let log_start = self
+                    .list_offset(topic, partition, EARLIEST, isolation)
+                    .await?;
+                let log_end = self
+                    .list_offset(topic, partition, LATEST, isolation)
+                    .await?;
+                return Err(KafkaError::OffsetOutOfRange {
+                    topic: topic.into(),
+                    partition,
+                    requested: offset,
+                    log_start,
+                    log_end,
+                });
+            }
+            if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
+                return Err(e);
+            }
+            let corrupt = |at: i64, message: String| KafkaError::CorruptBatch {
+                topic: topic.into(),
+                partition,
+                offset: at,
+                message: format!("{message} (from broker {})", conn.broker()),
+            };
+            let (batches, _truncated) = split_batches(p.records.take().unwrap_or_default())
+                .map_err(|e| corrupt(offset, e.to_string()))?;
+            let mut batches: Vec<RawBatch> = batches
+                .into_iter()
+                .filter(|b| b.last_offset() >= offset)
+                .collect();
+            // Always checked here: these reads serve internal topics and verification, where a
+            // damaged batch must be an error rather than a misread position or a false verdict. The
+            // batches before a damaged one are returned; the next read fails at it.
+            keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
+            Ok(PartitionFetch::new(&p, batches))
         })
         .await
     }
@@ -158,84 +221,6 @@ impl KafkaCluster {
         } else {
             data.with_name(TopicName(StrBytes::from_string(topic.to_string())))
         }
-    }
-
-    /// [`fetch`](Self::fetch) without its retries: one attempt, so a caller holding resources
-    /// for the response (a memory budget) can let go of them between attempts. After a stale
-    /// metadata error the caller should [`refresh_metadata`](Self::refresh_metadata).
-    pub async fn fetch_attempt(
-        &self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        max_bytes: i32,
-        max_wait: Duration,
-        isolation: IsolationLevel,
-    ) -> Result<PartitionFetch> {
-        let (leader, epoch) = self.leader_of(topic, partition)?;
-        let conn = self
-            .broker_channel(leader, data_channel(topic, partition))
-            .await?;
-        let version = conn.version::<FetchRequest>()?;
-        let ft = self.fetch_topic(
-            version,
-            topic,
-            vec![fetch_partition(partition, epoch, offset, max_bytes)],
-        );
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(max_wait.as_millis() as i32)
-            .with_min_bytes(1)
-            .with_max_bytes(max_bytes)
-            .with_isolation_level(isolation_byte(isolation))
-            .with_session_epoch(-1)
-            .with_topics(vec![ft]);
-        let resp = conn.submit(&req, version).await?.wait().await?;
-        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, resp.error_code, None) {
-            return Err(e);
-        }
-        let mut p = resp
-            .responses
-            .into_iter()
-            .next()
-            .and_then(|t| t.partitions.into_iter().next())
-            .ok_or_else(|| conn.empty_response(ApiKey::Fetch))?;
-        if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
-            // The caller decides (stop, or resume at the log start): tell it where the log is.
-            let log_start = self
-                .list_offset_once(topic, partition, EARLIEST, isolation)
-                .await?;
-            let log_end = self
-                .list_offset_once(topic, partition, LATEST, isolation)
-                .await?;
-            return Err(KafkaError::OffsetOutOfRange {
-                topic: topic.into(),
-                partition,
-                requested: offset,
-                log_start,
-                log_end,
-            });
-        }
-        if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
-            return Err(e);
-        }
-        let corrupt = |at: i64, message: String| KafkaError::CorruptBatch {
-            topic: topic.into(),
-            partition,
-            offset: at,
-            message: format!("{message} (from broker {})", conn.broker()),
-        };
-        let (batches, _truncated) = split_batches(p.records.take().unwrap_or_default())
-            .map_err(|e| corrupt(offset, e.to_string()))?;
-        let mut batches: Vec<RawBatch> = batches
-            .into_iter()
-            .filter(|b| b.last_offset() >= offset)
-            .collect();
-        // Always checked here: these reads serve internal topics and verification, where a
-        // damaged batch must be an error rather than a misread position or a false verdict. The
-        // batches before a damaged one are returned; the next read fails at it.
-        keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
-        Ok(PartitionFetch::new(&p, batches))
     }
 }
 
