@@ -259,19 +259,22 @@ pub struct Metrics {
     /// Sharing: each flow's group as the leader's last assignment describes it (not a metric:
     /// `/status` shows it, see [`Metrics::set_group`]).
     groups: std::sync::Mutex<std::collections::BTreeMap<String, Vec<crate::status::MemberStatus>>>,
-    /// What `/ready` asks of the engine, kept beside the gauges that show it (not parsed back
-    /// out of the exposition): each flow's connected gauge, and the partitions stopped.
+    /// What `/ready` and `/status` ask of the engine, kept beside the series that show it (not
+    /// parsed back out of the exposition): each flow's connected gauge, the partitions stopped,
+    /// and every partition's series.
     health: std::sync::Mutex<Health>,
+    // The five per-partition series below are private: they are created only through
+    // `partition_series`, so that `/status` adds up every one `/metrics` shows.
     /// MM2 `record-count`: records acknowledged by the target.
-    pub record_count: Family<PartitionLabels, Counter>,
+    record_count: Family<PartitionLabels, Counter>,
     /// MM2 `byte-count`, but counting the record batches' bytes as sent (MM2 counts values only).
-    pub byte_count: Family<PartitionLabels, Counter>,
+    byte_count: Family<PartitionLabels, Counter>,
     /// MM2 `record-age-ms`: now minus the newest timestamp of the last fetched batch.
-    pub record_age_ms: Family<PartitionLabels, Gauge>,
+    record_age_ms: Family<PartitionLabels, Gauge>,
     /// MM2 `replication-latency-ms`: now minus the newest timestamp of the last acknowledged batch.
-    pub replication_latency_ms: Family<PartitionLabels, Gauge>,
+    replication_latency_ms: Family<PartitionLabels, Gauge>,
     /// Source end offset (last stable offset for read_committed) minus the next offset to copy.
-    pub lag_records: Family<PartitionLabels, Gauge>,
+    lag_records: Family<PartitionLabels, Gauge>,
     /// Offsets the source deleted before they were copied.
     pub truncated_offsets: Family<PartitionLabels, Counter>,
     /// 1 while a partition is stopped by an error that needs an operator.
@@ -854,8 +857,8 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// Sum of every sample of `name` whose labels include all of `labels` (for tests and
-    /// `status`).
+    /// Sum of every sample of `name` whose labels include all of `labels`, read from the
+    /// exposition (for tests: what a scraper would see).
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         sum_samples(&self.render(), name, labels)
     }
@@ -953,6 +956,34 @@ mod tests {
             .filter_map(|l| l.strip_prefix("| `"))
             .filter_map(|l| l.split_once('`').map(|(kind, _)| kind))
             .collect();
+        // A new kind fails to compile here until it is added to ErrorKind::ALL (which `/status`
+        // adds up) and to this list.
+        let _every = |k: ErrorKind| match k {
+            ErrorKind::Setup
+            | ErrorKind::Connect
+            | ErrorKind::Metadata
+            | ErrorKind::Fetch
+            | ErrorKind::Produce
+            | ErrorKind::Fatal
+            | ErrorKind::Panic
+            | ErrorKind::TopicDeleted
+            | ErrorKind::TopicRecreated
+            | ErrorKind::TopicCreate
+            | ErrorKind::TopicConflict
+            | ErrorKind::TargetTopic
+            | ErrorKind::Truncation
+            | ErrorKind::PositionBeyondEnd
+            | ErrorKind::RecordsSkipped
+            | ErrorKind::Positions
+            | ErrorKind::Heartbeat
+            | ErrorKind::OffsetSyncs
+            | ErrorKind::Checkpoints
+            | ErrorKind::ConfigSync
+            | ErrorKind::AclSync
+            | ErrorKind::Send
+            | ErrorKind::Commit
+            | ErrorKind::Transaction => {}
+        };
         let code: std::collections::BTreeSet<&str> =
             ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(code.len(), ErrorKind::ALL.len(), "a kind is listed twice");

@@ -100,7 +100,7 @@ pub fn flows(metrics: &Metrics) -> Vec<FlowStatus> {
         .into_iter()
         .map(|f| {
             let l = &f.labels;
-            // `get` leaves a series that was never set out, as the exposition does.
+            // `get` leaves out a series that was never created, as the exposition does.
             let gauge = |family: &Family<FlowLabels, Gauge>| family.get(l).map(|g| g.get());
             let counter =
                 |family: &Family<FlowLabels, Counter>| family.get(l).map_or(0, |c| c.get());

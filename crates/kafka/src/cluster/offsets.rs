@@ -2,6 +2,7 @@
 //! ([`crate::offset_lookup`] gathers the asks of many callers into the latter).
 
 use super::{broker_error, isolation_byte, KafkaCluster};
+use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
 use crate::settings::IsolationLevel;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -13,6 +14,37 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 pub const EARLIEST: i64 = -2;
 /// The next offset to be written (the high watermark, or the LSO for read_committed).
 pub const LATEST: i64 = -1;
+
+/// One ListOffsets for one partition on `conn`, its leader at leader epoch `epoch`; no retry
+/// (callers that retry ask again with new metadata).
+pub(super) async fn list_offset_on(
+    conn: &Connection,
+    topic: &str,
+    partition: i32,
+    epoch: i32,
+    at: i64,
+    isolation: IsolationLevel,
+) -> Result<i64> {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(isolation_byte(isolation))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_current_leader_epoch(epoch)
+                .with_timestamp(at)])]);
+    let resp = conn.send(&req).await?;
+    let p = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
+    if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
+        return Err(e);
+    }
+    Ok(p.offset)
+}
 
 impl KafkaCluster {
     /// ListOffsets for one partition: [`EARLIEST`], [`LATEST`] or a timestamp.
@@ -26,25 +58,7 @@ impl KafkaCluster {
         self.retrying(topic, true, || async move {
             let (leader, epoch) = self.leader_of(topic, partition)?;
             let conn = self.broker(leader).await?;
-            let req = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_isolation_level(isolation_byte(isolation))
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                    .with_partitions(vec![ListOffsetsPartition::default()
-                        .with_partition_index(partition)
-                        .with_current_leader_epoch(epoch)
-                        .with_timestamp(at)])]);
-            let resp = conn.send(&req).await?;
-            let p = resp
-                .topics
-                .first()
-                .and_then(|t| t.partitions.first())
-                .ok_or_else(|| conn.empty_response(ApiKey::ListOffsets))?;
-            if let Some(e) = broker_error(conn.broker(), ApiKey::ListOffsets, p.error_code, None) {
-                return Err(e);
-            }
-            Ok(p.offset)
+            list_offset_on(&conn, topic, partition, epoch, at, isolation).await
         })
         .await
     }

@@ -2,6 +2,7 @@
 //! recovery, the log reader, tools and tests need. Copying goes through [`crate::fetcher`] and
 //! [`crate::producer`].
 
+use super::offsets::list_offset_on;
 use super::{broker_error, data_channel, isolation_byte, KafkaCluster, EARLIEST, LATEST};
 use crate::batch::{keep_until_corrupt, split_batches, RawBatch};
 use crate::conn::Connection;
@@ -126,13 +127,11 @@ impl KafkaCluster {
                 .and_then(|t| t.partitions.into_iter().next())
                 .ok_or_else(|| conn.empty_response(ApiKey::Fetch))?;
             if p.error_code.err() == Some(ResponseError::OffsetOutOfRange) {
-                // The caller decides (stop, or resume at the log start): tell it where the log is.
-                let log_start = self
-                    .list_offset(topic, partition, EARLIEST, isolation)
-                    .await?;
-                let log_end = self
-                    .list_offset(topic, partition, LATEST, isolation)
-                    .await?;
+                // The caller decides (stop, or resume at the log start): tell it where the log is,
+                // as the same leader says (one attempt each: an error here is this attempt's).
+                let bounds = |at| list_offset_on(&conn, topic, partition, epoch, at, isolation);
+                let log_start = bounds(EARLIEST).await?;
+                let log_end = bounds(LATEST).await?;
                 return Err(KafkaError::OffsetOutOfRange {
                     topic: topic.into(),
                     partition,

@@ -315,6 +315,11 @@ fn a_serialized_endpoint_loses_its_credentials() {
     });
     let json = serde_json::to_string(&source).unwrap();
     assert!(json.contains("https://idp.example/token"), "{json}");
+    // The form plan's JSON has always had: the kind beside the fields, not nested.
+    assert!(
+        json.starts_with(r#"{"kind":"client_credentials","endpoint":"#),
+        "{json}"
+    );
     for secret in ["pw", "k1", "s3cret"] {
         assert!(!json.contains(secret), "{json}");
     }

@@ -229,8 +229,10 @@ async fn walk_from(
     .await
     .map_err(|e| {
         e.fallback(|e| match e {
-            // Retention or compaction removed the anchor's source record.
-            KafkaError::Broker {
+            // Retention or compaction removed the anchor's source record since its log start
+            // was read (`KafkaCluster::fetch` says so with the log's bounds).
+            KafkaError::OffsetOutOfRange { .. }
+            | KafkaError::Broker {
                 error: kafka_protocol::error::ResponseError::OffsetOutOfRange,
                 ..
             } => Fallback::SourceGone,

@@ -28,7 +28,7 @@ use crate::events::legacy::{
 };
 // `as _`: this module has an `Event` of its own (what a partition's fetch brought).
 use crate::events::{Emitter, Event as _};
-use crate::metrics::{FlowLabels, Metrics};
+use crate::metrics::{FlowLabels, Metrics, PartitionSeries};
 use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
@@ -233,6 +233,8 @@ struct Position {
     topic: String,
     partition: i32,
     next: i64,
+    /// Its record, byte, lag and age series, taken once (a lookup takes the metrics' lock).
+    series: PartitionSeries,
 }
 
 struct Copier {
@@ -424,10 +426,15 @@ impl Copier {
                 },
             };
             tracing::debug!(topic, partition, next, "starting");
+            let series = self
+                .sh
+                .metrics
+                .partition_series(&self.sh.labels.partition(topic, *partition));
             self.positions.push(Position {
                 topic: topic.clone(),
                 partition: *partition,
                 next,
+                series,
             });
         }
         Ok(true)
@@ -564,10 +571,7 @@ impl Copier {
         let Some(end) = f.batches.last().map(|b| (b.last_offset() + 1).max(next)) else {
             return Ok(());
         };
-        let series = self
-            .sh
-            .metrics
-            .partition_series(&self.sh.labels.partition(&topic, partition));
+        let series = self.positions[i].series.clone();
         let log_end = match tuning.isolation_level {
             IsolationLevel::ReadCommitted => f.last_stable_offset,
             IsolationLevel::ReadUncommitted => f.high_watermark,
