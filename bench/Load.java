@@ -4,6 +4,7 @@
 //   java -cp "$(bash scripts/kafka/kafka-harness.sh classpath)" bench/Load.java \
 //     --bootstrap HOST:PORT --topics t1,t2,... --records N --size BYTES \
 //     [--keys K] [--compression none|gzip|snappy|lz4|zstd] [--linger-ms MS] [--create-partitions P]
+//     [--every-partition P]
 //
 // Why not the perf test: it writes one topic per JVM and never sets a key. Here one producer
 // writes record i to topic i % topics, like an application feeding many topics at once, with
@@ -16,6 +17,9 @@
 // --create-partitions P first creates the topics with P partitions each (replication factor 1)
 // and waits until each partition's log exists (it answers ListOffsets); with --records 0 it
 // only does that.
+// --every-partition P writes record i to partition (i / topics) % P of its topic, so each of the
+// P partitions of every topic gets the same share (records / (topics x P)), as a user seeding
+// a test cluster partition by partition does; it overrides the key's partition.
 // Prints "N records sent in T ms (R records/s, M MB/s)". Exit 0 done, 1 a send failed, 2 bad
 // arguments.
 import java.util.*;
@@ -45,6 +49,7 @@ public class Load {
         long records = Long.parseLong(a.get("records"));
         int size = Integer.parseInt(a.get("size"));
         int keys = Integer.parseInt(a.getOrDefault("keys", "0"));
+        int every = Integer.parseInt(a.getOrDefault("every-partition", "0"));
         if (a.containsKey("create-partitions")) {
             int partitions = Integer.parseInt(a.get("create-partitions"));
             Properties ap = new Properties();
@@ -109,8 +114,10 @@ public class Load {
         try (Producer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             for (long i = 0; i < records && failed.get() == null; i++) {
                 byte[] key = keys > 0 ? ("key-" + rnd.nextInt(keys)).getBytes() : null;
+                String topic = topics[(int) (i % topics.length)];
+                Integer partition = every > 0 ? (int) ((i / topics.length) % every) : null;
                 ProducerRecord<byte[], byte[]> r =
-                        new ProducerRecord<>(topics[(int) (i % topics.length)], key, values[(int) (i % values.length)]);
+                        new ProducerRecord<>(topic, partition, key, values[(int) (i % values.length)]);
                 producer.send(r, (md, e) -> {
                     if (e != null) failed.compareAndSet(null, e);
                     else acked.incrementAndGet();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
     name = "kmirror",
     version,
     about,
-    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys, 5 verify found differences, 6 verify found data still in flight (and no difference)."
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad command line, 3 invalid configuration, 4 plan --check found warnings or ignored keys, 5 verify found differences, 6 verify found data still in flight (and no difference), 7 offsets apply --skip-active left out groups with members on the target."
 )]
 pub(crate) struct Cli {
     /// Log format.
@@ -62,10 +62,11 @@ pub(crate) enum Command {
     Run {
         #[command(flatten)]
         config: ConfigArgs,
-        /// Serve Prometheus metrics at http://ADDRESS/metrics ("off" to disable). Port 0 picks
-        /// a free port (logged at start).
-        #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
-        metrics_address: String,
+        /// Serve Prometheus metrics and /status at http://ADDRESS ("off" to disable). Port 0
+        /// picks a free port. Without this option: 127.0.0.1:9464, or a free port when another
+        /// process has 9464 (the address taken is logged).
+        #[arg(long, value_name = "ADDRESS")]
+        metrics_address: Option<String>,
         /// After SIGTERM or SIGINT, drain in-flight writes and store positions for at most this
         /// long, then exit with status 1 (what was not stored is copied again after a restart).
         /// Keep it below the grace period of the process manager (Kubernetes: 30 s).
@@ -131,7 +132,7 @@ pub(crate) enum OffsetsCmd {
         #[arg(long)]
         dry_run: bool,
         /// Commit every group without active members on the target and list the others
-        /// (exit code 3 if any), instead of committing nothing when one group is active.
+        /// (exit code 7 if any), instead of committing nothing when one group is active.
         #[arg(long)]
         skip_active: bool,
     },
@@ -214,9 +215,10 @@ pub(crate) struct LegacyCmd {
     /// DropHeaders, InsertHeader, RegexRouter): the replacement for --message.handler.
     #[arg(long, value_name = "FILE")]
     pub(crate) transforms: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDRESS/metrics ("off" to disable; port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDRESS")]
-    pub(crate) metrics_address: String,
+    /// Serve Prometheus metrics and /status at http://ADDRESS ("off" to disable; port 0 picks
+    /// one). Without it: 127.0.0.1:9464, or a free port when 9464 is taken (logged).
+    #[arg(long, value_name = "ADDRESS")]
+    pub(crate) metrics_address: Option<String>,
     /// Accepted and ignored, as in MM1.
     #[arg(long = "new.consumer")]
     pub(crate) new_consumer: bool,

@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 success; 1 runtime failure; 2 bad command line; 3 invalid configuration;
 //! 4 `plan --check` found warnings or ignored keys; 5 `verify` found differences; 6 `verify`
-//! found data still in flight and no difference.
+//! found data still in flight and no difference; 7 `offsets apply --skip-active` left out
+//! groups with members on the target. Each code means one thing, so a script can branch on it.
 
 mod cli;
 mod logging;
@@ -24,6 +25,7 @@ use std::process::ExitCode;
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 3;
 const EXIT_CHECK: u8 = 4;
+const EXIT_GROUPS_SKIPPED: u8 = 7;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -76,7 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             metrics_address,
             shutdown_timeout,
         } => {
-            let metrics_address = parse_metrics_address(&metrics_address)?;
+            let metrics_address = parse_metrics_address(metrics_address.as_deref())?;
             let cfg = load(&config)?;
             kmirror_mirror::config::preflight::tls_files(&cfg)?;
             report(&cfg);
@@ -153,21 +155,75 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn parse_metrics_address(a: &str) -> anyhow::Result<Option<std::net::SocketAddr>> {
+/// Where the metrics endpoint listens, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum MetricsAddress {
+    Off,
+    /// Given with --metrics-address: that address or a clear failure.
+    Given(std::net::SocketAddr),
+    /// Not given: the default port, or a free one when another process on the host holds it
+    /// (a second kmirror on one host must not fail on a port it never asked for).
+    Default,
+}
+
+/// The metrics port taken when --metrics-address is not given and it is free.
+const DEFAULT_METRICS_ADDRESS: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
+
+fn parse_metrics_address(a: Option<&str>) -> anyhow::Result<MetricsAddress> {
     match a {
-        "off" => Ok(None),
-        a => Ok(Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
-            anyhow::anyhow!(
-                "--metrics-address '{a}': expected HOST:PORT with an IP address, or off ({e})"
-            )
-        })?)),
+        None => Ok(MetricsAddress::Default),
+        Some("off") => Ok(MetricsAddress::Off),
+        Some(a) => Ok(MetricsAddress::Given(
+            a.parse::<std::net::SocketAddr>().map_err(|e| {
+                anyhow::anyhow!(
+                    "--metrics-address '{a}': expected HOST:PORT with an IP address, or off ({e})"
+                )
+            })?,
+        )),
+    }
+}
+
+/// Binds the metrics listener. A busy default port falls back to a free port on the same
+/// interface, with a warning naming it; a busy address the user gave fails.
+async fn bind_metrics(
+    address: MetricsAddress,
+    default: std::net::SocketAddr,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    use tokio::net::TcpListener;
+    match address {
+        MetricsAddress::Off => Ok(None),
+        MetricsAddress::Given(addr) => {
+            Ok(Some(TcpListener::bind(addr).await.with_context(|| {
+                format!("--metrics-address {addr}: cannot listen")
+            })?))
+        }
+        MetricsAddress::Default => match TcpListener::bind(default).await {
+            Ok(l) => Ok(Some(l)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                let mut free = default;
+                free.set_port(0);
+                let l = TcpListener::bind(free)
+                    .await
+                    .with_context(|| format!("metrics endpoint: cannot listen on {free}"))?;
+                tracing::warn!(
+                    busy = %default,
+                    address = %l.local_addr()?,
+                    "the default metrics port is taken (another kmirror on this host?); serving metrics and /status on a free port instead (set --metrics-address to choose)"
+                );
+                Ok(Some(l))
+            }
+            Err(e) => {
+                Err(e).with_context(|| format!("metrics endpoint: cannot listen on {default}"))
+            }
+        },
     }
 }
 
 /// Replicates until SIGINT or SIGTERM, then drains in-flight writes and stores positions.
 async fn run_engine(
     cfg: MirrorConfig,
-    metrics_address: Option<std::net::SocketAddr>,
+    metrics_address: MetricsAddress,
     deadline: std::time::Duration,
 ) -> anyhow::Result<()> {
     let (shutdown, metrics) = serve_process(metrics_address).await?;
@@ -226,7 +282,7 @@ const LEGACY_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// MM1 mode until SIGINT or SIGTERM, then flushes, commits and leaves the group.
 async fn run_legacy(
     cfg: legacy::LegacyConfig,
-    metrics_address: Option<std::net::SocketAddr>,
+    metrics_address: MetricsAddress,
 ) -> anyhow::Result<()> {
     let (shutdown, metrics) = serve_process(metrics_address).await?;
     within_deadline(
@@ -249,7 +305,7 @@ async fn run_legacy(
 /// What every replicating command sets up first: the shutdown signal on SIGTERM/SIGINT and the
 /// metrics endpoint.
 async fn serve_process(
-    metrics_address: Option<std::net::SocketAddr>,
+    metrics_address: MetricsAddress,
 ) -> anyhow::Result<(
     kmirror_mirror::engine::Shutdown,
     std::sync::Arc<kmirror_mirror::metrics::Metrics>,
@@ -271,10 +327,7 @@ async fn serve_process(
         tracing::info!("shutting down: draining in-flight writes and storing positions");
         trigger.trigger();
     });
-    if let Some(addr) = metrics_address {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("--metrics-address {addr}: cannot listen"))?;
+    if let Some(listener) = bind_metrics(metrics_address, DEFAULT_METRICS_ADDRESS).await? {
         tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
         tokio::spawn(metrics_http::serve(listener, metrics.clone()));
     }
@@ -360,7 +413,7 @@ async fn offsets_cmd(cmd: OffsetsCmd) -> anyhow::Result<ExitCode> {
                 started.elapsed().as_secs_f64()
             );
             if !applied.refused.is_empty() {
-                code = ExitCode::from(3);
+                code = ExitCode::from(EXIT_GROUPS_SKIPPED);
             }
         }
     } else {
@@ -450,7 +503,9 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         offset_commit_interval_ms: cmd.offset_commit_interval_ms,
         abort_on_send_failure: cmd.abort_on_send_failure,
         message_handler: cmd.message_handler,
+        message_handler_args: cmd.message_handler_args,
         rebalance_listener: cmd.consumer_rebalance_listener,
+        rebalance_listener_args: cmd.rebalance_listener_args,
         create_topics: cmd.create_topics,
         rate_limit: cmd.rate_limit,
         transforms: cmd
@@ -460,7 +515,7 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
             .transpose()
             .context("--transforms")?,
     };
-    let metrics_address = parse_metrics_address(&cmd.metrics_address)?;
+    let metrics_address = parse_metrics_address(cmd.metrics_address.as_deref())?;
     let cfg = legacy::load(&consumer, &producer, &args, &SystemEnvironment)?;
     if cmd.check && (cfg.diagnostics.warnings().next().is_some() || !cfg.ignored.is_empty()) {
         eprintln!(
@@ -502,4 +557,50 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_address_forms() {
+        assert_eq!(
+            parse_metrics_address(None).unwrap(),
+            MetricsAddress::Default
+        );
+        assert_eq!(
+            parse_metrics_address(Some("off")).unwrap(),
+            MetricsAddress::Off
+        );
+        assert_eq!(
+            parse_metrics_address(Some("127.0.0.1:0")).unwrap(),
+            MetricsAddress::Given("127.0.0.1:0".parse().unwrap())
+        );
+        let e = parse_metrics_address(Some("localhost:9464")).unwrap_err();
+        assert!(e.to_string().contains("'localhost:9464'"), "{e}");
+    }
+
+    /// A second process on a host: the default port is taken, so it serves elsewhere; an
+    /// address the user gave is theirs to fix.
+    #[tokio::test]
+    async fn a_busy_default_port_falls_back_and_a_given_one_fails() {
+        let holder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let busy = holder.local_addr().unwrap();
+        let other = bind_metrics(MetricsAddress::Default, busy)
+            .await
+            .unwrap()
+            .expect("a listener");
+        let got = other.local_addr().unwrap();
+        assert_ne!(got.port(), busy.port());
+        assert_eq!(got.ip(), busy.ip());
+        let e = bind_metrics(MetricsAddress::Given(busy), busy)
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
+        assert!(bind_metrics(MetricsAddress::Off, busy)
+            .await
+            .unwrap()
+            .is_none());
+    }
 }

@@ -292,6 +292,30 @@ async fn processes_share_a_flow_and_survive_kill_9_and_a_pause_without_loss() {
     let p2 = start(&config, &logs[1]);
     let p3 = start(&config, &logs[2]);
     balanced(&[&p1, &p2, &p3], "three processes").await;
+    // Per-process figures are per process: the processes' partitions and topics add up to the
+    // flow's, which each of them reports.
+    let three = [&p1, &p2, &p3];
+    eventually(
+        30,
+        "per-process partitions adding up to the flow's",
+        || async {
+            let each = |name: &str| -> Option<Vec<f64>> {
+                three.iter().map(|p| metric(&p.address, name)).collect()
+            };
+            let (Some(mine), Some(flow), Some(topics)) = (
+                each("kmirror_partitions"),
+                each("kmirror_flow_partitions"),
+                each("kmirror_flow_topics"),
+            ) else {
+                return false;
+            };
+            mine.iter().sum::<f64>() == f64::from(PARTITIONS)
+                && flow.iter().all(|f| *f == f64::from(PARTITIONS))
+                && topics.iter().all(|t| *t == 1.0)
+                && mine.iter().all(|m| *m < f64::from(PARTITIONS))
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // kill -9: the others take its partitions once the coordinator notices (session timeout).

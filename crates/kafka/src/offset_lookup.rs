@@ -68,7 +68,9 @@ impl KafkaCluster {
         match answer.await {
             Ok(Some(offset)) => Ok(offset),
             // Left out of the batched answer (or the flush failed): on its own, with retries.
-            _ => self.list_offset(topic, partition, at, isolation).await,
+            // Boxed: the retrying lookup's future is kilobytes, and inline it would size every
+            // ask waiting for its batch (thousands when a flow starts).
+            _ => Box::pin(self.list_offset(topic, partition, at, isolation)).await,
         }
     }
 }

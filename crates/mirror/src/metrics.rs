@@ -286,9 +286,13 @@ pub struct Metrics {
     pub resume_fallbacks: Family<ReasonLabels, Counter>,
     pub batches: Family<ModeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
-    /// Source topics replicated and their partitions.
+    /// Source topics and partitions this process copies now: with sharing, the processes'
+    /// values add up to the flow's.
     pub topics: Family<FlowLabels, Gauge>,
     pub partitions: Family<FlowLabels, Gauge>,
+    /// Source topics and partitions the flow replicates, over every process sharing it.
+    pub flow_topics: Family<FlowLabels, Gauge>,
+    pub flow_partitions: Family<FlowLabels, Gauge>,
     pub heartbeats: Family<FlowLabels, Counter>,
     pub positions_stored: Family<FlowLabels, Counter>,
     pub checkpoints: Family<FlowLabels, Counter>,
@@ -382,6 +386,8 @@ impl Metrics {
             errors: Family::default(),
             topics: Family::default(),
             partitions: Family::default(),
+            flow_topics: Family::default(),
+            flow_partitions: Family::default(),
             heartbeats: Family::default(),
             positions_stored: Family::default(),
             checkpoints: Family::default(),
@@ -472,11 +478,25 @@ impl Metrics {
             m.batches.clone(),
         );
         registry.register("errors", "Errors, by kind", m.errors.clone());
-        registry.register("topics", "Source topics replicated", m.topics.clone());
+        registry.register(
+            "topics",
+            "Source topics this process copies partitions of",
+            m.topics.clone(),
+        );
         registry.register(
             "partitions",
-            "Source partitions replicated by this process",
+            "Source partitions this process copies (with sharing, the processes' values add up to the flow's)",
             m.partitions.clone(),
+        );
+        registry.register(
+            "flow_topics",
+            "Source topics the flow replicates, over every process sharing it",
+            m.flow_topics.clone(),
+        );
+        registry.register(
+            "flow_partitions",
+            "Source partitions the flow replicates, over every process sharing it",
+            m.flow_partitions.clone(),
         );
         registry.register(
             "heartbeats",

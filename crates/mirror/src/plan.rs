@@ -528,7 +528,38 @@ impl Plan {
                     "    source consumer  {}",
                     describe_security(&f.clients.source_consumer)
                 );
-                let _ = writeln!(o, "    target producer  {} (compression for re-encoded batches: {:?}, linger {} ms)", describe_security(&f.clients.target_producer), f.clients.producer_tuning.compression, f.clients.producer_tuning.linger.as_millis());
+                // Tuning by the keys that set it, with the values in effect (the producer's
+                // batching keys are not among them: listed as ignored below when set).
+                let c = &f.clients.consumer_tuning;
+                let _ = writeln!(
+                    o,
+                    "      fetch.max.bytes {}, max.partition.fetch.bytes {}, fetch.min.bytes {}, fetch.max.wait.ms {}, isolation.level {}, auto.offset.reset {}",
+                    c.fetch_max_bytes,
+                    c.max_partition_fetch_bytes,
+                    c.fetch_min_bytes,
+                    c.fetch_max_wait.as_millis(),
+                    as_written(&c.isolation_level),
+                    as_written(&c.auto_offset_reset)
+                );
+                let p = &f.clients.producer_tuning;
+                let _ = writeln!(
+                    o,
+                    "    target producer  {}",
+                    describe_security(&f.clients.target_producer)
+                );
+                let _ = writeln!(
+                    o,
+                    "      compression.type {} (for re-encoded batches), acks {}, max.request.size {}, buffer.memory {}, request.timeout.ms {}",
+                    as_written(&p.compression),
+                    match p.acks {
+                        kmirror_kafka::Acks::All => "all",
+                        kmirror_kafka::Acks::Leader => "1",
+                        kmirror_kafka::Acks::None => "0",
+                    },
+                    p.max_request_size,
+                    p.buffer_memory,
+                    f.clients.target_producer.request_timeout.as_millis()
+                );
             }
         }
         if !self.ignored.is_empty() {
@@ -570,6 +601,15 @@ fn rfc3339(ms: i64) -> String {
                 .ok()
         })
         .unwrap_or_else(|| format!("{ms} ms"))
+}
+
+/// A setting's value as a properties file writes it (`read_committed`, `lz4`), from its
+/// serialized name.
+fn as_written<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

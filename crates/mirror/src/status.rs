@@ -40,8 +40,14 @@ pub async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: Shutdow
 pub struct FlowStatus {
     pub flow: String,
     pub connected: bool,
+    /// Topics and partitions this process copies now.
     pub topics: i64,
     pub partitions: i64,
+    /// Topics and partitions of the whole flow (every process sharing it).
+    #[serde(default)]
+    pub flow_topics: i64,
+    #[serde(default)]
+    pub flow_partitions: i64,
     pub partitions_stopped: i64,
     pub records: u64,
     pub bytes: u64,
@@ -67,7 +73,7 @@ pub struct FlowStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
     /// Exactly-once (docs/engine.md#exactly-once): the slots this process holds (with sharing,
-    /// the group's shares above count slots too), and its transactions.
+    /// the group's assignment counts slots), and its transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exactly_once_slots: Option<i64>,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -122,6 +128,8 @@ pub fn flows(metrics: &Metrics) -> Vec<FlowStatus> {
                 connected: f.connected,
                 topics: gauge(&metrics.topics).unwrap_or(0),
                 partitions: gauge(&metrics.partitions).unwrap_or(0),
+                flow_topics: gauge(&metrics.flow_topics).unwrap_or(0),
+                flow_partitions: gauge(&metrics.flow_partitions).unwrap_or(0),
                 partitions_stopped: f.partitions_stopped,
                 records: f.records,
                 bytes: f.bytes,
@@ -237,14 +245,19 @@ pub fn render(s: &Status) -> String {
         } else {
             String::new()
         };
-        let share = match (f.assigned_partitions, f.group_leader, f.group_members) {
-            (Some(n), Some(true), Some(m)) => format!(" (this process {n}; leads {m} processes)"),
-            (Some(n), _, _) => format!(" (this process {n})"),
+        // This process's partitions first: with sharing, "of" the flow's.
+        let of = if f.flow_partitions > f.partitions {
+            format!(" of {}", f.flow_partitions)
+        } else {
+            String::new()
+        };
+        let share = match (f.group_leader, f.group_members) {
+            (Some(true), Some(m)) => format!(" (leads {m} processes)"),
             _ => String::new(),
         };
         let _ = writeln!(
             o,
-            "{}  {}  topics {}  partitions {}{stopped}{share}  {:.0} records/s  {:.2} MB/s  lag {} records ({:.1} s)  eta {}  records {}  errors {}",
+            "{}  {}  topics {}  partitions {}{of}{stopped}{share}  {:.0} records/s  {:.2} MB/s  lag {} records ({:.1} s)  eta {}  records {}  errors {}",
             f.flow,
             if f.connected { "connected" } else { "DISCONNECTED" },
             f.topics,
@@ -275,7 +288,7 @@ pub fn render(s: &Status) -> String {
         if let Some(slots) = f.exactly_once_slots {
             let _ = writeln!(
                 o,
-                "  exactly-once: this process holds {slots} slot(s) (shares above count slots); transactions committed {}, aborted {}",
+                "  exactly-once: this process holds {slots} slot(s); transactions committed {}, aborted {}",
                 f.transactions_committed, f.transactions_aborted
             );
         }
@@ -303,6 +316,8 @@ mod tests {
         m.connected_gauge(&flow("B", "A")).set(0);
         m.topics.get_or_create(&ab).set(2);
         m.partitions.get_or_create(&ab).set(6);
+        m.flow_topics.get_or_create(&ab).set(2);
+        m.flow_partitions.get_or_create(&ab).set(6);
         let p0 = m.partition_series(&ab.partition("A.t", 0));
         let p1 = m.partition_series(&ab.partition("A.t", 1));
         p0.records.inc_by(100);
@@ -354,6 +369,12 @@ mod tests {
             );
             assert_eq!(f.errors as f64, sum("kmirror_errors_total", s, t));
             assert_eq!(f.topics as f64, sum("kmirror_topics", s, t));
+            assert_eq!(f.partitions as f64, sum("kmirror_partitions", s, t));
+            assert_eq!(f.flow_topics as f64, sum("kmirror_flow_topics", s, t));
+            assert_eq!(
+                f.flow_partitions as f64,
+                sum("kmirror_flow_partitions", s, t)
+            );
             assert_eq!(
                 f64::from(u8::from(f.connected)),
                 sum("kmirror_flow_connected", s, t)
@@ -438,7 +459,9 @@ mod tests {
             ..Status::default()
         });
         assert!(
-            out.contains("exactly-once: this process holds 4 slot(s) (shares above count slots); transactions committed 120, aborted 3"),
+            out.contains(
+                "exactly-once: this process holds 4 slot(s); transactions committed 120, aborted 3"
+            ),
             "{out}"
         );
         assert!(!render(&Status {
@@ -453,6 +476,8 @@ mod tests {
         let m = two_flows();
         let ab = flow("A", "B");
         m.assigned_partitions.get_or_create(&ab).set(2);
+        m.partitions.get_or_create(&ab).set(2);
+        m.flow_partitions.get_or_create(&ab).set(6);
         m.group_leader.get_or_create(&ab).set(1);
         m.group_members.get_or_create(&ab).set(3);
         let f = &flows(&m)[0];
@@ -465,7 +490,7 @@ mod tests {
             ..Status::default()
         });
         assert!(
-            text.contains("partitions 6 (this process 2; leads 3 processes)"),
+            text.contains("partitions 2 of 6 (leads 3 processes)"),
             "{text}"
         );
         // Another process: not the leader, so it does not count the members.

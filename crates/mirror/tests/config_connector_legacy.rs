@@ -94,7 +94,14 @@ fn mm1_defaults_and_flags() {
     );
     assert_eq!(cfg.producer_tuning.linger.as_millis(), 7);
     let ignored: Vec<&str> = cfg.ignored.iter().map(|i| i.origin.key.as_str()).collect();
-    assert_eq!(ignored, ["max.poll.records", "retries"]);
+    // linger.ms is read and has no effect (each fetched chunk is sent at once): listed, so
+    // `plan` says so.
+    assert_eq!(ignored, ["max.poll.records", "retries", "linger.ms"]);
+    assert!(
+        cfg.ignored[2].reason.contains("as soon as it is encoded"),
+        "{:?}",
+        cfg.ignored[2]
+    );
     // Group timings: the Java consumer's defaults; a client id to tell members apart.
     assert_eq!(cfg.session_timeout.as_millis(), 45_000);
     assert_eq!(cfg.heartbeat_interval.as_millis(), 3_000);
@@ -108,6 +115,21 @@ fn mm1_defaults_and_flags() {
     };
     let cfg = legacy::load(&c, &p, &limited, &SystemEnvironment).unwrap();
     assert_eq!(cfg.rate_limit, Some(2_000_000));
+    // The Java classes' arguments, given alone, do nothing: listed by flag, with why.
+    let with_args = LegacyArgs {
+        message_handler_args: Some("a,b".into()),
+        rebalance_listener_args: Some("c".into()),
+        ..args.clone()
+    };
+    let cfg = legacy::load(&c, &p, &with_args, &SystemEnvironment).unwrap();
+    for flag in ["--message.handler.args", "--rebalance.listener.args"] {
+        let i = cfg
+            .ignored
+            .iter()
+            .find(|i| i.origin.key == flag)
+            .unwrap_or_else(|| panic!("{flag} not listed: {:?}", cfg.ignored));
+        assert!(i.reason.contains("does not load"), "{i:?}");
+    }
     let e = legacy::load(
         &c,
         &p,

@@ -478,6 +478,16 @@ fn review_fixes_loops_flags_and_producers() {
     let c = ok(&format!("{AB}A->B.enabled = true\nA->B.producer.linger.ms = 99\nA.producer.client.id = syncs\nB.producer.linger.ms = 7\n"));
     let f = c.flows.iter().find(|f| f.replication).unwrap();
     assert_eq!(f.clients.producer_tuning.linger.as_millis(), 7);
+    // Read, and of no effect in MM2 mode (batches are forwarded as fetched): `plan` lists
+    // both by their keys, with the reason.
+    for key in ["A->B.producer.linger.ms", "B.producer.linger.ms"] {
+        let i = c
+            .ignored
+            .iter()
+            .find(|i| i.origin.key == key)
+            .unwrap_or_else(|| panic!("{key} not listed as ignored: {:?}", c.ignored));
+        assert!(i.reason.contains("batches as fetched"), "{i:?}");
+    }
     assert_eq!(
         f.clients.offset_syncs_producer.bootstrap[0].to_string(),
         "a:9092",
@@ -783,4 +793,136 @@ fn identity_both_ways_needs_loop_prevention_on_both_flows_and_rings_are_refused(
         "{abc}A->B.enabled = true\nB->A.enabled = true\nA->C.enabled = true\nC->A.enabled = true\n{ID}kmirror.loop.prevention.enabled = true\n"
     ));
     assert_eq!(c.flows.iter().filter(|f| f.replication).count(), 4);
+}
+
+/// A non-default value for each key kmirror honours in a flow, for the audit below.
+fn sample(key: &str) -> &'static str {
+    match key {
+        "enabled"
+        | "emit.heartbeats.enabled"
+        | "emit.checkpoints.enabled"
+        | "refresh.topics.enabled"
+        | "refresh.groups.enabled"
+        | "sync.topic.configs.enabled"
+        | "sync.topic.acls.enabled"
+        | "emit.offset-syncs.enabled"
+        | "heartbeats.replication.enabled"
+        | "kmirror.batch.mode.enabled"
+        | "kmirror.batch.merge.enabled"
+        | "kmirror.resume.from.target.enabled"
+        | "kmirror.sharing.enabled" => "false",
+        "sync.group.offsets.enabled"
+        | "kmirror.loop.prevention.enabled"
+        | "kmirror.sync.group.acls.enabled" => "true",
+        "replication.policy.internal.topic.separator.enabled" => "false",
+        k if k.ends_with(".seconds") => "7",
+        k if k.ends_with("replication.factor") => "1",
+        "topics" | "groups" => "only-this",
+        "topics.exclude" | "topics.blacklist" | "groups.exclude" | "groups.blacklist" => "skip-.*",
+        "config.properties.exclude" | "config.properties.blacklist" => "retention\\..*",
+        "offset.lag.max" => "7",
+        "offset-syncs.topic.location" => "target",
+        "exactly.once.support" => "required",
+        "tasks.max" => "3",
+        "transaction.boundary" => "interval",
+        "transaction.boundary.interval.ms" => "7000",
+        "admin.timeout.ms" => "7000",
+        "kmirror.source.truncation" => "fail",
+        "kmirror.start.position" => "latest",
+        "kmirror.rate.limit.bytes.per.second" | "kmirror.process.rate.limit.bytes.per.second" => {
+            "7000000"
+        }
+        "kmirror.positions.interval.ms" => "7000",
+        "kmirror.exactly.once.transaction.max.bytes" => "7000000",
+        "kmirror.sharing.group.id" => "other-group",
+        "kmirror.sharing.session.timeout.ms" => "7000",
+        "kmirror.sharing.rebalance.timeout.ms" => "70000",
+        "kmirror.sharing.instance.id" => "pod-7",
+        "kmirror.topics.rename" => "a:b",
+        "kmirror.batch.max.decompressed.bytes" => "7000000",
+        "replication.policy.class" => "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        "replication.policy.separator" => "_",
+        "name" => "other-name",
+        "connector.class" => "org.apache.kafka.connect.mirror.MirrorHeartbeatConnector",
+        "source.cluster.alias" => "X",
+        "target.cluster.alias" => "Y",
+        "use.defaults.from" => "A",
+        "transforms" => "drop",
+        "predicates" => "p",
+        "topic.filter.class"
+        | "group.filter.class"
+        | "config.property.filter.class"
+        | "forwarding.admin.class" => "com.example.Custom",
+        _ => "7",
+    }
+}
+
+/// Every key kmirror accepts in a flow either changes the validated configuration or is listed
+/// as ignored with a reason (`plan` shows it, `plan --check` exits 4): nothing a user sets is
+/// dropped without a word. A key added to the catalogue without either fails here.
+#[test]
+fn every_accepted_key_acts_or_is_listed_as_ignored() {
+    use kmirror_mirror::config::keys;
+    let base_text = format!("{AB}A->B.enabled = true\n");
+    let base = serde_json::to_value(&ok(&base_text).flows).unwrap();
+    let mut silent = Vec::new();
+    let mut check = |key: String, value: &str| {
+        let text = format!("{base_text}{key} = {value}\n");
+        let Ok(c) = parse(&text) else {
+            // Refused with an error naming the key: not silent either.
+            return;
+        };
+        if let Some(i) = c.ignored.iter().find(|i| i.origin.key == key) {
+            assert!(!i.reason.is_empty(), "{key}: ignored without a reason");
+            return;
+        }
+        if serde_json::to_value(&c.flows).unwrap() == base {
+            silent.push(format!("{key} = {value}"));
+        }
+    };
+    for k in keys::CONNECTOR_KEYS {
+        // Declares predicate aliases for transforms; every `predicates.<alias>.*` key is
+        // checked by the transform tests.
+        if *k == "predicates" {
+            continue;
+        }
+        check(format!("A->B.{k}"), sample(k));
+    }
+    for k in keys::CONSUMER_KEYS {
+        check(format!("A.consumer.{k}"), client_sample(k));
+    }
+    for k in keys::PRODUCER_KEYS {
+        check(format!("B.producer.{k}"), client_sample(k));
+    }
+    for k in keys::ADMIN_KEYS {
+        check(format!("B.admin.{k}"), client_sample(k));
+    }
+    assert!(
+        silent.is_empty(),
+        "accepted without effect and not listed: {silent:?}"
+    );
+    // A key another key makes moot is listed too.
+    let c = ok(&format!(
+        "{base_text}A->B.transaction.boundary.interval.ms = 7000\n"
+    ));
+    assert!(
+        c.ignored
+            .iter()
+            .any(|i| i.origin.key == "A->B.transaction.boundary.interval.ms"
+                && i.reason.contains("transaction.boundary = interval")),
+        "{:?}",
+        c.ignored
+    );
+}
+
+fn client_sample(key: &str) -> &'static str {
+    match key {
+        "isolation.level" => "read_uncommitted",
+        "auto.offset.reset" => "latest",
+        "check.crcs" => "false",
+        "group.id" | "client.id" => "seven",
+        "compression.type" => "zstd",
+        "acks" => "1",
+        _ => "7777",
+    }
 }

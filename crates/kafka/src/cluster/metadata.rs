@@ -101,8 +101,12 @@ impl KafkaCluster {
                     .collect()
             }));
         let resp = conn.send(&req).await?;
+        // Merged under the write lock: two reloads of different topics answered at about the
+        // same time must both land (copying before the lock let the second drop the first's
+        // topics, and their partitions' leaders were unknown until the next reload).
+        let mut cached = self.metadata.write().unwrap_or_else(|p| p.into_inner());
         let mut md = if topics.is_some() {
-            (*self.metadata()).clone()
+            (**cached).clone()
         } else {
             Metadata::default()
         };
@@ -134,7 +138,7 @@ impl KafkaCluster {
             })
             .collect();
         md.brokers = if listed.is_empty() {
-            self.metadata().brokers.clone()
+            cached.brokers.clone()
         } else {
             listed
         };
@@ -173,7 +177,7 @@ impl KafkaCluster {
                 },
             );
         }
-        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(md);
+        *cached = Arc::new(md);
         Ok(())
     }
 

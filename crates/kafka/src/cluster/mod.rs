@@ -14,6 +14,7 @@ mod metadata;
 mod offsets;
 mod partition_requests;
 mod pool;
+mod refresh;
 mod topics;
 
 pub use metadata::{
@@ -46,6 +47,8 @@ pub struct KafkaCluster {
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
     /// ListOffsets asked by many callers at once, sent together ([`crate::offset_lookup`]).
     pub(crate) lookups: crate::offset_lookup::Lookups,
+    /// Metadata reloads of single topics asked by many callers at once, sent together.
+    refreshes: refresh::Refreshes,
     /// Brokers that recently let a request or a connection attempt time out, and when: asked
     /// last for metadata and admin requests (see [`KafkaCluster::any_broker`]).
     silent: Mutex<HashMap<i32, std::time::Instant>>,
@@ -89,6 +92,7 @@ impl KafkaCluster {
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
+            refreshes: Default::default(),
             silent: Mutex::new(HashMap::new()),
             producer_ids: Mutex::new(None),
         };
@@ -177,7 +181,13 @@ impl KafkaCluster {
                     tokio::time::sleep(delay + jitter).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                     if !topic.is_empty() {
-                        let _ = self.refresh_metadata(Some(&[topic])).await;
+                        // Together with the other callers reloading now (`refresh.rs`).
+                        self.refreshes
+                            .refresh(topic, |topics| async move {
+                                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                                let _ = self.refresh_metadata(Some(&names)).await;
+                            })
+                            .await;
                     }
                 }
                 other => return other,

@@ -24,7 +24,9 @@ pub struct LegacyArgs {
     pub offset_commit_interval_ms: Option<String>,
     pub abort_on_send_failure: Option<String>,
     pub message_handler: Option<String>,
+    pub message_handler_args: Option<String>,
     pub rebalance_listener: Option<String>,
+    pub rebalance_listener_args: Option<String>,
     /// `--create.topics`: create missing target topics (default true); false keeps MM1's
     /// reliance on the target's auto-creation.
     pub create_topics: Option<String>,
@@ -178,6 +180,28 @@ pub fn load(
     }
 
     let mut ignored = Vec::new();
+    // MM1 passes these to the Java classes above, which kmirror does not load: listed, so
+    // `plan` (and `plan --check`) say they do nothing.
+    for (key, value, why) in [
+        (
+            "--message.handler.args",
+            &args.message_handler_args,
+            "arguments of --message.handler, whose Java class kmirror does not load (its built-in transforms replace handlers: --transforms FILE, docs/transforms.md)",
+        ),
+        (
+            "--rebalance.listener.args",
+            &args.rebalance_listener_args,
+            "arguments of --consumer.rebalance.listener, whose Java class kmirror does not load (kmirror commits what the target acknowledged before it gives partitions up)",
+        ),
+    ] {
+        if value.is_some() {
+            ignored.push(IgnoredKey {
+                origin: flag(key),
+                reason: why.to_string(),
+                did_you_mean: None,
+            });
+        }
+    }
     let cmap = resolve(
         consumer,
         env,
@@ -185,7 +209,13 @@ pub fn load(
         &[keys::CONSUMER_KEYS, LEGACY_CONSUMER_KEYS].concat(),
         &mut ignored,
     );
-    let pmap = resolve(producer, env, &mut diags, keys::PRODUCER_KEYS, &mut ignored);
+    let pmap = resolve(
+        producer,
+        env,
+        &mut diags,
+        keys::LEGACY_PRODUCER_KEYS,
+        &mut ignored,
+    );
     let group_id = match cmap
         .get("group.id")
         .map(|s| s.value.trim().to_string())

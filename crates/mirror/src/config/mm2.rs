@@ -4,7 +4,9 @@
 use super::diagnostics::{ConfigError, Diagnostics, Origin};
 use super::flow;
 use super::keys::{self, is_client_key, CONNECTOR_KEYS};
-use super::model::{ClusterInfo, IgnoredKey, MirrorConfig, Source};
+use super::model::{
+    ClusterInfo, FlowConfig, IgnoredKey, MirrorConfig, Source, TransactionBoundary,
+};
 use super::properties::Properties;
 use super::providers::Environment;
 use super::values::{Setting, SettingMap};
@@ -84,7 +86,7 @@ pub fn load(
         }
     }
 
-    let ignored = classify_keys(&all, &aliases, &mut diags);
+    let mut ignored = classify_keys(&all, &aliases, &mut diags);
 
     // Per-cluster properties and flows.
     let mut flows = Vec::new();
@@ -134,6 +136,7 @@ pub fn load(
             }
             let p = connector_props(&all, &aliases, &id, &file);
             if let Some(mut f) = flow::build(id, &p, None, &mut diags) {
+                unused_here(&f, &p, &mut ignored);
                 f.served = served.is_empty() || served.iter().any(|x| x == f.id.target.as_str());
                 flows.push(f);
             }
@@ -337,7 +340,9 @@ fn classify_keys(
                 ),
                 (true, Some(t)) => {
                     let key = &rest[t.as_str().len() + 1..];
-                    if let Some((reason, hint)) = classify_connector_key(key) {
+                    if let Some(reason) = set_by_dedicated_mode(key) {
+                        ignore(s, reason, None);
+                    } else if let Some((reason, hint)) = classify_connector_key(key) {
                         ignore(s, &reason, hint.map(|h| format!("{flow}->{t}.{h}")));
                     }
                 }
@@ -359,6 +364,37 @@ fn classify_keys(
     ignored
 }
 
+/// Connector keys MM2's dedicated mode sets itself for every connector it builds, whatever the
+/// file says (they mean something in connector files).
+fn set_by_dedicated_mode(k: &str) -> Option<&'static str> {
+    matches!(
+        k,
+        "name" | "connector.class" | "source.cluster.alias" | "target.cluster.alias"
+    )
+    .then_some("MM2's dedicated mode sets it for each connector it builds (a flow's aliases come from <source>-><target>); it applies in connector files (kmirror run --connector)")
+}
+
+/// Keys a flow reads that its other settings make moot: listed with why, once each.
+fn unused_here(f: &FlowConfig, p: &SettingMap, ignored: &mut Vec<IgnoredKey>) {
+    let moot = [(
+        "transaction.boundary.interval.ms",
+        f.transactions.boundary == TransactionBoundary::Poll,
+        "used only with transaction.boundary = interval (the flow commits per poll)",
+    )];
+    for (key, unused, reason) in moot {
+        let Some(s) = p.get(key).filter(|_| unused) else {
+            continue;
+        };
+        if !ignored.iter().any(|i| i.origin == s.origin) {
+            ignored.push(IgnoredKey {
+                origin: s.origin.clone(),
+                reason: reason.into(),
+                did_you_mean: None,
+            });
+        }
+    }
+}
+
 /// Worker offset-storage keys that kmirror honours for its position topic.
 const POSITION_KEYS: &[&str] = &[
     "offset.storage.topic",
@@ -371,6 +407,9 @@ type Classified = Option<(String, Option<String>)>;
 fn classify_top_key(k: &str) -> Classified {
     if let Some(c) = keys::classify_security_key(k) {
         return c;
+    }
+    if let Some(r) = set_by_dedicated_mode(k) {
+        return Some((r.into(), None));
     }
     if k == "tasks.max" {
         return tasks_max();
@@ -419,7 +458,7 @@ fn classify_cluster_key(k: &str) -> Classified {
     }
     for (prefix, honoured) in [
         ("consumer.", keys::CONSUMER_KEYS),
-        ("producer.", keys::PRODUCER_KEYS),
+        ("producer.", keys::MM2_PRODUCER_KEYS),
         ("admin.", keys::ADMIN_KEYS),
     ] {
         if let Some(rest) = k.strip_prefix(prefix) {
@@ -456,7 +495,7 @@ fn classify_cluster_key(k: &str) -> Classified {
 
 /// A key of the data producer's settings (a Connect worker's `producer.*`).
 pub fn classify_producer_key(k: &str) -> Classified {
-    classify_client_key(k, keys::PRODUCER_KEYS)
+    classify_client_key(k, keys::MM2_PRODUCER_KEYS)
 }
 
 fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
@@ -466,7 +505,7 @@ fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
     if honoured.contains(&k) {
         return None;
     }
-    if let Some(r) = keys::ignored_client_key(k) {
+    if let Some(r) = keys::unused_in_mm2_mode(k).or_else(|| keys::ignored_client_key(k)) {
         return Some((r.to_string(), None));
     }
     unknown(
@@ -516,10 +555,10 @@ pub fn classify_connector_key(k: &str) -> Classified {
     for (prefix, honoured) in [
         ("source.consumer.", keys::CONSUMER_KEYS),
         ("consumer.", keys::CONSUMER_KEYS),
-        ("target.producer.", keys::PRODUCER_KEYS),
-        ("producer.override.", keys::PRODUCER_KEYS),
-        ("producer.", keys::PRODUCER_KEYS),
-        ("source.producer.", keys::PRODUCER_KEYS),
+        ("target.producer.", keys::MM2_PRODUCER_KEYS),
+        ("producer.override.", keys::MM2_PRODUCER_KEYS),
+        ("producer.", keys::MM2_PRODUCER_KEYS),
+        ("source.producer.", keys::MM2_PRODUCER_KEYS),
         ("source.admin.", keys::ADMIN_KEYS),
         ("target.admin.", keys::ADMIN_KEYS),
         ("admin.", keys::ADMIN_KEYS),

@@ -380,6 +380,7 @@ async fn replicate(
         _ => None,
     };
     let ctx = Arc::new(Context {
+        interruptions: super::interruptions::Interruptions::new(super::interruptions::QUIET),
         loop_guard,
         own_copies,
         resume,
@@ -578,10 +579,12 @@ async fn replicate(
                 match event {
                     Event::Assigned { partitions, done } => {
                         control.apply(partitions).await;
+                        control.publish_share();
                         let _ = done.send(());
                     }
                     Event::Lost { done } => {
                         control.lose().await;
+                        control.publish_share();
                         let _ = done.send(());
                     }
                     Event::Refused(reason) => refused = Some(reason),
@@ -848,7 +851,20 @@ impl Control {
                 self.topic_ids.insert(d.source.clone(), t.id);
             }
             let ensured = if leads {
-                remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n).await
+                // `admin.timeout.ms` bounds one admin step, as it bounds MM2's admin calls: past
+                // it the topic is reported and tried again with the other skipped ones, and the
+                // topics after it are not held up.
+                let ensure =
+                    remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n);
+                tokio::time::timeout(flow.admin_timeout, ensure)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(KafkaError::Timeout {
+                            broker: format!("{} (admin.timeout.ms)", flow.id.target),
+                            api: kafka_protocol::messages::ApiKey::CreateTopics,
+                            after: flow.admin_timeout,
+                        })
+                    })
             } else if ctx.target.metadata().topics.contains_key(&remote) {
                 Ok(Ensured::Exists)
             } else {
@@ -948,17 +964,32 @@ impl Control {
             }
             (None, _) => {}
         }
-        self.ctx
-            .metrics
-            .topics
-            .get_or_create(&self.ctx.labels)
-            .set(topics);
-        self.ctx
-            .metrics
-            .partitions
+        let m = &self.ctx.metrics;
+        m.flow_topics.get_or_create(&self.ctx.labels).set(topics);
+        m.flow_partitions
             .get_or_create(&self.ctx.labels)
             .set(partitions as i64);
+        self.publish_share();
         self.first_round = false;
+    }
+
+    /// `kmirror_topics` and `kmirror_partitions`: what this process copies now, so the values
+    /// of the processes sharing a flow add up to the flow's (`kmirror_flow_*`).
+    fn publish_share(&self) {
+        let m = &self.ctx.metrics;
+        let mut topics = 0;
+        let mut last: Option<&str> = None;
+        // Keys are ordered by topic: count each topic once.
+        for (t, _) in self.running.keys() {
+            if last != Some(t.as_str()) {
+                topics += 1;
+                last = Some(t);
+            }
+        }
+        m.topics.get_or_create(&self.ctx.labels).set(topics);
+        m.partitions
+            .get_or_create(&self.ctx.labels)
+            .set(self.running.len() as i64);
     }
 
     fn start(&mut self, key: (String, i32), remote: String) {

@@ -230,6 +230,11 @@ impl Gauges {
             buffered,
         }
     }
+
+    /// Records left to copy, before the fetcher's answers keep it current.
+    pub(super) fn show_lag(&self, records: i64) {
+        self.lag.set(records.max(0));
+    }
 }
 
 /// Forwards one source partition to the same partition of its remote topic.

@@ -55,6 +55,8 @@ pub(super) struct Context {
     /// Loop prevention: which of the target's batches this flow wrote (the resume walk leaves
     /// out what the target's own producers wrote in between).
     pub(super) own_copies: Option<Arc<super::loop_guard::LoopGuard>>,
+    /// The flow's partitions' transient failures, logged as one WARN line per quiet period.
+    pub(super) interruptions: super::interruptions::Interruptions,
 }
 
 impl Context {
@@ -184,10 +186,20 @@ impl PartitionTask {
 
     /// Logs a transient failure and waits with backoff; true if stopped meanwhile.
     async fn retry_wait(&self, e: &KafkaError, attempt: &mut u32) -> bool {
-        tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying");
+        match self.ctx.interruptions.note(std::time::Instant::now()) {
+            Some(folded) => {
+                tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, others_since_last_warning = folded, "partition interrupted; retrying (further interruptions of this flow within 10 s are logged at debug level)")
+            }
+            None => {
+                tracing::debug!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying")
+            }
+        }
         self.stop.retry_after(attempt).await
     }
 }
+
+/// How long a starting partition waits for its source's end to show its lag.
+const LAG_LOOKUP: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn next_or(acked: Option<i64>) -> i64 {
     acked.map_or(-1, |o| o + 1)
@@ -203,6 +215,10 @@ pub(super) trait PartitionIo: Send {
     fn fresh_producer(&mut self) -> impl Future<Output = Result<(), KafkaError>> + Send;
     /// Where to start without a stored position (`auto.offset.reset`).
     fn start_offset(&mut self) -> impl Future<Output = Result<i64, KafkaError>> + Send;
+    /// Shows the partition's lag as the source's end minus `next`, before anything it may
+    /// wait for (its target partition's log, the resume walk, a backoff): until the fetcher's
+    /// first answer, a partition assigned and not copying must not count as caught up.
+    fn show_lag(&mut self, next: i64) -> impl Future<Output = ()> + Send;
     /// Where to start, `next` being where the stored position (`stored`) or the start
     /// lookup says: later, when the target holds the records from `next` on already. Never
     /// earlier.
@@ -249,6 +265,7 @@ pub(super) async fn drive<I: PartitionIo>(
         }
     }
     if let Some(a) = acked_through {
+        io.show_lag(a + 1).await;
         // Records after the stored position that the target holds already (written before a
         // crash, after the last store) are not copied again.
         let next = io.resume(a + 1, true).await;
@@ -267,6 +284,7 @@ pub(super) async fn drive<I: PartitionIo>(
             (None, Some(s)) => s,
             (None, None) => match io.start_offset().await {
                 Ok(o) => {
+                    io.show_lag(o).await;
                     // Without a stored position too: a first run killed before its first store
                     // left records on the target that no position mentions.
                     let o = io.resume(o, false).await;
@@ -365,6 +383,31 @@ impl PartitionIo for Io<'_> {
 
     async fn start_offset(&mut self) -> Result<i64, KafkaError> {
         Box::pin(self.task.start_offset()).await
+    }
+
+    async fn show_lag(&mut self, next: i64) {
+        let t = self.task;
+        let isolation = t.ctx.flow.clients.consumer_tuning.isolation_level;
+        // Asked with the other partitions starting now; bounded, so a slow source delays the
+        // start by seconds at most (the fetcher's answers set the lag from then on anyway).
+        let end = tokio::time::timeout(
+            LAG_LOOKUP,
+            Box::pin(
+                t.ctx
+                    .source
+                    .list_offset_batched(&t.topic, t.partition, LATEST, isolation),
+            ),
+        )
+        .await;
+        match end {
+            Ok(Ok(end)) => self.g.show_lag(end - next),
+            Ok(Err(e)) => {
+                tracing::debug!(topic = %t.topic, partition = t.partition, error = %e, "source end not known; lag shown once fetched")
+            }
+            Err(_) => {
+                tracing::debug!(topic = %t.topic, partition = t.partition, "source end not known in time; lag shown once fetched")
+            }
+        }
     }
 
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {

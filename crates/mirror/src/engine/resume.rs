@@ -8,6 +8,7 @@
 //! counted and logged with its reason. Runs only when a partition starts: the steady state does
 //! not pay for it.
 
+use super::fresh_reads::FreshReads;
 use super::log_reader;
 use super::offset_syncs::read_syncs_from;
 use super::partition::Context;
@@ -22,7 +23,7 @@ use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// Bytes of the target's tail a walk reads at most (the source side twice that, for what the
@@ -44,10 +45,12 @@ const GUARD_ATTEMPTS: u32 = 3;
 
 /// The newest offset syncs of every source partition, read from the flow's syncs topic when
 /// partitions start (a partition taken over from another process finds that process's syncs).
+/// Partitions starting together share one read, and wait for it together
+/// (`engine/fresh_reads.rs`).
 pub(super) struct SyncIndex {
     cluster: Arc<KafkaCluster>,
     topic: String,
-    state: Mutex<IndexState>,
+    state: FreshReads<IndexState>,
     walks: Semaphore,
 }
 
@@ -55,8 +58,6 @@ pub(super) struct SyncIndex {
 struct IndexState {
     /// Where reading the syncs topic continues.
     next: Option<i64>,
-    /// When the last read to the end began: syncs written before then are in `latest`.
-    read_at: Option<Instant>,
     latest: HashMap<(String, i32), SyncHistory>,
 }
 
@@ -65,48 +66,45 @@ impl SyncIndex {
         SyncIndex {
             cluster,
             topic,
-            state: Mutex::default(),
+            state: FreshReads::new(FRESH, IndexState::default()),
             walks: Semaphore::new(WALKS),
         }
     }
 
     /// The syncs kept of a partition, oldest first: those written up to [`FRESH`] before
-    /// the call at least. Partitions starting together share one read. An older read only
-    /// makes the anchor older (the walk longer), never wrong.
+    /// the call at least. An older read only makes the anchor older (the walk longer), never
+    /// wrong.
     async fn latest(&self, topic: &str, partition: i32) -> Result<Vec<(i64, i64)>, KafkaError> {
-        let asked = Instant::now();
-        let mut s = self.state.lock().await;
-        if s.read_at
-            .is_none_or(|t| asked.saturating_duration_since(t) > FRESH)
-        {
-            // Boxed: thousands of partitions starting together wait on the lock above, and a
-            // read's future inline would size every waiter (tens of MB at 10,000 partitions).
-            Box::pin(self.read(&mut s)).await?;
-        }
-        Ok(s.latest
-            .get(&(topic.to_string(), partition))
-            .map(SyncHistory::kept)
-            .unwrap_or_default())
-    }
-}
-
-impl SyncIndex {
-    /// Reads the syncs written since the last read.
-    async fn read(&self, s: &mut IndexState) -> Result<(), KafkaError> {
-        let began = Instant::now();
-        let latest = &mut s.latest;
-        let next = read_syncs_from(&self.cluster, &self.topic, s.next, |f| {
-            latest
-                .entry((f.topic, f.partition))
-                .or_default()
-                .push(f.upstream_offset, f.downstream_offset);
-        })
+        // Boxed: thousands of partitions starting together wait here, and a read's future
+        // inline would size every waiter (tens of MB at 10,000 partitions).
+        Box::pin(self.state.ensure(
+            Instant::now(),
+            |s| s.next,
+            |from| async move {
+                let mut syncs = Vec::new();
+                let next =
+                    read_syncs_from(&self.cluster, &self.topic, from, |f| syncs.push(f)).await?;
+                Ok::<_, KafkaError>((syncs, next))
+            },
+            |s, (syncs, next): (Vec<OffsetSync>, Option<i64>)| {
+                for f in syncs {
+                    s.latest
+                        .entry((f.topic, f.partition))
+                        .or_default()
+                        .push(f.upstream_offset, f.downstream_offset);
+                }
+                if next.is_some() {
+                    s.next = next;
+                }
+            },
+        ))
         .await?;
-        if next.is_some() {
-            s.next = next;
-        }
-        s.read_at = Some(began);
-        Ok(())
+        Ok(self.state.with(|s| {
+            s.latest
+                .get(&(topic.to_string(), partition))
+                .map(SyncHistory::kept)
+                .unwrap_or_default()
+        }))
     }
 }
 

@@ -172,6 +172,7 @@ pub async fn run(
         labels: labels.clone(),
         shutdown: shutdown.clone(),
         limiter,
+        shares: Default::default(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..cfg.num_streams {
@@ -218,9 +219,12 @@ async fn discover(
     let mut known: TopicSet = Arc::new(BTreeMap::new());
     loop {
         let now = topics.borrow().clone();
-        metrics.topics.get_or_create(&labels).set(now.len() as i64);
         metrics
-            .partitions
+            .flow_topics
+            .get_or_create(&labels)
+            .set(now.len() as i64);
+        metrics
+            .flow_partitions
             .get_or_create(&labels)
             .set(now.values().map(|n| *n as i64).sum());
         if cfg.create_topics {

@@ -61,6 +61,28 @@ pub(super) struct Shared {
     pub(super) shutdown: Shutdown,
     /// `--rate.limit.bytes.per.second`, shared by every stream.
     pub(super) limiter: Option<Arc<RateLimiter>>,
+    /// Each stream's partitions of its last assignment: `kmirror_topics` and
+    /// `kmirror_partitions` count this process's share, not the group's.
+    pub(super) shares: std::sync::Mutex<BTreeMap<u32, Vec<Key>>>,
+}
+
+impl Shared {
+    /// Records stream `index`'s partitions and publishes the process's share.
+    fn record_share(&self, index: u32, partitions: &[Key]) {
+        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        shares.insert(index, partitions.to_vec());
+        let all: std::collections::BTreeSet<&Key> = shares.values().flatten().collect();
+        let topics: std::collections::BTreeSet<&str> =
+            all.iter().map(|(t, _)| t.as_str()).collect();
+        self.metrics
+            .topics
+            .get_or_create(&self.labels)
+            .set(topics.len() as i64);
+        self.metrics
+            .partitions
+            .get_or_create(&self.labels)
+            .set(all.len() as i64);
+    }
 }
 
 #[derive(Debug)]
@@ -82,6 +104,7 @@ pub(super) async fn run(shared: Arc<Shared>, index: u32) -> Result<(), LegacyErr
     let (tx, rx) = mpsc::channel(2);
     let copier = tokio::spawn(Copier::new(shared.clone(), index).run(rx));
     let membership = membership(&shared, index, tx).await;
+    shared.record_share(index, &[]);
     let copied = copier
         .await
         .map_err(|e| LegacyError::Panicked(e.to_string()))?;
@@ -156,6 +179,7 @@ async fn membership(
             .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
             .collect();
         tracing::info!(stream = index, group = %cfg.group_id, generation = member.generation(), leader = member.is_leader(), partitions = partitions.len(), "partitions assigned");
+        shared.record_share(index, &partitions);
         let assigned = Assigned {
             generation: member.generation(),
             member_id: member.member_id().to_string(),

@@ -17,6 +17,8 @@ struct Script {
     waits_before_stop: usize,
     attempts: Vec<u32>,
     log: Vec<String>,
+    /// The positions the lag was shown from, before copying.
+    lags: Vec<i64>,
 }
 
 fn retriable() -> KafkaError {
@@ -40,6 +42,9 @@ impl PartitionIo for Script {
     async fn start_offset(&mut self) -> Result<i64, KafkaError> {
         self.log.push("start".into());
         self.starts.pop_front().expect("an unscripted start lookup")
+    }
+    async fn show_lag(&mut self, next: i64) {
+        self.lags.push(next);
     }
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {
         self.log.push(if stored {
@@ -121,6 +126,36 @@ fn a_stored_position_resumes_after_it_without_a_lookup() {
         s.log,
         ["resume 100", "lane", "subscribe 100", "forward 100"]
     );
+    // Shown once, from the stored position, before anything that may wait.
+    assert_eq!(s.lags, [100]);
+}
+
+/// A partition assigned and waiting (here: its target partition has no log yet, for good)
+/// shows its lag before its first wait, not 0 as if caught up.
+#[test]
+fn a_partition_that_waits_for_its_target_shows_its_lag_first() {
+    let mut s = script();
+    s.starts.push_back(Ok(7));
+    for _ in 0..3 {
+        s.lanes.push_back(Err(retriable()));
+    }
+    s.waits_before_stop = 2;
+    let (r, s) = run(s, None, false);
+    assert!(r.is_ok());
+    assert_eq!(s.lags, [7], "shown once, from where it starts");
+    assert_eq!(
+        s.log,
+        [
+            "start",
+            "resume 7 (no position)",
+            "lane",
+            "wait",
+            "lane",
+            "wait",
+            "lane",
+            "wait"
+        ]
+    );
 }
 
 #[test]
@@ -179,6 +214,7 @@ fn without_a_position_the_start_is_looked_up_once_even_across_retries() {
             "forward 40"
         ]
     );
+    assert_eq!(s.lags, [40], "once, when the start is known");
 }
 
 #[test]

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A new user's first large run, bounded: TOPICS topics of PARTITIONS partitions, PER_PARTITION
+# records written to each partition by number, a single-node source and a fresh single-node
+# target, one `kmirror run` with a minimal config (the flow's default group, no tuning).
+# Prints the time from kmirror's start to the first and to the last record on the target, its
+# peak RSS, its WARN lines, and what `/status` says at the end; when the target is still
+# missing records after TIMEOUT seconds it also lists the target partitions still empty and
+# fails (exit 1). Not part of CI: at the default 10,000 partitions it takes minutes.
+#
+# Usage: scripts/scale-check.sh        TOPICS=100 PARTITIONS=100 PER_PARTITION=5 TIMEOUT=600
+#        SOURCE_HEAP=1g TARGET_HEAP=512m   the brokers' heaps
+#        KMIRROR_BIN=/tmp/old-kmirror scripts/scale-check.sh   another build (before/after)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOPICS="${TOPICS:-100}" PARTITIONS="${PARTITIONS:-100}" PER_PARTITION="${PER_PARTITION:-5}"
+TIMEOUT="${TIMEOUT:-600}"
+# The target runs on the harness's default heap, as a first try would; the source holds the
+# partitions twice over (the data and the fetch sessions) and gets more.
+SOURCE_HEAP="${SOURCE_HEAP:-1g}" TARGET_HEAP="${TARGET_HEAP:-512m}"
+H=scripts/kafka/kafka-harness.sh
+export KAFKA_HARNESS_RUN="${TMPDIR:-/tmp}/kmirror-scale-$$"
+KPID=""
+cleanup() {
+  [[ -n "$KPID" ]] && kill -9 "$KPID" 2>/dev/null
+  bash $H stop-all >/dev/null 2>&1
+  [[ -n "${KEEP_RUN:-}" ]] || rm -rf "$KAFKA_HARNESS_RUN"
+}
+trap cleanup EXIT
+bash $H fetch >/dev/null
+[[ -n "${KMIRROR_BIN:-}" ]] || cargo build -q --release --bin kmirror
+K=${KMIRROR_BIN:-./target/release/kmirror}
+mkdir -p "$KAFKA_HARNESS_RUN"
+CP="$KAFKA_HARNESS_RUN/classes:$(bash $H classpath)"
+javac -nowarn -d "$KAFKA_HARNESS_RUN/classes" -cp "$CP" bench/WaitEnds.java bench/Load.java
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick() { local p; for p in $(seq "$1" 2 "$2"); do if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi; done; exit 1; }
+now_ms() { date +%s%3N; }
+PS=$(pick 19592 19640)
+KAFKA_HEAP=$SOURCE_HEAP bash $H start src "$PS" >/dev/null
+PT=$(pick $((PS + 2)) 19690)
+KAFKA_HEAP=$TARGET_HEAP bash $H start dst "$PT" >/dev/null
+MP=$(pick 19900 19950)
+
+topics="" remote=""
+for i in $(seq 0 $((TOPICS - 1))); do topics+="scale-$i,"; remote+="A.scale-$i,"; done
+topics=${topics%,} remote=${remote%,}
+records=$((TOPICS * PARTITIONS * PER_PARTITION))
+echo "scale-check: $TOPICS topics x $PARTITIONS partitions, $PER_PARTITION records each ($records)"
+java -cp "$CP" Load --bootstrap "127.0.0.1:$PS" --topics "$topics" --create-partitions "$PARTITIONS" \
+  --every-partition "$PARTITIONS" --records "$records" --size 100
+
+cfg="$KAFKA_HARNESS_RUN/kmirror.properties"
+cat >"$cfg" <<EOF
+clusters = A, B
+A.bootstrap.servers = 127.0.0.1:$PS
+B.bootstrap.servers = 127.0.0.1:$PT
+A->B.enabled = true
+A->B.topics = scale-.*
+replication.factor = 1
+offset.storage.replication.factor = 1
+config.storage.replication.factor = 1
+status.storage.replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+EOF
+out="$KAFKA_HARNESS_RUN/wait"
+java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$PT" --topics "$remote" --records "$records" \
+  --timeout-seconds "$TIMEOUT" >"$out" 2>"$out.err" &
+wpid=$!
+sleep 1
+t0=$(now_ms)
+log="$KAFKA_HARNESS_RUN/kmirror.log"
+$K run "$cfg" --metrics-address "127.0.0.1:$MP" >"$log" 2>&1 &
+KPID=$!
+ok=1
+wait "$wpid" || ok=0
+rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$KPID/status")
+echo "scale-check: status at the end:"
+$K status --address "127.0.0.1:$MP" || true
+echo "scale-check: WARN lines: $(grep -c ' WARN ' "$log" || true), ERROR lines: $(grep -c ' ERROR ' "$log" || true)"
+grep ' WARN ' "$log" | sed -E 's/.*WARN //; s/(topic|partition|error)=[^ ]*//g' | sort | uniq -c | sort -rn | head -5 || true
+if [[ $ok == 1 ]]; then
+  first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
+  awk -v f="$first" -v d="$done" -v t="$t0" -v r="$rss" \
+    'BEGIN { printf "scale-check: first record %.1f s, last record %.1f s, peak RSS %s MB\n", (f - t) / 1000, (d - t) / 1000, r }'
+else
+  echo "scale-check: FAILED: not every record on the target after $TIMEOUT s: $(cat "$out.err")"
+  empty=$(bash $H tool get-offsets --bootstrap-server "127.0.0.1:$PT" --topic-partitions 'A\.scale-.*' 2>/dev/null |
+    awk -F: '$3 == 0 { print $1 }' | sort | uniq -c | sort -k2 -V | awk '{ printf "%s(%s) ", $2, $1 }')
+  echo "scale-check: empty target partitions by topic: ${empty:-none}"
+  echo "scale-check: peak RSS $rss MB"
+  exit 1
+fi
