@@ -5,7 +5,8 @@
 # Prints the time from kmirror's start to the first and to the last record on the target, its
 # peak RSS, its WARN lines, and what `/status` says at the end; when the target is still
 # missing records after TIMEOUT seconds it also lists the target partitions still empty and
-# fails (exit 1). Not part of CI: at the default 10,000 partitions it takes minutes.
+# fails (exit 1). Also prints `kmirror status` STATUS_AT (15) seconds after the start, while
+# partitions still wait. Not part of CI: at the default 10,000 partitions it takes minutes.
 #
 # Usage: scripts/scale-check.sh        TOPICS=100 PARTITIONS=100 PER_PARTITION=5 TIMEOUT=600
 #        SOURCE_HEAP=1g TARGET_HEAP=512m   the brokers' heaps
@@ -74,8 +75,12 @@ t0=$(now_ms)
 log="$KAFKA_HARNESS_RUN/kmirror.log"
 $K run "$cfg" --metrics-address "127.0.0.1:$MP" >"$log" 2>&1 &
 KPID=$!
+# What a user sees while partitions wait for their target's logs: lag, not "caught up".
+(sleep "${STATUS_AT:-15}"; $K status --address "127.0.0.1:$MP" >"$KAFKA_HARNESS_RUN/status-early" 2>&1) &
 ok=1
 wait "$wpid" || ok=0
+echo "scale-check: status ${STATUS_AT:-15} s after the start:"
+cat "$KAFKA_HARNESS_RUN/status-early" 2>/dev/null || true
 rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$KPID/status")
 echo "scale-check: status at the end:"
 $K status --address "127.0.0.1:$MP" || true

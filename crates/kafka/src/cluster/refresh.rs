@@ -82,7 +82,9 @@ impl Refreshes {
                         number,
                         topics: Some(topics.iter().cloned().collect()),
                     };
-                    load(topics.into_iter().collect()).await;
+                    // Boxed: a reload's future is kilobytes, and inline it would size every
+                    // waiting caller's future.
+                    Box::pin(load(topics.into_iter().collect())).await;
                     flight.topics = None;
                 }
                 None => {

@@ -90,7 +90,9 @@ impl<S> FreshReads<S> {
             };
             let _reading = Reading(self);
             let began = Instant::now();
-            let got = read(from).await?;
+            // Boxed: a read's future is kilobytes, and inline it would size every caller's
+            // future while it only waits (10,000 of them when a flow starts).
+            let got = Box::pin(read(from)).await?;
             let mut s = self.lock();
             merge(&mut s.data, got);
             s.read_at = Some(began);

@@ -390,14 +390,13 @@ impl PartitionIo for Io<'_> {
         let isolation = t.ctx.flow.clients.consumer_tuning.isolation_level;
         // Asked with the other partitions starting now; bounded, so a slow source delays the
         // start by seconds at most (the fetcher's answers set the lag from then on anyway).
-        let end = tokio::time::timeout(
+        // Boxed with its timer: see `fresh_producer`.
+        let end = Box::pin(tokio::time::timeout(
             LAG_LOOKUP,
-            Box::pin(
-                t.ctx
-                    .source
-                    .list_offset_batched(&t.topic, t.partition, LATEST, isolation),
-            ),
-        )
+            t.ctx
+                .source
+                .list_offset_batched(&t.topic, t.partition, LATEST, isolation),
+        ))
         .await;
         match end {
             Ok(Ok(end)) => self.g.show_lag(end - next),

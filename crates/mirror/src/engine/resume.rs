@@ -75,30 +75,31 @@ impl SyncIndex {
     /// the call at least. An older read only makes the anchor older (the walk longer), never
     /// wrong.
     async fn latest(&self, topic: &str, partition: i32) -> Result<Vec<(i64, i64)>, KafkaError> {
-        // Boxed: thousands of partitions starting together wait here, and a read's future
-        // inline would size every waiter (tens of MB at 10,000 partitions).
-        Box::pin(self.state.ensure(
-            Instant::now(),
-            |s| s.next,
-            |from| async move {
-                let mut syncs = Vec::new();
-                let next =
-                    read_syncs_from(&self.cluster, &self.topic, from, |f| syncs.push(f)).await?;
-                Ok::<_, KafkaError>((syncs, next))
-            },
-            |s, (syncs, next): (Vec<OffsetSync>, Option<i64>)| {
-                for f in syncs {
-                    s.latest
-                        .entry((f.topic, f.partition))
-                        .or_default()
-                        .push(f.upstream_offset, f.downstream_offset);
-                }
-                if next.is_some() {
-                    s.next = next;
-                }
-            },
-        ))
-        .await?;
+        // The read's future is boxed inside `ensure`, so the thousands of partitions waiting
+        // here hold small futures (tens of MB at 10,000 partitions otherwise).
+        self.state
+            .ensure(
+                Instant::now(),
+                |s| s.next,
+                |from| async move {
+                    let mut syncs = Vec::new();
+                    let next = read_syncs_from(&self.cluster, &self.topic, from, |f| syncs.push(f))
+                        .await?;
+                    Ok::<_, KafkaError>((syncs, next))
+                },
+                |s, (syncs, next): (Vec<OffsetSync>, Option<i64>)| {
+                    for f in syncs {
+                        s.latest
+                            .entry((f.topic, f.partition))
+                            .or_default()
+                            .push(f.upstream_offset, f.downstream_offset);
+                    }
+                    if next.is_some() {
+                        s.next = next;
+                    }
+                },
+            )
+            .await?;
         Ok(self.state.with(|s| {
             s.latest
                 .get(&(topic.to_string(), partition))
