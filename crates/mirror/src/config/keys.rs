@@ -249,39 +249,14 @@ pub const PRODUCER_KEYS: &[&str] = &[
     "transaction.timeout.ms",
 ];
 
-/// Producer keys MM2 mode honours: [`PRODUCER_KEYS`] but the producer's batching, which
-/// [`unused_in_mm2_mode`] explains.
-pub const MM2_PRODUCER_KEYS: &[&str] = &[
-    "compression.type",
-    "acks",
-    "max.request.size",
-    "buffer.memory",
-    "client.id",
-    "request.timeout.ms",
-    "transaction.timeout.ms",
-];
-
 /// Producer keys that MM2 mode reads and cannot use, with why: it forwards the source's
-/// batches instead of batching records itself (docs/engine.md).
+/// batches instead of batching records itself (docs/engine.md). Checked before
+/// [`PRODUCER_KEYS`] in MM2 mode.
 pub fn unused_in_mm2_mode(key: &str) -> Option<&'static str> {
     matches!(key, "batch.size" | "linger.ms").then_some(
         "MM2 mode forwards the source's record batches as fetched (runs of small ones merged up to 256 KiB, at most half of max.request.size) and sends at once; the producer's batching does not apply",
     )
 }
-
-/// Producer keys MM1 mode honours: it re-encodes records into batches of `batch.size`, and
-/// sends each fetched chunk at once (`linger.ms` would only add latency; see
-/// [`ignored_client_key`]).
-pub const LEGACY_PRODUCER_KEYS: &[&str] = &[
-    "batch.size",
-    "compression.type",
-    "acks",
-    "max.request.size",
-    "buffer.memory",
-    "client.id",
-    "request.timeout.ms",
-    "transaction.timeout.ms",
-];
 
 /// Admin keys kmirror honours (besides the client keys).
 pub const ADMIN_KEYS: &[&str] = &["client.id", "request.timeout.ms"];

@@ -209,13 +209,14 @@ pub fn load(
         &[keys::CONSUMER_KEYS, LEGACY_CONSUMER_KEYS].concat(),
         &mut ignored,
     );
-    let pmap = resolve(
-        producer,
-        env,
-        &mut diags,
-        keys::LEGACY_PRODUCER_KEYS,
-        &mut ignored,
-    );
+    // Each fetched chunk is sent as soon as it is encoded: `linger.ms` is listed as ignored
+    // (`keys::ignored_client_key` says why).
+    let producer_keys: Vec<&str> = keys::PRODUCER_KEYS
+        .iter()
+        .copied()
+        .filter(|k| *k != "linger.ms")
+        .collect();
+    let pmap = resolve(producer, env, &mut diags, &producer_keys, &mut ignored);
     let group_id = match cmap
         .get("group.id")
         .map(|s| s.value.trim().to_string())

@@ -458,7 +458,7 @@ fn classify_cluster_key(k: &str) -> Classified {
     }
     for (prefix, honoured) in [
         ("consumer.", keys::CONSUMER_KEYS),
-        ("producer.", keys::MM2_PRODUCER_KEYS),
+        ("producer.", keys::PRODUCER_KEYS),
         ("admin.", keys::ADMIN_KEYS),
     ] {
         if let Some(rest) = k.strip_prefix(prefix) {
@@ -495,17 +495,20 @@ fn classify_cluster_key(k: &str) -> Classified {
 
 /// A key of the data producer's settings (a Connect worker's `producer.*`).
 pub fn classify_producer_key(k: &str) -> Classified {
-    classify_client_key(k, keys::MM2_PRODUCER_KEYS)
+    classify_client_key(k, keys::PRODUCER_KEYS)
 }
 
 fn classify_client_key(k: &str, honoured: &[&str]) -> Classified {
     if let Some(c) = keys::classify_security_key(k) {
         return c;
     }
+    if let Some(r) = keys::unused_in_mm2_mode(k) {
+        return Some((r.to_string(), None));
+    }
     if honoured.contains(&k) {
         return None;
     }
-    if let Some(r) = keys::unused_in_mm2_mode(k).or_else(|| keys::ignored_client_key(k)) {
+    if let Some(r) = keys::ignored_client_key(k) {
         return Some((r.to_string(), None));
     }
     unknown(
@@ -555,10 +558,10 @@ pub fn classify_connector_key(k: &str) -> Classified {
     for (prefix, honoured) in [
         ("source.consumer.", keys::CONSUMER_KEYS),
         ("consumer.", keys::CONSUMER_KEYS),
-        ("target.producer.", keys::MM2_PRODUCER_KEYS),
-        ("producer.override.", keys::MM2_PRODUCER_KEYS),
-        ("producer.", keys::MM2_PRODUCER_KEYS),
-        ("source.producer.", keys::MM2_PRODUCER_KEYS),
+        ("target.producer.", keys::PRODUCER_KEYS),
+        ("producer.override.", keys::PRODUCER_KEYS),
+        ("producer.", keys::PRODUCER_KEYS),
+        ("source.producer.", keys::PRODUCER_KEYS),
         ("source.admin.", keys::ADMIN_KEYS),
         ("target.admin.", keys::ADMIN_KEYS),
         ("admin.", keys::ADMIN_KEYS),
