@@ -374,7 +374,7 @@ async fn two_processes_share_a_group_with_a_java_consumer_and_hand_over_with_tra
         let batch = encode_batch(
             &[Record {
                 offset: 0,
-                timestamp: 1_700_000_000_000,
+                timestamp: kmirror_testkit::recent_ms(),
                 key: Some(Bytes::from_static(b"with-headers")),
                 value: Some(Bytes::from_static(b"h")),
                 headers: vec![

@@ -87,7 +87,7 @@ async fn checkpoints_group_sync_and_failover_commands() {
             let records: Vec<Record> = (0..100)
                 .map(|i| Record {
                     offset: i,
-                    timestamp: 1_700_000_000_000,
+                    timestamp: kmirror_testkit::recent_ms(),
                     key: None,
                     value: Some(Bytes::from(format!("{p}-{}", batch * 100 + i))),
                     headers: vec![],

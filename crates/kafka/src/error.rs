@@ -114,6 +114,16 @@ pub enum KafkaError {
     /// transaction was aborted and the id re-initialised): the lane must be made again.
     #[error("a lane of an earlier epoch of transactional producer '{transactional_id}' (its transaction was aborted)")]
     StaleProducer { transactional_id: String },
+    /// A transaction of this transactional id stayed open on a partition after its coordinator
+    /// completed it (the marker was dropped); it is settled before the partition is written
+    /// again.
+    #[error("{topic}-{partition}: a transaction of producer id {producer_id} stayed open from offset {offset} after its coordinator completed it; it is settled before the partition is written again")]
+    HangingTransaction {
+        topic: String,
+        partition: i32,
+        producer_id: i64,
+        offset: i64,
+    },
     /// Reading a log as read_committed, more records wait behind a transaction still open than
     /// the reader holds in memory (see `committed::CommittedView`).
     #[error("{topic}-{partition}: a transaction of producer id {producer_id}, open since offset {offset}, holds back more than {limit} records; it ends at its producer's transaction.timeout.ms, or abort it with kafka-transactions.sh")]

@@ -28,6 +28,7 @@ pub mod producer;
 pub mod secret;
 pub mod settings;
 pub mod txn;
+pub mod txn_state;
 
 pub use codec::{batch, records};
 pub use error::{KafkaError, Result};

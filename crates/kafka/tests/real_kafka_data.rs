@@ -21,7 +21,7 @@ fn records(n: usize, seed: &str) -> Vec<Record> {
     (0..n)
         .map(|i| Record {
             offset: i as i64,
-            timestamp: 1_700_000_000_000 + (i as i64) * 7,
+            timestamp: kmirror_testkit::recent_ms() + (i as i64) * 7,
             key: match i % 3 {
                 0 => None,
                 1 => Some(Bytes::new()),

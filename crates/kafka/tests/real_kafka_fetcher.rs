@@ -18,7 +18,7 @@ fn batch(from: usize, n: usize, value_bytes: usize) -> kmirror_kafka::batch::Raw
     let records: Vec<Record> = (from..from + n)
         .map(|i| Record {
             offset: (i - from) as i64,
-            timestamp: 1_700_000_000_000 + i as i64,
+            timestamp: kmirror_testkit::recent_ms() + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(format!("{i:08}").repeat(value_bytes / 8 + 1))),
             headers: vec![],

@@ -62,7 +62,7 @@ async fn no_loss_and_order_kept_across_a_broker_restart() {
         let records: Vec<Record> = (0..PER_BATCH)
             .map(|i| Record {
                 offset: i,
-                timestamp: 1_700_000_000_000 + b,
+                timestamp: kmirror_testkit::recent_ms() + b,
                 key: None,
                 value: Some(Bytes::from(format!("{}", b * PER_BATCH + i))),
                 headers: vec![],
@@ -202,7 +202,7 @@ async fn batches_the_broker_finds_damaged_fail_at_once() {
     let records: Vec<Record> = (0..50)
         .map(|i| Record {
             offset: i,
-            timestamp: 1_700_000_000_000 + i,
+            timestamp: kmirror_testkit::recent_ms() + i,
             key: None,
             value: Some(Bytes::from(format!(
                 "value {i} of a batch about to be damaged"

@@ -204,6 +204,15 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// What became of a transaction found open after its coordinator completed it (its marker
+/// dropped): `found`, then `settled` (docs/engine.md).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub source: Label,
+    pub target: Label,
+    pub outcome: &'static str,
+}
+
 /// Why an exactly-once transaction was aborted: every `reason` of
 /// `kmirror_transactions_aborted_total` (docs/metrics.md), so `/status` can add them up.
 pub const ABORT_REASONS: [&str; 4] = ["failed", "timeout", "commit_failed", "fenced"];
@@ -301,6 +310,7 @@ pub struct Metrics {
     /// slot's gate to the commit's answer (a commit's pause).
     pub transactions_committed: Family<FlowLabels, Counter>,
     pub transactions_aborted: Family<ReasonLabels, Counter>,
+    pub hanging_transactions: Family<OutcomeLabels, Counter>,
     pub transaction_commit_ms: Family<FlowLabels, Counter>,
     /// Exactly-once: the slots (transactional ids) this process holds.
     pub exactly_once_slots: Family<FlowLabels, Gauge>,
@@ -396,6 +406,7 @@ impl Metrics {
             exactly_once_slots: Family::default(),
             orphans_fenced: Family::default(),
             transactions_aborted: Family::default(),
+            hanging_transactions: Family::default(),
             transaction_commit_ms: Family::default(),
             group_offsets_synced: Family::default(),
             configs_synced: Family::default(),
@@ -537,6 +548,11 @@ impl Metrics {
             "transactions_aborted",
             "Exactly-once transactions aborted, by reason; their partitions copy again from the last commit",
             m.transactions_aborted.clone(),
+        );
+        registry.register(
+            "hanging_transactions",
+            "Partitions on which an exactly-once transaction stayed open after its coordinator completed it (a dropped marker), by outcome: found, then settled with the transaction's own result",
+            m.hanging_transactions.clone(),
         );
         registry.register(
             "transaction_commit_ms",
@@ -940,6 +956,13 @@ impl FlowLabels {
             source: self.source.clone(),
             target: self.target.clone(),
             via,
+        }
+    }
+    pub fn outcome(&self, outcome: &'static str) -> OutcomeLabels {
+        OutcomeLabels {
+            source: self.source.clone(),
+            target: self.target.clone(),
+            outcome,
         }
     }
     pub fn reason(&self, reason: &'static str) -> ReasonLabels {

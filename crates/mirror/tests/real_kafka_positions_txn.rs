@@ -34,7 +34,7 @@ fn position(partition: i32, offset: i64) -> RawBatch {
 fn batch(key: Vec<u8>, value: Option<Vec<u8>>) -> RawBatch {
     let record = Record {
         offset: 0,
-        timestamp: 1_700_000_000_000,
+        timestamp: kmirror_testkit::recent_ms(),
         key: Some(Bytes::from(key)),
         value: value.map(Bytes::from),
         headers: vec![],

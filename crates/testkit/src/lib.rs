@@ -963,6 +963,19 @@ where
     }
 }
 
+/// A record timestamp for test data: the time of this process's first call, the same for every
+/// call. Fixed timestamps from the past are deleted by the broker's time-based retention
+/// (`log.retention.hours`, a week), whose first check runs 30 s after a broker starts: a test
+/// reading such records then meets a log start past them.
+pub fn recent_ms() -> i64 {
+    static FIRST: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *FIRST.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
 /// Logs of the code under test, through the test writer (shown for failing tests), filtered by
 /// RUST_LOG (default `info`).
 pub fn init_logging() {

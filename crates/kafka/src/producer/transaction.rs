@@ -14,6 +14,7 @@
 use crate::cluster::KafkaCluster;
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
+use crate::txn_state::{open_since, TxnPhase};
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
@@ -51,7 +52,39 @@ pub struct Transaction {
     pub add_requests: AtomicU64,
     pub commits: AtomicU64,
     pub aborts: AtomicU64,
+    /// Partitions whose last transaction's marker may not have arrived, with that
+    /// transaction's result (true: commit). See [`Transaction::settle_suspects`].
+    suspects: Mutex<BTreeMap<Key, bool>>,
+    /// The id's last result and producer id before this instance took it over: partitions this
+    /// instance had not written yet are checked against it on their first add.
+    before: Mutex<Option<(bool, i64)>>,
+    checked: Mutex<HashSet<Key>>,
+    /// Suspects found hanging and not settled yet: (producer id, first offset of the range).
+    open: Mutex<BTreeMap<Key, (i64, i64)>>,
+    /// What was found and done about hanging transactions, until the owner takes it.
+    reports: Mutex<Vec<Hanging>>,
 }
+
+/// A partition on which a transaction of this id stayed open after its coordinator completed
+/// it: its marker was dropped (docs/engine.md, "Transactions whose marker was dropped").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hanging {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub producer_id: i64,
+    /// First offset of the open range.
+    pub open_since: i64,
+    /// The result it was settled with, or is to be settled with.
+    pub committed: bool,
+    /// False when found, true once a marker closed it.
+    pub settled: bool,
+}
+
+/// How long the check after a transaction waits for its markers to be written before it leaves
+/// the partitions to be checked at their next add.
+const CHECK_WAIT: Duration = Duration::from_secs(10);
+/// Settling rounds before the partitions are left for their next add.
+const SETTLE_ROUNDS: usize = 3;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -121,6 +154,11 @@ impl Transaction {
             add_requests: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             aborts: AtomicU64::new(0),
+            suspects: Mutex::default(),
+            before: Mutex::new(None),
+            checked: Mutex::default(),
+            open: Mutex::default(),
+            reports: Mutex::default(),
         };
         t.reinit().await?;
         Ok(t)
@@ -140,6 +178,7 @@ impl Transaction {
         // No add in flight under the old epoch may land after this (it would mark a partition
         // added to the new transaction).
         let _turn = self.adding.lock().await;
+        self.remember_last_transaction().await;
         // Before KIP-360 brokers a known producer id with a bumped epoch would be refused; the
         // fresh call (-1, -1) works on every version and fences just the same.
         let req = InitProducerIdRequest::default()
@@ -160,7 +199,15 @@ impl Transaction {
         let id = (resp.producer_id.0, resp.producer_epoch);
         self.cluster.producer_id_obtained(id.0).await?;
         *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = id;
-        self.added.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The open transaction was aborted by InitProducerId: its markers are checked too.
+        let aborted: Vec<Key> = self
+            .added
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        self.suspect(aborted, false);
+        self.settle_suspects().await;
         self.wanted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -239,6 +286,7 @@ impl Transaction {
             if batch.is_empty() || self.identity() != identity {
                 continue;
             }
+            self.check_before_add(&batch).await?;
             self.add_now(&batch).await?;
             self.added
                 .lock()
@@ -325,6 +373,27 @@ impl Transaction {
         if !self.is_open() {
             return Ok(());
         }
+        self.send_end(committed).await?;
+        let ended: Vec<Key> = self
+            .added
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        let n = if committed {
+            &self.commits
+        } else {
+            &self.aborts
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        // Checked before any add of the next transaction (the turn is held): a batch written to
+        // a partition whose marker was dropped would join the open range.
+        self.suspect(ended, committed);
+        self.settle_suspects().await;
+        Ok(())
+    }
+
+    async fn send_end(&self, committed: bool) -> Result<()> {
         let (pid, epoch) = self.identity();
         let req = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(s(&self.id)))
@@ -341,15 +410,248 @@ impl Transaction {
                 check(&self.id, &conn, ApiKey::EndTxn, resp.error_code)
             }
         })
-        .await?;
-        self.added.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let n = if committed {
-            &self.commits
-        } else {
-            &self.aborts
+        .await
+    }
+
+    /// What was found and settled since the last call.
+    pub fn take_reports(&self) -> Vec<Hanging> {
+        std::mem::take(&mut *self.reports.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn suspect(&self, keys: Vec<Key>, committed: bool) {
+        let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            suspects.insert(k, committed);
+        }
+    }
+
+    /// Before InitProducerId forgets it: the result of the id's last transaction, and the
+    /// partitions of one still open (InitProducerId ends it, and its markers can be dropped
+    /// too). Nothing is known when the coordinator cannot say; the check is best effort there.
+    async fn remember_last_transaction(&self) {
+        let described = match self.cluster.describe_transaction(&self.id).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(transactional_id = %self.id, error = %e, "cannot describe the transactional id before initialising it");
+                return;
+            }
         };
-        n.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let Some(result) = described.phase.result() else {
+            return;
+        };
+        if described.phase != TxnPhase::CompleteCommit && described.phase != TxnPhase::CompleteAbort
+        {
+            let open: Vec<Key> = described
+                .partitions
+                .iter()
+                .map(|(t, p)| (Arc::from(t.as_str()), *p))
+                .collect();
+            self.suspect(open, result);
+        }
+        let mut before = self.before.lock().unwrap_or_else(|p| p.into_inner());
+        if self.identity().0 < 0 {
+            *before = Some((result, described.producer_id));
+        }
+    }
+
+    fn producer_ids(&self) -> Vec<i64> {
+        let mut ids = vec![self.identity().0];
+        if let Some((_, before)) = *self.before.lock().unwrap_or_else(|p| p.into_inner()) {
+            if !ids.contains(&before) {
+                ids.push(before);
+            }
+        }
+        ids
+    }
+
+    /// Partitions about to join the transaction that may hold a range of this id left open:
+    /// suspects, and partitions this instance writes for the first time. Settled first when
+    /// the transaction is empty; otherwise the add fails with [`KafkaError::HangingTransaction`]
+    /// (the caller aborts, and the next transaction settles them before its first add).
+    async fn check_before_add(&self, batch: &[Key]) -> Result<()> {
+        let before = *self.before.lock().unwrap_or_else(|p| p.into_inner());
+        let need: Vec<Key> = {
+            let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            batch
+                .iter()
+                .filter(|k| {
+                    suspects.contains_key(*k) || (before.is_some() && checked.insert((*k).clone()))
+                })
+                .cloned()
+                .collect()
+        };
+        if need.is_empty() {
+            return Ok(());
+        }
+        if let Some((result, _)) = before {
+            let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+            for k in &need {
+                suspects.entry(k.clone()).or_insert(result);
+            }
+        }
+        if !self.is_open() {
+            self.settle(true).await;
+        } else {
+            self.sort_out(&need).await;
+        }
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, (producer_id, offset))) =
+            need.iter().find_map(|k| open.get(k).map(|o| (k, *o)))
+        {
+            return Err(KafkaError::HangingTransaction {
+                topic: k.0.to_string(),
+                partition: k.1,
+                producer_id,
+                offset,
+            });
+        }
+        let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+        match need.iter().find(|k| suspects.contains_key(*k)) {
+            // Its leader could not say (none yet, or moving): written now, a batch could join a
+            // range left open. Retried as any leaderless partition is.
+            Some(k) => Err(KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::DescribeProducers,
+                error: ResponseError::LeaderNotAvailable,
+                message: Some(format!(
+                    "{}-{}: cannot tell yet whether a transaction of this id is left open there",
+                    k.0, k.1
+                )),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// One look at `keys`: those with nothing open of this id stop being suspects; those with
+    /// a range open are reported found. Partitions whose leader cannot answer stay suspects.
+    /// Returns the hanging ones with their first offset.
+    async fn sort_out(&self, keys: &[Key]) -> Vec<(Key, i64)> {
+        let ids = self.producer_ids();
+        let answers = self.cluster.describe_producers(keys).await;
+        let mut hanging = Vec::new();
+        let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, answer) in answers {
+            let Ok(producers) = answer else { continue };
+            let Some(&committed) = suspects.get(&k) else {
+                continue;
+            };
+            match open_since(&producers, &ids) {
+                None => {
+                    suspects.remove(&k);
+                    if let Some((producer_id, offset)) = open.remove(&k) {
+                        tracing::debug!(transactional_id = %self.id, topic = %k.0, partition = k.1, producer_id, offset, committed, "hanging transaction settled");
+                        reports.push(Hanging {
+                            topic: k.0.clone(),
+                            partition: k.1,
+                            producer_id,
+                            open_since: offset,
+                            committed,
+                            settled: true,
+                        });
+                    }
+                }
+                Some(offset) => {
+                    if !open.contains_key(&k) {
+                        let producer_id = producers
+                            .iter()
+                            .find(|p| ids.contains(&p.producer_id) && p.open_since == offset)
+                            .map_or(ids[0], |p| p.producer_id);
+                        tracing::debug!(transactional_id = %self.id, topic = %k.0, partition = k.1, producer_id, offset, committed, "a transaction stayed open on this partition after its coordinator completed it (its marker was dropped); settling it");
+                        open.insert(k.clone(), (producer_id, offset));
+                        reports.push(Hanging {
+                            topic: k.0.clone(),
+                            partition: k.1,
+                            producer_id,
+                            open_since: offset,
+                            committed,
+                            settled: false,
+                        });
+                    }
+                    hanging.push((k, offset));
+                }
+            }
+        }
+        hanging
+    }
+
+    /// Waits until the coordinator has written (or dropped) the last transaction's markers.
+    async fn markers_written(&self, deadline: tokio::time::Instant) -> bool {
+        let mut delay = Duration::from_millis(2);
+        loop {
+            match self.cluster.describe_transaction(&self.id).await {
+                Ok(Some(d)) if d.phase.completing() => {}
+                Ok(_) => return true,
+                Err(e) => {
+                    tracing::debug!(transactional_id = %self.id, error = %e, "describing the transaction failed; will retry");
+                }
+            }
+            if tokio::time::Instant::now() + delay > deadline {
+                return false;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Finds the suspects on which a transaction of this id is still open though its
+    /// coordinator completed it, and closes each with the result it should have had: an empty
+    /// transaction on the same producer id that adds only those partitions (explicitly, so the
+    /// coordinator sends them a marker though nothing was written) and ends with that result.
+    /// The marker closes the open range from its first offset (docs/engine.md). Called with
+    /// the add turn held and no transaction open. Best effort: what cannot be checked now
+    /// (no leader, no coordinator) stays suspect until its next add.
+    async fn settle_suspects(&self) {
+        self.settle(false).await
+    }
+
+    /// [`Transaction::settle_suspects`]; with `insist`, partitions whose leader could not
+    /// answer are asked again (after the metadata reload) a few times.
+    async fn settle(&self, insist: bool) {
+        let deadline = tokio::time::Instant::now() + CHECK_WAIT;
+        for round in 0..=SETTLE_ROUNDS {
+            let keys: Vec<Key> = self
+                .suspects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            if keys.is_empty() || !self.markers_written(deadline).await {
+                return;
+            }
+            let hanging = self.sort_out(&keys).await;
+            if hanging.is_empty() {
+                if !insist || round == SETTLE_ROUNDS {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let mut by_result: BTreeMap<bool, Vec<Key>> = BTreeMap::new();
+            {
+                let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+                for (k, _) in hanging {
+                    if let Some(&committed) = suspects.get(&k) {
+                        by_result.entry(committed).or_default().push(k);
+                    }
+                }
+            }
+            for (committed, keys) in by_result {
+                let settled = async {
+                    self.add_now(&keys).await?;
+                    self.send_end(committed).await
+                }
+                .await;
+                if let Err(e) = settled {
+                    tracing::warn!(transactional_id = %self.id, error = %e, "settling a hanging transaction failed; trying again at the partitions' next add");
+                    return;
+                }
+            }
+        }
     }
 
     /// Runs `call` on the id's coordinator, finding it again after it moved, and retrying while

@@ -949,7 +949,11 @@ fn ends_transaction(e: &KafkaError) -> bool {
     use kafka_protocol::error::ResponseError as R;
     matches!(
         e,
-        KafkaError::Fenced { .. } | KafkaError::StaleProducer { .. }
+        KafkaError::Fenced { .. }
+            | KafkaError::StaleProducer { .. }
+            // Aborting leaves the partition out of the transaction; the next one settles the
+            // range left open before its first add (docs/engine.md).
+            | KafkaError::HangingTransaction { .. }
     ) || matches!(
         e,
         KafkaError::Broker {

@@ -18,6 +18,7 @@
 //! committer side (`Slot::commit_loop`, `commit`, `give_up`) into `slots/committer.rs`.
 
 use super::Shutdown;
+use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
@@ -406,6 +407,7 @@ impl Slot {
             return Ok(());
         }
         loop {
+            self.report_hanging(&c);
             // Wait until the open transaction is due.
             loop {
                 let wait = match gate.due(c.interval, c.max_bytes) {
@@ -544,6 +546,24 @@ impl Slot {
                     gate.end(txn, Outcome::Aborted, true);
                 }
             }
+        }
+    }
+
+    /// Logs and counts what the transaction found and settled since the last look.
+    fn report_hanging(&self, c: &Committer) {
+        let Some(t) = self.producer.transaction() else {
+            return;
+        };
+        for found in t.take_reports() {
+            crate::events::copy::HangingTransaction {
+                flow: &c.flow,
+                transactional_id: t.id(),
+                found: &found,
+            }
+            .emit(Emitter {
+                metrics: &c.metrics,
+                labels: &c.labels,
+            });
         }
     }
 

@@ -101,6 +101,33 @@ impl Event for TransactionFailed<'_> {
     }
 }
 
+/// A transaction of a slot stayed open on a partition after its coordinator completed it (its
+/// marker dropped, KAFKA-20734), or such a transaction was settled (docs/engine.md).
+#[derive(Debug)]
+pub struct HangingTransaction<'a> {
+    pub flow: &'a str,
+    pub transactional_id: &'a str,
+    pub found: &'a kmirror_kafka::producer::transaction::Hanging,
+}
+
+impl Event for HangingTransaction<'_> {
+    fn emit(self, to: Emitter<'_>) {
+        let h = self.found;
+        let result = if h.committed { "commit" } else { "abort" };
+        let outcome = if h.settled {
+            tracing::warn!(flow = %self.flow, transactional_id = self.transactional_id, topic = %h.topic, partition = h.partition, producer_id = h.producer_id, offset = h.open_since, result, "hanging transaction settled with its own result");
+            "settled"
+        } else {
+            tracing::warn!(flow = %self.flow, transactional_id = self.transactional_id, topic = %h.topic, partition = h.partition, producer_id = h.producer_id, offset = h.open_since, result, "a transaction stayed open on this target partition after its coordinator completed it (a dropped marker); settling it");
+            "found"
+        };
+        to.metrics
+            .hanging_transactions
+            .get_or_create(&to.labels.outcome(outcome))
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
