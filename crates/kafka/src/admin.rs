@@ -222,6 +222,38 @@ impl KafkaCluster {
         Ok(out)
     }
 
+    /// One broker config as a broker reports it (its static value, or the default), asked of
+    /// the first broker in the metadata; None when the broker does not list it.
+    pub async fn describe_broker_config(&self, key: &str) -> Result<Option<String>> {
+        let id = self
+            .metadata()
+            .brokers
+            .keys()
+            .next()
+            .copied()
+            .ok_or_else(|| KafkaError::Config("no broker in the metadata".into()))?;
+        let conn = self.broker(id).await?;
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(s(&id.to_string()))
+                .with_configuration_keys(Some(vec![s(key)])),
+        ]);
+        let resp = conn.send(&req).await?;
+        for r in &resp.results {
+            check(
+                &conn,
+                ApiKey::DescribeConfigs,
+                r.error_code,
+                r.error_message.as_ref(),
+            )?;
+            if let Some(c) = r.configs.iter().find(|c| c.name.as_str() == key) {
+                return Ok(c.value.as_ref().map(|v| v.to_string()));
+            }
+        }
+        Ok(None)
+    }
+
     /// IncrementalAlterConfigs of one topic.
     pub async fn alter_topic_configs(
         &self,

@@ -8,8 +8,8 @@
 //! split out: the `acls` and `groups` checks into their own file.
 
 use super::{
-    judge_counted, judge_deep, judge_freshness, judge_records, Count, PartitionCounts, Report, Row,
-    Status,
+    judge_counted, judge_deep, judge_freshness, judge_open_transactions, judge_records, Count,
+    PartitionCounts, Report, Row, Status,
 };
 use crate::config::model::{ExactlyOnce, FlowConfig, MirrorConfig};
 use crate::discovery;
@@ -338,11 +338,67 @@ pub async fn flow(
         }
     }
 
+    open_transactions(&mut cx, target, &pairs, &dst_parts)
+        .await
+        .map_err(err("target transactions"))?;
     configs(&mut cx, &pairs, source_configs, target_configs);
     acls(&mut cx, source, target, &topics).await;
     groups(&mut cx, source, target, &topics, &s_start).await;
     let partitions = src_parts.len();
     Ok((cx.rows, topics.len(), partitions))
+}
+
+/// A `transactions` row for each target partition whose last stable offset lags its high
+/// watermark because of a transaction open past the target's `transaction.max.timeout.ms`
+/// (docs/engine.md, "Transactions whose marker was dropped"). Partitions whose stable offset is
+/// at the end, or whose open transactions are younger, get no row.
+async fn open_transactions(
+    cx: &mut Ctx<'_>,
+    target: &KafkaCluster,
+    pairs: &[(String, String, i32)],
+    dst_parts: &[(String, i32)],
+) -> Result<(), KafkaError> {
+    let stable = target
+        .list_offsets(dst_parts, LATEST, IsolationLevel::ReadCommitted)
+        .await?;
+    let end = target
+        .list_offsets(dst_parts, LATEST, IsolationLevel::ReadUncommitted)
+        .await?;
+    let behind: Vec<(std::sync::Arc<str>, i32)> = dst_parts
+        .iter()
+        .filter(|k| matches!((stable.get(*k), end.get(*k)), (Some(s), Some(e)) if s < e))
+        .map(|(t, p)| (std::sync::Arc::from(t.as_str()), *p))
+        .collect();
+    if behind.is_empty() {
+        return Ok(());
+    }
+    // Kafka's default: 15 minutes.
+    let max_timeout_ms = target
+        .describe_broker_config("transaction.max.timeout.ms")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(900_000);
+    let now = crate::engine::now_ms();
+    for ((remote, p), answer) in target.describe_producers(&behind).await {
+        let Some((src, _, _)) = pairs.iter().find(|(_, r, _)| **r == *remote) else {
+            continue;
+        };
+        let verdict = match answer {
+            Ok(producers) => judge_open_transactions(&producers, now, max_timeout_ms),
+            Err(e) => Some((
+                Status::Failed,
+                format!(
+                    "the stable offset lags the end, and its producers cannot be described: {e}"
+                ),
+            )),
+        };
+        if let Some(v) = verdict {
+            cx.row("transactions", src, Some(p), v);
+        }
+    }
+    Ok(())
 }
 
 /// The newest timestamp of a partition: the max timestamp of the batch holding its last offset.

@@ -135,6 +135,41 @@ impl Report {
     }
 }
 
+/// The `transactions` verdict of a target partition whose last stable offset is below its high
+/// watermark: a producer whose open transaction has seen no write for longer than the target's
+/// `transaction.max.timeout.ms` is past any timeout its coordinator would apply, so its marker
+/// was dropped (KAFKA-20734) and read_committed readers are stuck there. None when every open
+/// transaction is younger (a copy in progress).
+pub fn judge_open_transactions(
+    producers: &[kmirror_kafka::txn_state::ProducerOnPartition],
+    now_ms: i64,
+    max_timeout_ms: i64,
+) -> Option<(Status, String)> {
+    let stuck: Vec<String> = producers
+        .iter()
+        .filter(|p| p.open_since >= 0 && now_ms - p.last_timestamp > max_timeout_ms)
+        .map(|p| {
+            format!(
+                "producer id {} holds a transaction open from offset {}, last written {} s ago",
+                p.producer_id,
+                p.open_since,
+                (now_ms - p.last_timestamp) / 1000
+            )
+        })
+        .collect();
+    if stuck.is_empty() {
+        return None;
+    }
+    Some((
+        Status::Failed,
+        format!(
+            "{} (longer than transaction.max.timeout.ms = {} s): its marker was dropped, and read_committed readers stop there; a kmirror slot settles its own at its next write, others need kafka-transactions.sh abort",
+            stuck.join("; "),
+            max_timeout_ms / 1000
+        ),
+    ))
+}
+
 /// The offsets of one partition on both sides, and the stored position (the last source offset
 /// copied, as `mm2-offsets.<source>.internal` holds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,6 +423,33 @@ mod tests {
             "{d}"
         );
         assert_eq!(judge_deep(&s, &t[..1]).0, Status::Failed);
+    }
+
+    #[test]
+    fn only_transactions_open_past_the_broker_timeout_are_hanging() {
+        use kmirror_kafka::txn_state::ProducerOnPartition;
+        let p = |id, open_since, last_timestamp| ProducerOnPartition {
+            producer_id: id,
+            epoch: 0,
+            last_timestamp,
+            open_since,
+        };
+        let now = 10_000_000;
+        let max = 900_000;
+        assert_eq!(
+            judge_open_transactions(&[p(1, 40, now - 5_000)], now, max),
+            None
+        );
+        assert_eq!(judge_open_transactions(&[p(1, -1, 0)], now, max), None);
+        let (status, detail) =
+            judge_open_transactions(&[p(1, 40, now - 5_000), p(7, 12, now - 901_000)], now, max)
+                .unwrap();
+        assert_eq!(status, Status::Failed);
+        assert!(
+            detail.contains("producer id 7") && detail.contains("offset 12"),
+            "{detail}"
+        );
+        assert!(!detail.contains("producer id 1 "), "{detail}");
     }
 
     #[test]
