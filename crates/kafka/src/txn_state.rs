@@ -86,44 +86,54 @@ impl KafkaCluster {
     /// The coordinator's view of `id`; None when the coordinator does not know it.
     pub async fn describe_transaction(&self, id: &str) -> Result<Option<TxnDescription>> {
         let conn = crate::txn::find_coordinator(self, id, 1).await?;
-        let req = DescribeTransactionsRequest::default()
-            .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(id.to_string()))]);
-        let resp = conn.send(&req).await?;
-        let Some(s) = resp.transaction_states.first() else {
-            return Err(KafkaError::Protocol {
+        describe_transaction_on(&conn, id).await
+    }
+}
+
+/// DescribeTransactions for `id`, asked of `conn` (its coordinator).
+pub async fn describe_transaction_on(
+    conn: &crate::conn::Connection,
+    id: &str,
+) -> Result<Option<TxnDescription>> {
+    let req = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(id.to_string()))]);
+    let resp = conn.send(&req).await?;
+    let Some(s) = resp.transaction_states.first() else {
+        return Err(KafkaError::Protocol {
+            broker: conn.broker().into(),
+            api: ApiKey::DescribeTransactions,
+            message: "no state in the answer".into(),
+        });
+    };
+    match s.error_code.err() {
+        None => {}
+        Some(kafka_protocol::error::ResponseError::TransactionalIdNotFound) => return Ok(None),
+        Some(error) => {
+            return Err(KafkaError::Broker {
                 broker: conn.broker().into(),
                 api: ApiKey::DescribeTransactions,
-                message: "no state in the answer".into(),
-            });
-        };
-        match s.error_code.err() {
-            None => {}
-            Some(kafka_protocol::error::ResponseError::TransactionalIdNotFound) => return Ok(None),
-            Some(error) => {
-                return Err(KafkaError::Broker {
-                    broker: conn.broker().into(),
-                    api: ApiKey::DescribeTransactions,
-                    error,
-                    message: None,
-                })
-            }
+                error,
+                message: None,
+            })
         }
-        Ok(Some(TxnDescription {
-            phase: TxnPhase::parse(&s.transaction_state),
-            producer_id: s.producer_id.0,
-            epoch: s.producer_epoch,
-            partitions: s
-                .topics
-                .iter()
-                .flat_map(|t| {
-                    t.partitions
-                        .iter()
-                        .map(move |p| (t.topic.0.to_string(), *p))
-                })
-                .collect(),
-        }))
     }
+    Ok(Some(TxnDescription {
+        phase: TxnPhase::parse(&s.transaction_state),
+        producer_id: s.producer_id.0,
+        epoch: s.producer_epoch,
+        partitions: s
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.topic.0.to_string(), *p))
+            })
+            .collect(),
+    }))
+}
 
+impl KafkaCluster {
     /// Each partition's producers, asked of its leader (one request per leader). A partition
     /// without a leader, or whose leader said it is not, answers with the error; the metadata
     /// is reloaded for the next call.
@@ -170,10 +180,7 @@ impl KafkaCluster {
                     stale = true;
                     for (t, ps) in topics {
                         for p in ps {
-                            out.insert(
-                                (t.clone(), p),
-                                Err(KafkaError::Config(format!("{t}-{p}: {e}"))),
-                            );
+                            out.insert((t.clone(), p), Err(same_kind(&e)));
                         }
                     }
                 }
@@ -231,6 +238,47 @@ impl KafkaCluster {
         }
         Ok(out)
     }
+}
+
+/// A copy of a request's error for each partition it concerned: the kinds a caller acts on
+/// (unsupported, refused, broker codes) kept, the rest as text.
+fn same_kind(e: &KafkaError) -> KafkaError {
+    match e {
+        KafkaError::UnsupportedVersion { broker, api, ours } => KafkaError::UnsupportedVersion {
+            broker: broker.clone(),
+            api: *api,
+            ours: ours.clone(),
+        },
+        KafkaError::Broker {
+            broker,
+            api,
+            error,
+            message,
+        } => KafkaError::Broker {
+            broker: broker.clone(),
+            api: *api,
+            error: *error,
+            message: message.clone(),
+        },
+        e => KafkaError::Config(e.to_string()),
+    }
+}
+
+/// Errors after which a check cannot be made at all (a broker before KIP-664, Kafka 2.8 or 3.0;
+/// a principal without Describe on the id or Read on the topic): retrying would not help.
+pub fn cannot_check(e: &KafkaError) -> bool {
+    use kafka_protocol::error::ResponseError as R;
+    matches!(e, KafkaError::UnsupportedVersion { .. })
+        || matches!(
+            e,
+            KafkaError::Broker {
+                error: R::TopicAuthorizationFailed
+                    | R::TransactionalIdAuthorizationFailed
+                    | R::ClusterAuthorizationFailed
+                    | R::UnsupportedVersion,
+                ..
+            }
+        )
 }
 
 /// Where one of `producer_ids` holds a transaction open on a partition: the first offset of it.

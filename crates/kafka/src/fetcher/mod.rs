@@ -244,10 +244,10 @@ struct SlotState {
     /// Bumped by a seek: responses and events of an older generation are dropped.
     generation: u64,
     out_of_range: bool,
-    /// Since when out-of-range answers have come, not yet believed: right after a broker
-    /// restarts or a leader moves, answers (ListOffsets too) have named a log start past
-    /// records that are there (docs/engine.md, "Out of range"). Believed once they held for
-    /// [`OUT_OF_RANGE_CONFIRM`], asked again with new metadata after each back-off.
+    /// Since when out-of-range answers have come, not yet believed: a guard against an answer
+    /// from a stale view, which costs a second on a log really trimmed (docs/engine.md, "Out of
+    /// range"). Believed once they held for [`OUT_OF_RANGE_CONFIRM`], asked again with new
+    /// metadata after each back-off.
     out_of_range_since: Option<tokio::time::Instant>,
     /// The partition's end as of the last answer (the last stable offset for read_committed).
     end: i64,

@@ -14,7 +14,7 @@
 use crate::cluster::KafkaCluster;
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
-use crate::txn_state::{open_since, TxnPhase};
+use crate::txn_state::{cannot_check, open_since, TxnPhase};
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
@@ -59,6 +59,11 @@ pub struct Transaction {
     /// instance had not written yet are checked against it on their first add.
     before: Mutex<Option<(bool, i64)>>,
     checked: Mutex<HashSet<Key>>,
+    /// Partitions an add left out (see [`Transaction::check_before_add`]), until their own
+    /// caller takes the reason.
+    refused: Mutex<BTreeMap<Key, Refusal>>,
+    /// Set once the target cannot be asked (see [`cannot_check`]): the check is off.
+    unchecked: std::sync::atomic::AtomicBool,
     /// Suspects found hanging and not settled yet: (producer id, first offset of the range).
     open: Mutex<BTreeMap<Key, (i64, i64)>>,
     /// What was found and done about hanging transactions, until the owner takes it.
@@ -78,6 +83,39 @@ pub struct Hanging {
     pub committed: bool,
     /// False when found, true once a marker closed it.
     pub settled: bool,
+}
+
+/// Why a partition was left out of an add.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// A range of this id is open there: (producer id, first offset).
+    Hanging(i64, i64),
+    /// Its leader could not say yet.
+    Unknown,
+}
+
+impl Refusal {
+    fn error(self, k: &Key) -> KafkaError {
+        match self {
+            Refusal::Hanging(producer_id, offset) => KafkaError::HangingTransaction {
+                topic: k.0.to_string(),
+                partition: k.1,
+                producer_id,
+                offset,
+            },
+            // Written now, a batch could join a range left open. Retried as any leaderless
+            // partition is.
+            Refusal::Unknown => KafkaError::Broker {
+                broker: "metadata".into(),
+                api: ApiKey::DescribeProducers,
+                error: ResponseError::LeaderNotAvailable,
+                message: Some(format!(
+                    "{}-{}: cannot tell yet whether a transaction of this id is left open there",
+                    k.0, k.1
+                )),
+            },
+        }
+    }
 }
 
 /// How long the check after a transaction waits for its markers to be written before it leaves
@@ -157,6 +195,8 @@ impl Transaction {
             suspects: Mutex::default(),
             before: Mutex::new(None),
             checked: Mutex::default(),
+            refused: Mutex::default(),
+            unchecked: std::sync::atomic::AtomicBool::new(false),
             open: Mutex::default(),
             reports: Mutex::default(),
         };
@@ -208,6 +248,10 @@ impl Transaction {
             .collect();
         self.suspect(aborted, false);
         self.settle_suspects().await;
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.wanted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -273,6 +317,14 @@ impl Transaction {
             {
                 return Ok(());
             }
+            let refused = self
+                .refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+            if let Some(r) = refused {
+                return Err(r.error(&key));
+            }
             self.wanted
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -286,12 +338,23 @@ impl Transaction {
             if batch.is_empty() || self.identity() != identity {
                 continue;
             }
-            self.check_before_add(&batch).await?;
-            self.add_now(&batch).await?;
-            self.added
+            // Partitions that cannot join now are left out; the others are not held up.
+            let refused = self.check_before_add(&batch).await;
+            let batch: Vec<Key> = batch
+                .into_iter()
+                .filter(|k| !refused.contains_key(k))
+                .collect();
+            self.refused
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .extend(batch);
+                .extend(refused);
+            if !batch.is_empty() {
+                self.add_now(&batch).await?;
+                self.added
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(batch);
+            }
         }
     }
 
@@ -419,6 +482,9 @@ impl Transaction {
     }
 
     fn suspect(&self, keys: Vec<Key>, committed: bool) {
+        if self.unchecked.load(Ordering::Relaxed) {
+            return;
+        }
         let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
         for k in keys {
             suspects.insert(k, committed);
@@ -432,6 +498,10 @@ impl Transaction {
         let described = match self.cluster.describe_transaction(&self.id).await {
             Ok(Some(d)) => d,
             Ok(None) => return,
+            Err(e) if cannot_check(&e) => {
+                self.stop_checking(&e);
+                return;
+            }
             Err(e) => {
                 tracing::debug!(transactional_id = %self.id, error = %e, "cannot describe the transactional id before initialising it");
                 return;
@@ -467,9 +537,13 @@ impl Transaction {
 
     /// Partitions about to join the transaction that may hold a range of this id left open:
     /// suspects, and partitions this instance writes for the first time. Settled first when
-    /// the transaction is empty; otherwise the add fails with [`KafkaError::HangingTransaction`]
-    /// (the caller aborts, and the next transaction settles them before its first add).
-    async fn check_before_add(&self, batch: &[Key]) -> Result<()> {
+    /// the transaction is empty; otherwise the partition is refused with
+    /// [`KafkaError::HangingTransaction`] (its caller aborts, and the next transaction settles
+    /// it before its first add). Returns the partitions refused.
+    async fn check_before_add(&self, batch: &[Key]) -> BTreeMap<Key, Refusal> {
+        if self.unchecked.load(Ordering::Relaxed) {
+            return BTreeMap::new();
+        }
         let before = *self.before.lock().unwrap_or_else(|p| p.into_inner());
         let need: Vec<Key> = {
             let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
@@ -483,7 +557,7 @@ impl Transaction {
                 .collect()
         };
         if need.is_empty() {
-            return Ok(());
+            return BTreeMap::new();
         }
         if let Some((result, _)) = before {
             let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
@@ -497,31 +571,17 @@ impl Transaction {
             self.sort_out(&need).await;
         }
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((k, (producer_id, offset))) =
-            need.iter().find_map(|k| open.get(k).map(|o| (k, *o)))
-        {
-            return Err(KafkaError::HangingTransaction {
-                topic: k.0.to_string(),
-                partition: k.1,
-                producer_id,
-                offset,
-            });
-        }
         let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
-        match need.iter().find(|k| suspects.contains_key(*k)) {
-            // Its leader could not say (none yet, or moving): written now, a batch could join a
-            // range left open. Retried as any leaderless partition is.
-            Some(k) => Err(KafkaError::Broker {
-                broker: "metadata".into(),
-                api: ApiKey::DescribeProducers,
-                error: ResponseError::LeaderNotAvailable,
-                message: Some(format!(
-                    "{}-{}: cannot tell yet whether a transaction of this id is left open there",
-                    k.0, k.1
-                )),
-            }),
-            None => Ok(()),
-        }
+        need.into_iter()
+            .filter_map(|k| {
+                let why = match open.get(&k) {
+                    Some(&(producer_id, offset)) => Refusal::Hanging(producer_id, offset),
+                    None if suspects.contains_key(&k) => Refusal::Unknown,
+                    None => return None,
+                };
+                Some((k, why))
+            })
+            .collect()
     }
 
     /// One look at `keys`: those with nothing open of this id stop being suspects; those with
@@ -530,61 +590,46 @@ impl Transaction {
     async fn sort_out(&self, keys: &[Key]) -> Vec<(Key, i64)> {
         let ids = self.producer_ids();
         let answers = self.cluster.describe_producers(keys).await;
-        let mut hanging = Vec::new();
+        if let Some(e) = answers
+            .values()
+            .find_map(|a| a.as_ref().err().filter(|e| cannot_check(e)))
+        {
+            self.stop_checking(e);
+            return Vec::new();
+        }
         let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let mut reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
-        for (k, answer) in answers {
-            let Ok(producers) = answer else { continue };
-            let Some(&committed) = suspects.get(&k) else {
-                continue;
-            };
-            match open_since(&producers, &ids) {
-                None => {
-                    suspects.remove(&k);
-                    if let Some((producer_id, offset)) = open.remove(&k) {
-                        tracing::debug!(transactional_id = %self.id, topic = %k.0, partition = k.1, producer_id, offset, committed, "hanging transaction settled");
-                        reports.push(Hanging {
-                            topic: k.0.clone(),
-                            partition: k.1,
-                            producer_id,
-                            open_since: offset,
-                            committed,
-                            settled: true,
-                        });
-                    }
-                }
-                Some(offset) => {
-                    if !open.contains_key(&k) {
-                        let producer_id = producers
-                            .iter()
-                            .find(|p| ids.contains(&p.producer_id) && p.open_since == offset)
-                            .map_or(ids[0], |p| p.producer_id);
-                        tracing::debug!(transactional_id = %self.id, topic = %k.0, partition = k.1, producer_id, offset, committed, "a transaction stayed open on this partition after its coordinator completed it (its marker was dropped); settling it");
-                        open.insert(k.clone(), (producer_id, offset));
-                        reports.push(Hanging {
-                            topic: k.0.clone(),
-                            partition: k.1,
-                            producer_id,
-                            open_since: offset,
-                            committed,
-                            settled: false,
-                        });
-                    }
-                    hanging.push((k, offset));
-                }
-            }
+        look(answers, &ids, &mut suspects, &mut open, &mut reports)
+    }
+
+    /// The target cannot be asked: the check is turned off for this id, once, with a warning.
+    fn stop_checking(&self, e: &KafkaError) {
+        if !self.unchecked.swap(true, Ordering::Relaxed) {
+            tracing::warn!(transactional_id = %self.id, error = %e, "cannot check for transactions whose marker the coordinator dropped (needs Kafka 3.0 or later, Describe on the transactional id and Read on the topics); not checking");
         }
-        hanging
+        self.suspects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Waits until the coordinator has written (or dropped) the last transaction's markers.
     async fn markers_written(&self, deadline: tokio::time::Instant) -> bool {
         let mut delay = Duration::from_millis(2);
         loop {
-            match self.cluster.describe_transaction(&self.id).await {
+            let cached = self.coordinator.lock().await.clone();
+            let described = match cached {
+                Some(conn) => crate::txn_state::describe_transaction_on(&conn, &self.id).await,
+                None => self.cluster.describe_transaction(&self.id).await,
+            };
+            match described {
                 Ok(Some(d)) if d.phase.completing() => {}
                 Ok(_) => return true,
+                Err(e) if cannot_check(&e) => {
+                    self.stop_checking(&e);
+                    return false;
+                }
                 Err(e) => {
                     tracing::debug!(transactional_id = %self.id, error = %e, "describing the transaction failed; will retry");
                 }
@@ -715,5 +760,129 @@ impl Transaction {
                 other => return other,
             }
         }
+    }
+}
+
+/// One look at the leaders' answers (pure, so it is tested without brokers): a suspect on which
+/// none of `ids` holds a transaction open is clean (and reported settled if it was found
+/// before); one with a range open is hanging (reported found the first time). Suspects whose
+/// leader could not answer, and partitions that are not suspects, are left as they are.
+/// Returns the hanging ones with the first offset of their range.
+fn look(
+    answers: BTreeMap<Key, crate::txn_state::ProducersAnswer>,
+    ids: &[i64],
+    suspects: &mut BTreeMap<Key, bool>,
+    open: &mut BTreeMap<Key, (i64, i64)>,
+    reports: &mut Vec<Hanging>,
+) -> Vec<(Key, i64)> {
+    let mut hanging = Vec::new();
+    for (k, answer) in answers {
+        let Ok(producers) = answer else { continue };
+        let Some(&committed) = suspects.get(&k) else {
+            continue;
+        };
+        let report = |producer_id, open_since, settled| Hanging {
+            topic: k.0.clone(),
+            partition: k.1,
+            producer_id,
+            open_since,
+            committed,
+            settled,
+        };
+        match open_since(&producers, ids) {
+            None => {
+                suspects.remove(&k);
+                if let Some((producer_id, offset)) = open.remove(&k) {
+                    reports.push(report(producer_id, offset, true));
+                }
+            }
+            Some(offset) => {
+                if !open.contains_key(&k) {
+                    let producer_id = producers
+                        .iter()
+                        .find(|p| ids.contains(&p.producer_id) && p.open_since == offset)
+                        .map_or(ids[0], |p| p.producer_id);
+                    open.insert(k.clone(), (producer_id, offset));
+                    reports.push(report(producer_id, offset, false));
+                }
+                hanging.push((k, offset));
+            }
+        }
+    }
+    hanging
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn_state::ProducerOnPartition;
+
+    fn key(p: i32) -> Key {
+        (Arc::from("t"), p)
+    }
+
+    fn producer(id: i64, open_since: i64) -> ProducerOnPartition {
+        ProducerOnPartition {
+            producer_id: id,
+            epoch: 3,
+            last_timestamp: 0,
+            open_since,
+        }
+    }
+
+    #[test]
+    fn a_look_finds_our_open_ranges_and_later_sees_them_settled() {
+        let mut suspects: BTreeMap<Key, bool> = [
+            (key(0), true),
+            (key(1), true),
+            (key(2), false),
+            (key(3), true),
+        ]
+        .into();
+        let (mut open, mut reports) = (BTreeMap::new(), Vec::new());
+        let answers: BTreeMap<Key, crate::txn_state::ProducersAnswer> = [
+            // Clean: our producer has nothing open.
+            (key(0), Ok(vec![producer(7, -1)])),
+            // Hanging: our producer id of before the new epoch holds a range open from 40.
+            (key(1), Ok(vec![producer(9, 5), producer(8, 40)])),
+            // Another producer's open transaction is none of ours.
+            (key(2), Ok(vec![producer(9, 12)])),
+            // No leader now: still a suspect.
+            (key(3), Err(KafkaError::Config("no leader".into()))),
+            // Not a suspect: not looked at.
+            (key(4), Ok(vec![producer(7, 1)])),
+        ]
+        .into();
+        let hanging = look(answers, &[7, 8], &mut suspects, &mut open, &mut reports);
+        assert_eq!(hanging, vec![(key(1), 40)]);
+        assert_eq!(
+            suspects.keys().cloned().collect::<Vec<_>>(),
+            vec![key(1), key(3)]
+        );
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            (
+                reports[0].partition,
+                reports[0].producer_id,
+                reports[0].open_since
+            ),
+            (1, 8, 40)
+        );
+        assert!(reports[0].committed && !reports[0].settled);
+
+        // Still open at the next look: not reported twice.
+        let again = [(key(1), Ok(vec![producer(8, 40)]))].into();
+        assert_eq!(
+            look(again, &[7, 8], &mut suspects, &mut open, &mut reports).len(),
+            1
+        );
+        assert_eq!(reports.len(), 1);
+
+        // Closed by the settling transaction's marker: reported settled, no longer a suspect.
+        let settled = [(key(1), Ok(vec![producer(8, -1)]))].into();
+        assert!(look(settled, &[7, 8], &mut suspects, &mut open, &mut reports).is_empty());
+        assert_eq!(reports.len(), 2);
+        assert!(reports[1].settled && reports[1].open_since == 40);
+        assert!(!suspects.contains_key(&key(1)) && open.is_empty());
     }
 }

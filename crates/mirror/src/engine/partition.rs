@@ -188,7 +188,7 @@ impl PartitionTask {
     async fn retry_wait(&self, e: &KafkaError, attempt: &mut u32) -> bool {
         match self.ctx.interruptions.note(std::time::Instant::now()) {
             Some(folded) => {
-                tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, others_since_last_warning = folded, "partition interrupted; retrying (further interruptions of this flow within 10 s are logged at debug level)")
+                tracing::warn!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, others_since_last_warning = folded, "partition interrupted; retrying (further interruptions of this flow are logged at debug level for a while; others_since_last_warning counts them)")
             }
             None => {
                 tracing::debug!(flow = %self.ctx.flow.id, topic = %self.topic, partition = self.partition, error = %e, "partition interrupted; retrying")
