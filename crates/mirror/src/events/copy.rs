@@ -178,6 +178,33 @@ mod tests {
             .emit(to);
         }
         TransactionFailed { at, error: &error }.emit(to);
+        let mut found = kmirror_kafka::producer::transaction::Hanging {
+            topic: "A.t".into(),
+            partition: 3,
+            producer_id: 9,
+            open_since: 40,
+            committed: true,
+            settled: false,
+        };
+        for settled in [false, true] {
+            found.settled = settled;
+            HangingTransaction {
+                flow: "A->B",
+                transactional_id: "A-mm2-MirrorSourceConnector-0",
+                found: &found,
+            }
+            .emit(to);
+        }
+        for outcome in ["found", "settled"] {
+            assert_eq!(
+                m.sum(
+                    "kmirror_hanging_transactions_total",
+                    &[("outcome", outcome)]
+                ),
+                1.0,
+                "{outcome}"
+            );
+        }
         for (kind, n) in [
             ("truncation", 2.0),
             ("position_beyond_end", 1.0),
