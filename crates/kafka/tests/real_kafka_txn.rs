@@ -488,10 +488,22 @@ async fn a_marker_dropped_for_a_leaderless_partition_is_settled_with_its_result(
     // Again, and this time the producer goes away before its next transaction (a process that
     // died): a new one takes the id, reads the last result from the coordinator before
     // InitProducerId forgets it, and settles the range at its first add, at its own epoch.
-    let c3_at = k
-        .list_offset(topic, lost, -1, IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap();
+    // Where c3 will start: the end once the last commit's marker is written (the stable offset
+    // has reached it).
+    let c3_at = loop {
+        let end = k
+            .list_offset(topic, lost, -1, IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        let stable = k
+            .list_offset(topic, lost, -1, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap();
+        if stable == end {
+            break end;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     send_each(&mut lanes, "c3").await;
     c.stop_node(lost_leader as u16).unwrap();
     k.refresh_metadata(Some(&[topic])).await.unwrap();

@@ -62,6 +62,9 @@ pub struct Transaction {
     /// Partitions an add left out (see [`Transaction::check_before_add`]), until their own
     /// caller takes the reason.
     refused: Mutex<BTreeMap<Key, Refusal>>,
+    /// The last transaction's partitions are still to be checked: by whoever takes the add turn
+    /// next, before anything of the next transaction is added.
+    check_due: std::sync::atomic::AtomicBool,
     /// Set once the target cannot be asked (see [`cannot_check`]): the check is off.
     unchecked: std::sync::atomic::AtomicBool,
     /// Suspects found hanging and not settled yet: (producer id, first offset of the range).
@@ -196,6 +199,7 @@ impl Transaction {
             before: Mutex::new(None),
             checked: Mutex::default(),
             refused: Mutex::default(),
+            check_due: std::sync::atomic::AtomicBool::new(false),
             unchecked: std::sync::atomic::AtomicBool::new(false),
             open: Mutex::default(),
             reports: Mutex::default(),
@@ -247,6 +251,7 @@ impl Transaction {
             .drain()
             .collect();
         self.suspect(aborted, false);
+        self.check_due.store(false, Ordering::Relaxed);
         self.settle_suspects().await;
         self.refused
             .lock()
@@ -330,6 +335,7 @@ impl Transaction {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(key.clone());
             let _turn = self.adding.lock().await;
+            self.check_if_due().await;
             let batch: Vec<Key> = {
                 let added = self.added.lock().unwrap_or_else(|p| p.into_inner());
                 let mut wanted = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
@@ -436,6 +442,7 @@ impl Transaction {
         if !self.is_open() {
             return Ok(());
         }
+        self.check_if_due().await;
         self.send_end(committed).await?;
         let ended: Vec<Key> = self
             .added
@@ -449,11 +456,20 @@ impl Transaction {
             &self.aborts
         };
         n.fetch_add(1, Ordering::Relaxed);
-        // Checked before any add of the next transaction (the turn is held): a batch written to
-        // a partition whose marker was dropped would join the open range.
+        // Checked before any add of the next transaction, by the first caller to take the add
+        // turn: a batch written to a partition whose marker was dropped would join the open
+        // range. Not here: the partitions learn the outcome and prepare their next batches while
+        // the markers are written, as the next add would wait for them anyway.
         self.suspect(ended, committed);
-        self.settle_suspects().await;
+        self.check_due.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Runs the check of the last transaction if it is due. Called with the add turn held.
+    async fn check_if_due(&self) {
+        if self.check_due.swap(false, Ordering::Relaxed) {
+            self.settle_suspects().await;
+        }
     }
 
     async fn send_end(&self, committed: bool) -> Result<()> {
