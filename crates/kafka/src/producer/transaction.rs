@@ -584,7 +584,8 @@ impl Transaction {
         if !self.is_open() {
             self.settle(true).await;
         } else {
-            self.sort_out(&need).await;
+            self.confirmed_open(&need, tokio::time::Instant::now() + CHECK_WAIT)
+                .await;
         }
         let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
@@ -603,7 +604,7 @@ impl Transaction {
     /// One look at `keys`: those with nothing open of this id stop being suspects; those with
     /// a range open are reported found. Partitions whose leader cannot answer stay suspects.
     /// Returns the hanging ones with their first offset.
-    async fn sort_out(&self, keys: &[Key]) -> Vec<(Key, i64)> {
+    async fn sort_out(&self, keys: &[Key], record: bool) -> Vec<(Key, i64)> {
         let ids = self.producer_ids();
         let answers = self.cluster.describe_producers(keys).await;
         if let Some(e) = answers
@@ -616,7 +617,35 @@ impl Transaction {
         let mut suspects = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let mut reports = self.reports.lock().unwrap_or_else(|p| p.into_inner());
-        look(answers, &ids, &mut suspects, &mut open, &mut reports)
+        look(
+            answers,
+            &ids,
+            record,
+            &mut suspects,
+            &mut open,
+            &mut reports,
+        )
+    }
+
+    /// The suspects among `keys` on which a range of this id is open once the coordinator has
+    /// written (or dropped) the last markers. Usually they are written by the time this is
+    /// asked, and one DescribeProducers per leader is all it costs; a range that looks open is
+    /// asked about again after DescribeTransactions says the markers are done.
+    async fn confirmed_open(
+        &self,
+        keys: &[Key],
+        deadline: tokio::time::Instant,
+    ) -> Vec<(Key, i64)> {
+        let seen: Vec<Key> = self
+            .sort_out(keys, false)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        if seen.is_empty() || !self.markers_written(deadline).await {
+            return Vec::new();
+        }
+        self.sort_out(&seen, true).await
     }
 
     /// The target cannot be asked: the check is turned off for this id, once, with a warning.
@@ -681,10 +710,10 @@ impl Transaction {
                 .keys()
                 .cloned()
                 .collect();
-            if keys.is_empty() || !self.markers_written(deadline).await {
+            if keys.is_empty() {
                 return;
             }
-            let hanging = self.sort_out(&keys).await;
+            let hanging = self.confirmed_open(&keys, deadline).await;
             if hanging.is_empty() {
                 if !insist || round == SETTLE_ROUNDS {
                     return;
@@ -781,12 +810,14 @@ impl Transaction {
 
 /// One look at the leaders' answers (pure, so it is tested without brokers): a suspect on which
 /// none of `ids` holds a transaction open is clean (and reported settled if it was found
-/// before); one with a range open is hanging (reported found the first time). Suspects whose
+/// before); one with a range open is hanging (with `record`, reported found the first time;
+/// without, its marker may still be on its way). Suspects whose
 /// leader could not answer, and partitions that are not suspects, are left as they are.
 /// Returns the hanging ones with the first offset of their range.
 fn look(
     answers: BTreeMap<Key, crate::txn_state::ProducersAnswer>,
     ids: &[i64],
+    record: bool,
     suspects: &mut BTreeMap<Key, bool>,
     open: &mut BTreeMap<Key, (i64, i64)>,
     reports: &mut Vec<Hanging>,
@@ -813,7 +844,7 @@ fn look(
                 }
             }
             Some(offset) => {
-                if !open.contains_key(&k) {
+                if record && !open.contains_key(&k) {
                     let producer_id = producers
                         .iter()
                         .find(|p| ids.contains(&p.producer_id) && p.open_since == offset)
@@ -856,6 +887,12 @@ mod tests {
         ]
         .into();
         let (mut open, mut reports) = (BTreeMap::new(), Vec::new());
+        // A first look, markers perhaps still on their way: open ranges are not reported yet.
+        let mut first = suspects.clone();
+        let early = [(key(1), Ok(vec![producer(8, 40)]))].into();
+        let seen = look(early, &[7, 8], false, &mut first, &mut open, &mut reports);
+        assert_eq!(seen, vec![(key(1), 40)]);
+        assert!(open.is_empty() && reports.is_empty());
         let answers: BTreeMap<Key, crate::txn_state::ProducersAnswer> = [
             // Clean: our producer has nothing open.
             (key(0), Ok(vec![producer(7, -1)])),
@@ -869,7 +906,14 @@ mod tests {
             (key(4), Ok(vec![producer(7, 1)])),
         ]
         .into();
-        let hanging = look(answers, &[7, 8], &mut suspects, &mut open, &mut reports);
+        let hanging = look(
+            answers,
+            &[7, 8],
+            true,
+            &mut suspects,
+            &mut open,
+            &mut reports,
+        );
         assert_eq!(hanging, vec![(key(1), 40)]);
         assert_eq!(
             suspects.keys().cloned().collect::<Vec<_>>(),
@@ -889,14 +933,22 @@ mod tests {
         // Still open at the next look: not reported twice.
         let again = [(key(1), Ok(vec![producer(8, 40)]))].into();
         assert_eq!(
-            look(again, &[7, 8], &mut suspects, &mut open, &mut reports).len(),
+            look(again, &[7, 8], true, &mut suspects, &mut open, &mut reports).len(),
             1
         );
         assert_eq!(reports.len(), 1);
 
         // Closed by the settling transaction's marker: reported settled, no longer a suspect.
         let settled = [(key(1), Ok(vec![producer(8, -1)]))].into();
-        assert!(look(settled, &[7, 8], &mut suspects, &mut open, &mut reports).is_empty());
+        assert!(look(
+            settled,
+            &[7, 8],
+            true,
+            &mut suspects,
+            &mut open,
+            &mut reports
+        )
+        .is_empty());
         assert_eq!(reports.len(), 2);
         assert!(reports[1].settled && reports[1].open_since == 40);
         assert!(!suspects.contains_key(&key(1)) && open.is_empty());
