@@ -9,8 +9,8 @@
 //! In the two-process test the processes name the clusters differently (A, B and east, west):
 //! registry entries carry cluster ids.
 //!
-//! `KMIRROR_ACTIVE_ACTIVE_SECS` sets how long the producers write (default 15; the issue's
-//! acceptance run used 120).
+//! `KMIRROR_ACTIVE_ACTIVE_SECS` sets how long the producers write (default 15; 120 for a long
+//! run).
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};

@@ -172,8 +172,7 @@ impl KafkaError {
             // producer retries it too.
             // CORRUPT_MESSAGE is retriable for Kafka (the bytes may have been damaged on the
             // way), but kmirror sends and reads the same bytes again: a produce or a fetch that
-            // met it stops its partition with the error rather than retrying it forever (issue
-            // 18).
+            // met it stops its partition with the error rather than retrying it forever.
             KafkaError::Broker { error, .. } => {
                 (error.is_retriable() && *error != ResponseError::CorruptMessage)
                     || *error == ResponseError::ConcurrentTransactions
