@@ -460,8 +460,8 @@ impl Plan {
                 }
                 let _ = writeln!(o, "  exactly-once   {eos}");
                 if f.exactly_once != ExactlyOnce::Disabled {
-                    // What the exactly-once engine will use (docs/plans/exactly-once.md): shown
-                    // now so ids and ACLs can be prepared.
+                    // What the exactly-once engine will use (docs/engine.md,
+                    // "Exactly-once"): shown now so ids and ACLs can be prepared.
                     let _ = writeln!(
                         o,
                         "    slots        {} ({}), transactional ids {}",

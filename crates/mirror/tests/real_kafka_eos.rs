@@ -1,4 +1,4 @@
-//! Exactly-once in one process (docs/plans/exactly-once.md, step 5): with MM2's switch on, the
+//! Exactly-once in one process (docs/engine.md, "Exactly-once"): with MM2's switch on, the
 //! data and the positions go into the target in the same transactions, and a read_committed
 //! reader of the target sees every source record once, in order, also after transactions were
 //! aborted (the target frozen past the commit deadline) and after a restart.

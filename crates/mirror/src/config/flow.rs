@@ -384,7 +384,7 @@ pub fn build(
     })
 }
 
-/// Exactly-once's slots, transactional ids and commit cadence (docs/plans/exactly-once.md §1-2).
+/// Exactly-once's slots, transactional ids and commit cadence (docs/engine.md, "Exactly-once").
 /// `timeout` is the data producer's `transaction.timeout.ms`.
 fn transactions(
     r: &mut Reader<'_>,

@@ -103,7 +103,7 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "emit.offset-syncs.enabled",
     "heartbeats.replication.enabled",
     "exactly.once.support",
-    // With exactly-once: the number of transactional slots (docs/plans/exactly-once.md §2;
+    // With exactly-once: the number of transactional slots (docs/engine.md, "Exactly-once";
     // listed as ignored, since at-least-once does not use it), and Connect's transaction
     // boundaries.
     "tasks.max",

@@ -181,7 +181,7 @@ pub struct FlowConfig {
     pub emit_checkpoints: Periodic,
     pub sync_group_offsets: Periodic,
     pub exactly_once: ExactlyOnce,
-    /// How exactly-once divides and commits the flow's work (docs/plans/exactly-once.md §1-2):
+    /// How exactly-once divides and commits the flow's work (docs/engine.md, "Exactly-once"):
     /// worked out whatever the mode, so `plan` shows what enabling it would do.
     pub transactions: Transactions,
     #[serde(serialize_with = "millis")]

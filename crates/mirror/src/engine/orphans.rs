@@ -1,9 +1,9 @@
-//! Orphan transactional ids of an exactly-once flow (docs/plans/exactly-once.md §8): ids with
-//! the flow's prefix and a number at or above its slot count, which no process holds any more
-//! (the slot count was lowered; MirrorMaker 2 ran with a larger `tasks.max` and was killed). An
-//! open transaction of such an id holds back every read_committed reader of the partitions it
-//! wrote until `transaction.timeout.ms` passes; the flow's leader fences it at once instead
-//! (InitProducerId, which aborts it), when it takes the lead and every minute after.
+//! Orphan transactional ids of an exactly-once flow (docs/engine.md, "Exactly-once"): ids
+//! with the flow's prefix and a number at or above its slot count, which no process holds any
+//! more (the slot count was lowered; MirrorMaker 2 ran with a larger `tasks.max` and was
+//! killed). An open transaction of such an id holds back every read_committed reader of the
+//! partitions it wrote until `transaction.timeout.ms` passes; the flow's leader fences it at
+//! once instead (InitProducerId, which aborts it), when it takes the lead and every minute after.
 
 use super::Shutdown;
 use crate::metrics::{FlowLabels, Metrics};

@@ -1,4 +1,4 @@
-//! Exactly-once slots (docs/plans/exactly-once.md §2 and §5–8): a flow's partitions are divided
+//! Exactly-once slots (docs/engine.md, "Exactly-once"): a flow's partitions are divided
 //! over a fixed number of slots, each one transactional id with one open transaction at a time.
 //! A slot's partitions write their data through its transactional lanes; every commit interval
 //! the slot closes its gate, every partition that wrote in the transaction flushes its lane and
@@ -87,7 +87,7 @@ impl SlotTable {
     }
 }
 
-/// A second fence within this long stops the flow (docs/plans/exactly-once.md §4).
+/// A second fence within this long stops the flow (docs/engine.md, "Exactly-once").
 const FENCED_AGAIN: Duration = Duration::from_secs(60);
 
 /// How a transaction ended.

@@ -1,8 +1,9 @@
 //! Where an at-least-once partition resumes, from what the target already holds
-//! (docs/plans/resume-from-target.md): pure logic, no I/O. The caller reads the target's records
-//! from an anchor (an offset sync the flow wrote: source record `u` is at target offset `d`) to
-//! the target's end, and the source's records from `u` on; this walks both in lockstep and says
-//! where copying continues, or why it cannot tell (then the stored position is used, as before).
+//! (docs/engine.md, "Resuming from what the target holds"): pure logic, no I/O. The caller
+//! reads the target's records from an anchor (an offset sync the flow wrote: source record `u`
+//! is at target offset `d`) to the target's end, and the source's records from `u` on; this
+//! walks both in lockstep and says where copying continues, or why it cannot tell (then the
+//! stored position is used, as before).
 //!
 //! A record counts as already copied only if it is on the target in order, directly after the
 //! anchor, equal to the next source record (key, value, headers, and the timestamp unless the
