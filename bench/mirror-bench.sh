@@ -140,7 +140,7 @@ tool() { bash $H tool "$@" 2>/dev/null; }
 PS=$(pick 19692 19790)
 # The scale case's source holds 11,000 partitions and serves every scale run of the bench (each
 # fetching all of them, in sessions, and writing offset syncs there): with 1 GiB of heap it ran
-# out in the sixth run of the fourteenth session's bench (docs/benchmarks.md), so 2 GiB.
+# out in the sixth scale run of one full bench, so 2 GiB.
 if has "${EXTRAS-}" scale; then KAFKA_HEAP=2g bash $H start src "$PS" >/dev/null; else bash $H start src "$PS" >/dev/null; fi
 
 load() {  # load TOPIC CODEC RECORDS SIZE [PORT] -> the perf test's closing line
