@@ -16,14 +16,14 @@ RUNS=${RUNS:-5}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cargo test -q -p kmirror-kafka --test real_kafka_txn --no-run
-cargo test -q -p kmirror-cli --test real_kafka_eos_crash --no-run
+cargo test -q -p kmirror-kafka --test it --no-run
+cargo test -q -p kmirror-cli --test serial --no-run
 failed=0
 for i in $(seq 1 "$RUNS"); do
-  if ! timeout "$RUN_TIMEOUT" cargo test -q -p kmirror-kafka --test real_kafka_txn a_marker_dropped -- --nocapture >"$out/txn-$i.log" 2>&1; then
+  if ! timeout "$RUN_TIMEOUT" cargo test -q -p kmirror-kafka --test it real_kafka_txn::a_marker_dropped -- --nocapture >"$out/txn-$i.log" 2>&1; then
     failed=$((failed + 1)); echo "run $i: the dropped-marker test FAILED (log: kept below)"; tail -20 "$out/txn-$i.log"
   fi
-  if ! timeout "$RUN_TIMEOUT" cargo test -q -p kmirror-cli --test real_kafka_eos_crash -- --nocapture >"$out/eos-$i.log" 2>&1; then
+  if ! timeout "$RUN_TIMEOUT" cargo test -q -p kmirror-cli --test serial real_kafka_eos_crash -- --nocapture >"$out/eos-$i.log" 2>&1; then
     failed=$((failed + 1)); echo "run $i: real_kafka_eos_crash FAILED"; grep -E "^eos:|panicked|assert" "$out/eos-$i.log" | head -20
   fi
   rf1=$(grep -E "markers skipped by the coordinator" "$out/txn-$i.log" | sed -E 's/.*: //' | awk '{ s += $1 } END { print s + 0 }')

@@ -3,8 +3,8 @@
 # producer writing per-key sequence numbers, kmirror copying, and random faults (broker kill -9
 # and restart, leader moves, a broker black-holed for 30 s, connection resets, kmirror kill -9
 # and SIGSTOP) for a bounded time; then an auditor reports every lost record (the run fails on
-# any) and every duplicate. The test is crates/cli/tests/real_kafka_soak.rs; the suite runs it
-# for 3 minutes.
+# any) and every duplicate. The test is crates/cli/tests/serial/real_kafka_soak.rs; the suite runs it
+# with 90 s of faults.
 #
 #   bash scripts/soak.sh              20 minutes of faults
 #   bash scripts/soak.sh 3600         an hour
@@ -18,6 +18,6 @@ seconds="${1:-1200}"
 bash scripts/kafka/kafka-harness.sh fetch >/dev/null
 cargo build --tests -p kmirror-cli
 KMIRROR_SOAK_SECONDS="$seconds" timeout $((seconds + 900)) \
-  cargo test -p kmirror-cli --test real_kafka_soak -- --nocapture 2>&1 |
+  cargo test -p kmirror-cli --test serial real_kafka_soak -- --nocapture 2>&1 |
   grep --line-buffered -E '^soak:|^test |panicked|^test result'
 exit "${PIPESTATUS[0]}"

@@ -5,24 +5,36 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 t0=$SECONDS
+# Where the time goes: each phase's seconds, printed at the end.
+phases=()
+phase_start=$SECONDS
+phase() { phases+=("$1 $((SECONDS - phase_start))s"); phase_start=$SECONDS; }
 bash scripts/kafka/kafka-harness.sh fetch
 # Class-data archives: every broker and tool JVM of the suite starts faster (optional: the
 # suite runs without them if they cannot be made).
 bash scripts/kafka/kafka-harness.sh cds
+phase "jars and class-data archives"
 echo "test.sh: Kafka jars ready in $((SECONDS - t0))s ($(du -sh "${KAFKA_HARNESS_CACHE:-$HOME/.cache/kafka-harness}" | cut -f1) cache)"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+phase "fmt and clippy"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-# --no-fail-fast: one failing test binary must not hide the state of the others.
-cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
+cargo test --workspace --no-run 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+phase "test build"
+# --no-fail-fast: one failing test binary must not hide the state of the others.
+cargo test --workspace --no-fail-fast 2>&1 | tee -a "$log"
+run=${PIPESTATUS[0]}
+if [[ $status -eq 0 ]]; then status=$run; fi
+phase "tests"
 # The gross-regression guard of the benchmark: kmirror against the Java producer's
 # direct-produce baseline measured in the same run, and its peak RSS.
 QUICK=1 bash bench/mirror-bench.sh 2>&1 | tee -a "$log"
 bench=${PIPESTATUS[0]}
+phase "quick benchmark"
 if [[ $bench -ne 0 && $status -eq 0 ]]; then status=$bench; fi
 set -e
 # One closing line for the whole suite (cargo prints one per test binary).
@@ -30,7 +42,7 @@ sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\\1/" | awk 
 passed=$(sum passed)
 failed=$(sum failed)
 if [[ $bench -ne 0 ]]; then failed=$((failed + 1)); echo "test.sh: the quick benchmark failed (see above)"; fi
-echo "test.sh: finished in $((SECONDS - t0))s"
+echo "test.sh: finished in $((SECONDS - t0))s ($(IFS=,; echo "${phases[*]}" | sed 's/,/, /g'))"
 echo "tests: ${passed:-0} passed, ${failed:-0} failed"
 # Every failed test by name, and every test binary that failed (including one that crashed or
 # timed out and so printed no result line).

@@ -247,6 +247,7 @@ async fn end_offsets(k: &KafkaCluster, topic: &str) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_soak_loses_nothing() {
+    let _alone = crate::ALONE.lock().await;
     let seconds: u64 = std::env::var("KMIRROR_SOAK_SECONDS")
         .ok()
         .map(|s| {

@@ -172,6 +172,7 @@ fn plan(config: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
+    let _alone = crate::ALONE.lock().await;
     let idp = TokenServer::start("kmirror", SECRET, Duration::from_secs(12));
     let validator = vec![
         "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler".to_string(),
@@ -354,6 +355,7 @@ sasl.oauthbearer.token.endpoint.url={}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unsecured_jws_of_test_setups_is_accepted() {
+    let _alone = crate::ALONE.lock().await;
     let props = oauth_props(&[], 0);
     let props: Vec<&str> = props.iter().map(String::as_str).collect();
     let (ca, cb) = std::thread::scope(|s| {

@@ -117,18 +117,15 @@ async fn stored_positions(b: &KafkaCluster) -> i64 {
     n
 }
 
-/// Both tests start two clusters: one at a time on a small machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_kill_9_and_a_target_broker_restart_without_loss_or_duplicates() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     crash_run(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_identity_policy_too() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     crash_run(true).await;
 }
 
@@ -452,7 +449,7 @@ async fn wait_for(b: &KafkaCluster, topic: &str, want: i64, log: &std::path::Pat
 /// partition resumes after what it finds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("foreign-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("foreign-b", Security::Plaintext).unwrap());

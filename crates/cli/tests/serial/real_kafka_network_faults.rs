@@ -113,6 +113,7 @@ fn start(config: &Path, log: &Path) -> KillOnDrop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_on_the_network_lose_nothing_and_bound_recovery_and_shutdown() {
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start_proxied("netfault-a", 1, &[]).unwrap());
         let b = s.spawn(|| Cluster::start_proxied("netfault-b", 3, &[]).unwrap());

@@ -186,6 +186,7 @@ async fn fail_over(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_consumers_fail_over_without_skipping_kmirror_and_mm2() {
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("fo-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("fo-b", Security::Plaintext).unwrap());

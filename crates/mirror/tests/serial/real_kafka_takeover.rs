@@ -33,10 +33,6 @@ const MM2_BOUND: Duration = Duration::from_secs(120);
 
 type Kv = (Option<bytes::Bytes>, Option<bytes::Bytes>);
 
-/// The tests here run one at a time: each starts two clusters and a MirrorMaker 2 JVM, too much
-/// for two at once on a small machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 fn produce(c: &Cluster, from: usize, to: usize) {
     let input: String = (from..to).map(|i| format!("k{i}:ledger-{i}\n")).collect();
     let cfg = c.client_config(None);
@@ -148,7 +144,7 @@ fn secs(s: Option<f64>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mm2_and_kmirror_take_over_from_each_other() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("take-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("take-b", Security::Plaintext).unwrap());
@@ -397,7 +393,7 @@ async fn mm2_and_kmirror_take_over_from_each_other() {
 /// it took and what it left open are printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mm2_and_kmirror_take_over_from_each_other_exactly_once() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("eos-take-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("eos-take-b", Security::Plaintext).unwrap());

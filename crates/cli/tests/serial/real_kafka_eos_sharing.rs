@@ -29,9 +29,6 @@ const PARTITIONS: i32 = 24;
 const SLOTS: i64 = 12;
 const SESSION: Duration = Duration::from_secs(6);
 
-/// Both tests start two clusters and several processes: one at a time on a small machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 struct Process {
     child: KillOnDrop,
     address: String,
@@ -263,7 +260,7 @@ async fn caught_up(b: &KafkaCluster, written: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     let Setup {
         _ca,
         cb: _cb,
@@ -343,7 +340,7 @@ async fn exactly_once_processes_share_slots_through_kill_9_a_zombie_and_a_join()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_shared_flow_survives_five_random_kill_9_and_a_target_restart() {
-    let _serial = SERIAL.lock().await;
+    let _alone = crate::ALONE.lock().await;
     let Setup {
         _ca,
         cb,

@@ -74,6 +74,7 @@ fn terminate(k: &mut KillOnDrop, bound: Duration) -> (Option<std::process::ExitS
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_a_silent_target_exits_within_the_deadline_and_loses_nothing() {
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("shutdown-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("shutdown-b", Security::Plaintext).unwrap());

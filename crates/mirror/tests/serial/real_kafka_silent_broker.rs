@@ -104,6 +104,7 @@ async fn keep_coordinator_off(cb: &Arc<Cluster>, b: &KafkaCluster, group: &str, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_target_leader_is_left_behind_and_nothing_is_lost() {
+    let _alone = crate::ALONE.lock().await;
     kmirror_testkit::init_logging();
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("silent-a", Security::Plaintext).unwrap());

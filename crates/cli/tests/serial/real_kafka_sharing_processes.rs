@@ -277,6 +277,7 @@ async fn audit(b: &KafkaCluster, written: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_share_a_flow_and_survive_kill_9_and_a_pause_without_loss() {
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb, a, b) = clusters("procs").await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mm2.properties");
@@ -394,6 +395,7 @@ fn dump(logs: &[std::path::PathBuf]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_restarted_under_its_instance_id_gets_its_partitions_back_at_once() {
+    let _alone = crate::ALONE.lock().await;
     // A session long enough that waiting it out could not pass for coming back at once.
     const STATIC_SESSION: Duration = Duration::from_secs(30);
     let (ca, cb, a, b) = clusters("static").await;

@@ -109,6 +109,7 @@ async fn audit(a: &KafkaCluster, b: &KafkaCluster) -> (usize, usize, usize, usiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_survives_kill_9_sigstop_and_a_target_restart() {
+    let _alone = crate::ALONE.lock().await;
     let (ca, cb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("eos-crash-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("eos-crash-b", Security::Plaintext).unwrap());
