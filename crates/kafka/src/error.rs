@@ -140,6 +140,156 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// The same error again, for each of several waiters on one request (a produce's partitions,
+    /// a DescribeProducers' partitions): every variant and field kept, so that each copy is
+    /// classified (`is_retriable`, `is_stale_metadata`, ...) as the original is. An I/O error
+    /// keeps its kind and text.
+    pub fn duplicate(&self) -> KafkaError {
+        use KafkaError as E;
+        match self {
+            E::Io {
+                broker,
+                context,
+                source,
+            } => E::Io {
+                broker: broker.clone(),
+                context,
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            E::Tls { broker, message } => E::Tls {
+                broker: broker.clone(),
+                message: message.clone(),
+            },
+            E::Authentication {
+                broker,
+                mechanism,
+                message,
+            } => E::Authentication {
+                broker: broker.clone(),
+                mechanism,
+                message: message.clone(),
+            },
+            E::Token {
+                endpoint,
+                message,
+                retriable,
+            } => E::Token {
+                endpoint: endpoint.clone(),
+                message: message.clone(),
+                retriable: *retriable,
+            },
+            E::Kerberos {
+                principal,
+                message,
+                retriable,
+            } => E::Kerberos {
+                principal: principal.clone(),
+                message: message.clone(),
+                retriable: *retriable,
+            },
+            E::Timeout { broker, api, after } => E::Timeout {
+                broker: broker.clone(),
+                api: *api,
+                after: *after,
+            },
+            E::UnsupportedVersion { broker, api, ours } => E::UnsupportedVersion {
+                broker: broker.clone(),
+                api: *api,
+                ours: ours.clone(),
+            },
+            E::Protocol {
+                broker,
+                api,
+                message,
+            } => E::Protocol {
+                broker: broker.clone(),
+                api: *api,
+                message: message.clone(),
+            },
+            E::Broker {
+                broker,
+                api,
+                error,
+                message,
+            } => E::Broker {
+                broker: broker.clone(),
+                api: *api,
+                error: *error,
+                message: message.clone(),
+            },
+            E::Disconnected { broker } => E::Disconnected {
+                broker: broker.clone(),
+            },
+            E::OffsetOutOfRange {
+                topic,
+                partition,
+                requested,
+                log_start,
+                log_end,
+            } => E::OffsetOutOfRange {
+                topic: topic.clone(),
+                partition: *partition,
+                requested: *requested,
+                log_start: *log_start,
+                log_end: *log_end,
+            },
+            E::CorruptBatch {
+                topic,
+                partition,
+                offset,
+                message,
+            } => E::CorruptBatch {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                message: message.clone(),
+            },
+            E::BatchTooLarge {
+                topic,
+                partition,
+                size,
+                limit,
+            } => E::BatchTooLarge {
+                topic: topic.clone(),
+                partition: *partition,
+                size: *size,
+                limit: *limit,
+            },
+            E::UnknownBroker { id } => E::UnknownBroker { id: *id },
+            E::Fenced { transactional_id } => E::Fenced {
+                transactional_id: transactional_id.clone(),
+            },
+            E::StaleProducer { transactional_id } => E::StaleProducer {
+                transactional_id: transactional_id.clone(),
+            },
+            E::HangingTransaction {
+                topic,
+                partition,
+                producer_id,
+                offset,
+            } => E::HangingTransaction {
+                topic: topic.clone(),
+                partition: *partition,
+                producer_id: *producer_id,
+                offset: *offset,
+            },
+            E::OpenTransaction {
+                topic,
+                partition,
+                producer_id,
+                offset,
+                limit,
+            } => E::OpenTransaction {
+                topic: topic.clone(),
+                partition: *partition,
+                producer_id: *producer_id,
+                offset: *offset,
+                limit: *limit,
+            },
+            E::Config(message) => E::Config(message.clone()),
+        }
+    }
+
     /// Whether the error means our idea of partition leadership is stale, so a metadata refresh
     /// and a retry will help. Such errors are returned before anything was written.
     pub fn is_stale_metadata(&self) -> bool {
@@ -178,6 +328,58 @@ impl KafkaError {
                     || *error == ResponseError::ConcurrentTransactions
             }
             _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each copy is classified as its original: what a lane does with a failure (refresh,
+    /// retry, stop) must not depend on how many partitions shared the request.
+    #[test]
+    fn a_duplicate_is_classified_as_the_original() {
+        let errors = [
+            KafkaError::UnknownBroker { id: 3 },
+            KafkaError::Io {
+                broker: "1".into(),
+                context: "read",
+                source: std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"),
+            },
+            KafkaError::Token {
+                endpoint: "https://127.0.0.1/token".into(),
+                message: "503".into(),
+                retriable: true,
+            },
+            KafkaError::Broker {
+                broker: "1".into(),
+                api: ApiKey::Produce,
+                error: ResponseError::NotLeaderOrFollower,
+                message: None,
+            },
+            KafkaError::Broker {
+                broker: "1".into(),
+                api: ApiKey::Produce,
+                error: ResponseError::CorruptMessage,
+                message: Some("crc".into()),
+            },
+            KafkaError::Protocol {
+                broker: "1".into(),
+                api: ApiKey::Produce,
+                message: "short frame".into(),
+            },
+        ];
+        for e in &errors {
+            let d = e.duplicate();
+            assert_eq!(d.is_retriable(), e.is_retriable(), "{e:?}");
+            assert_eq!(d.is_stale_metadata(), e.is_stale_metadata(), "{e:?}");
+            assert_eq!(d.to_string(), e.to_string());
+            assert_eq!(
+                std::mem::discriminant(&d),
+                std::mem::discriminant(e),
+                "{e:?}"
+            );
         }
     }
 }

@@ -180,7 +180,7 @@ impl KafkaCluster {
                     stale = true;
                     for (t, ps) in topics {
                         for p in ps {
-                            out.insert((t.clone(), p), Err(same_kind(&e)));
+                            out.insert((t.clone(), p), Err(e.duplicate()));
                         }
                     }
                 }
@@ -237,30 +237,6 @@ impl KafkaCluster {
             }
         }
         Ok(out)
-    }
-}
-
-/// A copy of a request's error for each partition it concerned: the kinds a caller acts on
-/// (unsupported, refused, broker codes) kept, the rest as text.
-fn same_kind(e: &KafkaError) -> KafkaError {
-    match e {
-        KafkaError::UnsupportedVersion { broker, api, ours } => KafkaError::UnsupportedVersion {
-            broker: broker.clone(),
-            api: *api,
-            ours: ours.clone(),
-        },
-        KafkaError::Broker {
-            broker,
-            api,
-            error,
-            message,
-        } => KafkaError::Broker {
-            broker: broker.clone(),
-            api: *api,
-            error: *error,
-            message: message.clone(),
-        },
-        e => KafkaError::Config(e.to_string()),
     }
 }
 

@@ -123,7 +123,14 @@ fn harness(args: &[&str]) -> Command {
         .env("KAFKA_HARNESS_RUN", run_root())
         // Kafka 4 logs "Kafka Server started" once the broker is unfenced and takes requests;
         // the harness's extra admin round trips through Java tools cost 2 to 5 s per node.
-        .env("KAFKA_HARNESS_READY", "log");
+        .env("KAFKA_HARNESS_READY", "log")
+        // A test's broker lives for seconds to minutes and carries little traffic: C1 and the
+        // serial collector halve its CPU (docs/testing.md, "Start-up costs"), which is what the
+        // suite runs short of on a small machine. Benchmarks start brokers with the full JIT.
+        .env(
+            "KAFKA_HARNESS_BROKER_JVM",
+            std::env::var("KAFKA_HARNESS_BROKER_JVM").unwrap_or_else(|_| "light".into()),
+        );
     c
 }
 

@@ -227,7 +227,7 @@ fn dispatch(
             tracing::debug!(broker, error = %e, partitions = waiting.len(), "produce request failed; its partitions recover");
             for (topic, partition, reply) in waiting {
                 failed.push((topic, partition));
-                let _ = reply.send(Err(copy_error(&e)));
+                let _ = reply.send(Err(e.duplicate()));
             }
         }
     }
@@ -255,39 +255,6 @@ fn fail_queued(queue: &mut VecDeque<Entry>, failed: &[Key], broker: &str) {
         }
     }
     *queue = kept;
-}
-
-/// The same failure for each partition of a failed request: what matters to a lane is whether
-/// it may retry, and the message.
-fn copy_error(e: &KafkaError) -> KafkaError {
-    match e {
-        KafkaError::Timeout { broker, api, after } => KafkaError::Timeout {
-            broker: broker.clone(),
-            api: *api,
-            after: *after,
-        },
-        KafkaError::Io { broker, .. } | KafkaError::Disconnected { broker } => {
-            KafkaError::Disconnected {
-                broker: broker.clone(),
-            }
-        }
-        KafkaError::Broker {
-            broker,
-            api,
-            error,
-            message,
-        } => KafkaError::Broker {
-            broker: broker.clone(),
-            api: *api,
-            error: *error,
-            message: message.clone(),
-        },
-        other => KafkaError::Protocol {
-            broker: String::new(),
-            api: ApiKey::Produce,
-            message: other.to_string(),
-        },
-    }
 }
 
 /// Starts the sender of one connection (`channel` of `broker`); it ends once every handle is

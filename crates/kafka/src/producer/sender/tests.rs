@@ -179,3 +179,28 @@ fn a_failed_request_fails_each_partition_retriably() {
         assert!(err.is_retriable(), "{err}");
     }
 }
+
+/// A request that failed as a whole reaches every partition it carried as the same kind of
+/// error: a leader that left the metadata is stale metadata each lane refreshes and retries,
+/// never a protocol error that stops the partition.
+#[test]
+fn a_failed_request_gives_each_partition_the_error_with_its_kind() {
+    let mut rxs = Vec::new();
+    let mut entries = Vec::new();
+    for (t, p) in [("a", 0), ("a", 1), ("b", 0)] {
+        let (e, rx) = entry(t, p, 10);
+        entries.push(e);
+        rxs.push(rx);
+    }
+    let failed = dispatch(
+        "1@127.0.0.1:9092",
+        waiting(entries),
+        Err(KafkaError::UnknownBroker { id: 1 }),
+        &HashMap::new(),
+    );
+    assert_eq!(failed.len(), 3);
+    for mut rx in rxs {
+        let e = rx.try_recv().expect("an answer").expect_err("an error");
+        assert!(e.is_stale_metadata(), "{e:?}");
+    }
+}
