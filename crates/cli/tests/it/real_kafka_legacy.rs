@@ -714,9 +714,28 @@ async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_tar
         "SIGTERM with the target down took {took:?} (request timeout 5 s):\n{text}"
     );
 
-    // Back up: a restarted kmirror copies what the stopped one had not committed.
+    // Started again while the target is still down, kmirror waits for it (backing off, as MM2
+    // mode does) instead of giving up; once the target is back it copies what the stopped
+    // process had not committed.
+    let log = dir.path().join("kmirror-again.log");
+    let mut p = legacy(&args, &log);
+    eventually(
+        60,
+        "the target reported unreachable and retried",
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines()
+                .filter(|l| l.contains("cannot reach cluster; retrying"))
+                .any(|l| l.contains(r#""cluster":"target""#))
+        },
+    )
+    .await;
+    assert!(
+        matches!(p.0.try_wait(), Ok(None)),
+        "MM1 mode gave up on a target down at start:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     cb.restart().unwrap();
-    let _p = legacy(&args, &log);
     eventually(120, "every record copied after the restart", || async {
         let (_, values) = layout(&b, "load").await;
         let have: BTreeSet<String> = values
@@ -726,4 +745,5 @@ async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_tar
         (0..22_000).all(|i| have.contains(&format!("v{i}")))
     })
     .await;
+    drop(p);
 }

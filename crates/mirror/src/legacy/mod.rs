@@ -20,8 +20,10 @@ mod stream;
 mod targets;
 
 use crate::config::legacy::LegacyConfig;
-use crate::engine::Shutdown;
+use crate::engine::{Helpers, Shutdown};
+use crate::events::{ClusterUnreachable, Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
+use crate::names::{ClusterAlias, FlowId};
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::fetcher::{Fetcher, FetcherConfig};
 use kmirror_kafka::KafkaError;
@@ -73,6 +75,9 @@ pub enum LegacyError {
     Panicked(String),
 }
 
+/// How MM1 mode names its one flow in logs.
+const FLOW: &str = "source->target";
+
 /// The labels MM1 mode's metrics carry (it has no cluster aliases).
 pub fn labels() -> FlowLabels {
     FlowLabels {
@@ -97,42 +102,84 @@ fn matching(cfg: &LegacyConfig, source: &KafkaCluster) -> TopicSet {
     )
 }
 
+/// Connects to both clusters. One that cannot be reached (down, restarting, a network path
+/// not up yet) is tried again with backoff until it answers or the process stops, as in MM2
+/// mode: a cluster down at start delays MM1 mode instead of ending it. Refused credentials, a
+/// bad TLS setup and the same cluster on both sides end it at once. `None`: stopped meanwhile.
+async fn connect(
+    cfg: &LegacyConfig,
+    shutdown: &Shutdown,
+    metrics: &Metrics,
+) -> Result<Option<(Arc<KafkaCluster>, Arc<KafkaCluster>)>, LegacyError> {
+    let flow = FlowId::new(ClusterAlias::new("source"), ClusterAlias::new("target"));
+    let labels = labels();
+    let mut attempt = 0;
+    loop {
+        let pair = async {
+            let s = KafkaCluster::connect(cfg.consumer.clone()).await;
+            let s = s.map_err(|e| ("source", e))?;
+            let t = KafkaCluster::connect(cfg.producer.clone()).await;
+            let t = t.map_err(|e| ("target", e))?;
+            Ok::<_, (&'static str, KafkaError)>((s, t))
+        }
+        .await;
+        match pair {
+            Ok((source, target)) => {
+                if let (Some(a), Some(b)) = (
+                    source.metadata().cluster_id.clone(),
+                    target.metadata().cluster_id.clone(),
+                ) {
+                    if a == b {
+                        return Err(LegacyError::SameCluster(a));
+                    }
+                }
+                return Ok(Some((Arc::new(source), Arc::new(target))));
+            }
+            Err((side, e)) if e.is_retriable() => {
+                let retry_in = crate::engine::backoff(attempt);
+                attempt += 1;
+                ClusterUnreachable {
+                    flow: &flow,
+                    cluster: side,
+                    error: &e,
+                    retry_in,
+                }
+                .emit(Emitter {
+                    metrics,
+                    labels: &labels,
+                });
+                if shutdown.sleep(retry_in).await {
+                    return Ok(None);
+                }
+            }
+            Err((side, source)) => return Err(LegacyError::Connect { side, source }),
+        }
+    }
+}
+
 /// Replicates until `shutdown`, then flushes, commits and leaves the group.
 pub async fn run(
     cfg: Arc<LegacyConfig>,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
 ) -> Result<(), LegacyError> {
-    let source = Arc::new(
-        KafkaCluster::connect(cfg.consumer.clone())
-            .await
-            .map_err(|source| LegacyError::Connect {
-                side: "source",
-                source,
-            })?,
-    );
-    let target = Arc::new(
-        KafkaCluster::connect(cfg.producer.clone())
-            .await
-            .map_err(|source| LegacyError::Connect {
-                side: "target",
-                source,
-            })?,
-    );
-    if let (Some(a), Some(b)) = (
-        source.metadata().cluster_id.clone(),
-        target.metadata().cluster_id.clone(),
-    ) {
-        if a == b {
-            return Err(LegacyError::SameCluster(a));
-        }
-    }
+    let Some((source, target)) = connect(&cfg, &shutdown, &metrics).await? else {
+        return Ok(());
+    };
     let connected = metrics.connected_gauge(&labels());
-    let probe = tokio::spawn(crate::status::probe(
-        vec![source.clone(), target.clone()],
-        connected,
-        shutdown.clone(),
-    ));
+    // The probe and the topic discovery run beside the streams: a panic in either stops the
+    // streams (they flush and commit what the target acknowledged) and fails the run, as a
+    // helper's panic fails a flow in MM2 mode, instead of vanishing with its task.
+    let helpers = Helpers::default();
+    let probe = helpers.spawn(
+        "connection probe",
+        FLOW,
+        crate::status::probe(
+            vec![source.clone(), target.clone()],
+            connected,
+            shutdown.clone(),
+        ),
+    );
     let targets = Arc::new(Targets::new(
         source.clone(),
         target.clone(),
@@ -178,15 +225,28 @@ pub async fn run(
     for i in 0..cfg.num_streams {
         tasks.spawn(stream::run(shared.clone(), i));
     }
-    let discovery = tokio::spawn(discover(
-        cfg.clone(),
-        source,
-        targets,
-        topics_tx,
-        shutdown.clone(),
-        metrics,
-        labels,
-    ));
+    let discovery = helpers.spawn(
+        "topic discovery",
+        FLOW,
+        discover(
+            cfg.clone(),
+            source,
+            targets,
+            topics_tx,
+            shutdown.clone(),
+            metrics,
+            labels,
+        ),
+    );
+    let stop_on_panic = {
+        let (helpers, shutdown) = (helpers.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = helpers.failed() => shutdown.trigger(),
+                _ = shutdown.wait() => {}
+            }
+        })
+    };
     let mut first_error = None;
     while let Some(ended) = tasks.join_next().await {
         let result = ended
@@ -199,8 +259,13 @@ pub async fn run(
     }
     shutdown.trigger();
     fetcher.shutdown().await;
+    // Their panics were caught inside (`Helpers::spawn`): these handles end without one.
     let _ = discovery.await;
     let _ = probe.await;
+    let _ = stop_on_panic.await;
+    if let Some((task, message)) = helpers.failure() {
+        first_error.get_or_insert(LegacyError::Panicked(format!("{task}: {message}")));
+    }
     first_error.map_or(Ok(()), Err)
 }
 
