@@ -276,8 +276,15 @@ where
 }
 
 /// MM1 mode's shutdown deadline (its command line is MM1's, so not an option there): the
-/// default of `run --shutdown-timeout`.
-const LEGACY_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
+/// default of `run --shutdown-timeout`, or longer when the producer file's `request.timeout.ms`
+/// is: a silent target gets one request timeout to acknowledge what is in flight, and the
+/// final commit comes after it (Java's default of 30 s would otherwise always miss it).
+fn legacy_shutdown_timeout(request_timeout: std::time::Duration) -> std::time::Duration {
+    const DEFAULT: std::time::Duration = std::time::Duration::from_secs(25);
+    /// For the final commit to the source and leaving the group.
+    const AFTER_THE_LAST_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
+    DEFAULT.max(request_timeout + AFTER_THE_LAST_ANSWER)
+}
 
 /// MM1 mode until SIGINT or SIGTERM, then flushes, commits and leaves the group.
 async fn run_legacy(
@@ -287,7 +294,7 @@ async fn run_legacy(
     let (shutdown, metrics) = serve_process(metrics_address).await?;
     within_deadline(
         &shutdown,
-        LEGACY_SHUTDOWN_TIMEOUT,
+        legacy_shutdown_timeout(cfg.producer.request_timeout),
         kmirror_mirror::legacy::run(std::sync::Arc::new(cfg), shutdown.clone(), metrics.clone()),
     )
     .await?;
@@ -562,6 +569,16 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mm1_mode_waits_past_the_producers_request_timeout_before_giving_up_its_final_commit() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(legacy_shutdown_timeout(s(5)), s(25));
+        assert_eq!(legacy_shutdown_timeout(s(20)), s(25));
+        // Java's default request.timeout.ms.
+        assert_eq!(legacy_shutdown_timeout(s(30)), s(35));
+        assert_eq!(legacy_shutdown_timeout(s(120)), s(125));
+    }
 
     #[test]
     fn metrics_address_forms() {
