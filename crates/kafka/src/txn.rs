@@ -11,6 +11,7 @@ use crate::cluster::{produce_answer, KafkaCluster, PartitionFetch};
 use crate::committed::{marker, Marker};
 use crate::conn::Connection;
 use crate::error::{KafkaError, Result};
+use crate::settings::IsolationLevel;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
@@ -290,6 +291,26 @@ pub async fn find_coordinator_node(cluster: &KafkaCluster, key: &str, key_type: 
 }
 
 impl PartitionFetch {
+    /// The batches a reader at `isolation` sees: never control batches, and with read_committed
+    /// not the batches of aborted transactions either. The one filter every reader of data uses
+    /// (both copy loops, resume, verify).
+    pub fn visible(&self, isolation: IsolationLevel) -> Vec<&RawBatch> {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.committed_batches(),
+            IsolationLevel::ReadUncommitted => {
+                self.batches.iter().filter(|b| !b.is_control()).collect()
+            }
+        }
+    }
+
+    /// How far a reader at `isolation` may read: the last stable offset or the high watermark.
+    pub fn readable_end(&self, isolation: IsolationLevel) -> i64 {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset,
+            IsolationLevel::ReadUncommitted => self.high_watermark,
+        }
+    }
+
     /// The batches a read_committed consumer sees: control batches and the batches of aborted
     /// transactions (per the fetch response's aborted-transaction list) are removed.
     pub fn committed_batches(&self) -> Vec<&RawBatch> {

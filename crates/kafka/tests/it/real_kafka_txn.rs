@@ -201,13 +201,7 @@ async fn read_all(
             }
             Err(e) => panic!("{topic}-{partition} at {offset}: {e}"),
         };
-        let visible: Vec<&kmirror_kafka::batch::RawBatch> = match isolation {
-            IsolationLevel::ReadCommitted => f.committed_batches(),
-            IsolationLevel::ReadUncommitted => {
-                f.batches.iter().filter(|b| !b.is_control()).collect()
-            }
-        };
-        for b in visible {
+        for b in f.visible(isolation) {
             values.extend(
                 decode_batch(b)
                     .unwrap()

@@ -27,7 +27,7 @@ use kmirror_kafka::producer::{Acked, PartitionLane};
 use kmirror_kafka::records::{
     decode_batch_within, encode_within, BatchOptions, DecodeError, Record,
 };
-use kmirror_kafka::{IsolationLevel, KafkaError};
+use kmirror_kafka::KafkaError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::VecDeque;
@@ -534,16 +534,8 @@ impl Forwarder<'_> {
                     l.acquire(share.bytes(), self.stop).await;
                 }
             }
-            let end = match isolation {
-                IsolationLevel::ReadCommitted => f.last_stable_offset,
-                IsolationLevel::ReadUncommitted => f.high_watermark,
-            };
-            let batches: Vec<&RawBatch> = match isolation {
-                IsolationLevel::ReadCommitted => f.committed_batches(),
-                IsolationLevel::ReadUncommitted => {
-                    f.batches.iter().filter(|b| !b.is_control()).collect()
-                }
-            };
+            let end = f.readable_end(isolation);
+            let batches = f.visible(isolation);
             // Left out like aborted data: the position passes them with the next batch copied,
             // or at the end of the response.
             let batches = match self.loop_guard {

@@ -409,17 +409,9 @@ async fn read_source(
         let f = k
             .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, isolation)
             .await?;
-        let end = match isolation {
-            IsolationLevel::ReadCommitted => f.last_stable_offset,
-            IsolationLevel::ReadUncommitted => f.high_watermark,
-        };
+        let end = f.readable_end(isolation);
         read += f.batches.iter().map(|b| b.bytes().len()).sum::<usize>();
-        let batches: Vec<_> = match isolation {
-            IsolationLevel::ReadCommitted => f.committed_batches(),
-            IsolationLevel::ReadUncommitted => {
-                f.batches.iter().filter(|b| !b.is_control()).collect()
-            }
-        };
+        let batches = f.visible(isolation);
         // As the flow copies them: without what kmirror copied here from the target.
         let batches = match loop_guard {
             Some(g) => match g.keep_within(batches, GUARD_ATTEMPTS).await {

@@ -569,12 +569,7 @@ impl Copier {
             let p = &self.positions[i];
             (p.topic.clone(), p.partition, p.next)
         };
-        let batches: Vec<&RawBatch> = match tuning.isolation_level {
-            IsolationLevel::ReadCommitted => f.committed_batches(),
-            IsolationLevel::ReadUncommitted => {
-                f.batches.iter().filter(|b| !b.is_control()).collect()
-            }
-        };
+        let batches = f.visible(tuning.isolation_level);
         let mut records: Vec<(String, Record)> = Vec::new();
         let mut newest_ts = None;
         for b in batches {

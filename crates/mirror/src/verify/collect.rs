@@ -19,8 +19,7 @@ use crate::topic_sync::{config_ops, topic_acls};
 use crate::wire::internal::Checkpoint;
 use kafka_protocol::error::ResponseError;
 use kmirror_kafka::admin::{acl, AclBinding, ConfigEntry, ConfigOp};
-use kmirror_kafka::batch::RawBatch;
-use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
+use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -463,7 +462,7 @@ async fn count_records(
         let Some(last) = f.batches.last().map(|b| b.last_offset()) else {
             break;
         };
-        for b in visible(&f, iso) {
+        for b in f.visible(iso) {
             let records = i64::from(b.record_count().max(0));
             // The first batch may begin before `start` (records deleted inside it).
             n += if b.base_offset() < start && b.offsets_contiguous() {
@@ -475,14 +474,6 @@ async fn count_records(
         offset = last + 1;
     }
     Ok(n)
-}
-
-/// The batches of a fetch a reader with `iso` sees.
-fn visible(f: &PartitionFetch, iso: IsolationLevel) -> Vec<&RawBatch> {
-    match iso {
-        IsolationLevel::ReadCommitted => f.committed_batches(),
-        IsolationLevel::ReadUncommitted => f.batches.iter().filter(|b| !b.is_control()).collect(),
-    }
 }
 
 /// The last `n` records of a partition (control batches, and with read_committed aborted
@@ -500,7 +491,7 @@ async fn last_records(
     let from = (end - 2 * n as i64).max(start);
     let mut out = Vec::new();
     k.read_until(topic, partition, from..end, iso, |f| {
-        for b in visible(f, iso) {
+        for b in f.visible(iso) {
             out.extend(
                 decode_batch(b)
                     .map_err(|e| KafkaError::Config(e.to_string()))?
