@@ -139,7 +139,102 @@ pub enum KafkaError {
     Config(String),
 }
 
+/// A broker's refusal named for the decision it drives. The client classifies protocol error
+/// codes here, so that nothing outside it matches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The cluster has no authorizer (SECURITY_DISABLED): there are no ACLs to read or write.
+    NoAuthorizer,
+    /// Creating a topic that exists (another process, or a race).
+    TopicExists,
+    /// Creating a topic is not permitted, or the broker is too old to create topics this way;
+    /// MM2 takes either to mean the operator made the topic (KAFKA-15465).
+    CannotCreateTopics,
+    /// A configuration value or request the broker does not accept (INVALID_CONFIG,
+    /// INVALID_REQUEST).
+    Invalid,
+    /// A fetch or lookup position outside the partition's log.
+    OffsetOutOfRange,
+    /// The principal may not use the consumer group.
+    GroupNotAuthorized,
+    /// Another client uses the group id with a group protocol this one does not speak.
+    OtherGroupProtocol,
+    /// Another member took this one's `group.instance.id` (KIP-345).
+    FencedInstance,
+    /// The broker speaks no version of JoinGroup this client does (static membership needs
+    /// KIP-345).
+    NoStaticMembership,
+    /// The group or transaction coordinator moved, is starting, or cannot be reached for now.
+    CoordinatorMoved,
+}
+
 impl KafkaError {
+    /// What this error says, if it is a refusal a caller decides on.
+    pub fn refusal(&self) -> Option<Refusal> {
+        use ResponseError as R;
+        match self {
+            KafkaError::OffsetOutOfRange { .. } => Some(Refusal::OffsetOutOfRange),
+            KafkaError::UnsupportedVersion {
+                api: ApiKey::JoinGroup,
+                ..
+            } => Some(Refusal::NoStaticMembership),
+            KafkaError::UnsupportedVersion {
+                api: ApiKey::CreateTopics,
+                ..
+            } => Some(Refusal::CannotCreateTopics),
+            KafkaError::Broker {
+                api: ApiKey::CreateTopics,
+                error:
+                    R::TopicAuthorizationFailed | R::ClusterAuthorizationFailed | R::UnsupportedVersion,
+                ..
+            } => Some(Refusal::CannotCreateTopics),
+            KafkaError::Broker { error, .. } => match error {
+                R::SecurityDisabled => Some(Refusal::NoAuthorizer),
+                R::TopicAlreadyExists => Some(Refusal::TopicExists),
+                R::InvalidConfig | R::InvalidRequest => Some(Refusal::Invalid),
+                R::OffsetOutOfRange => Some(Refusal::OffsetOutOfRange),
+                R::GroupAuthorizationFailed => Some(Refusal::GroupNotAuthorized),
+                R::InconsistentGroupProtocol => Some(Refusal::OtherGroupProtocol),
+                R::FencedInstanceId => Some(Refusal::FencedInstance),
+                R::NotCoordinator | R::CoordinatorNotAvailable | R::CoordinatorLoadInProgress => {
+                    Some(Refusal::CoordinatorMoved)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether `refusal` is what this error says.
+    pub fn is(&self, refusal: Refusal) -> bool {
+        self.refusal() == Some(refusal)
+    }
+
+    /// A transactional producer's error after which its transaction can only be aborted: it
+    /// was fenced or superseded, the broker lost its state, or a marker went missing (the next
+    /// transaction settles the range left open before its first add, docs/engine.md).
+    pub fn ends_transaction(&self) -> bool {
+        use ResponseError as R;
+        matches!(
+            self,
+            KafkaError::Fenced { .. }
+                | KafkaError::StaleProducer { .. }
+                | KafkaError::HangingTransaction { .. }
+        ) || matches!(
+            self,
+            KafkaError::Broker {
+                error: R::UnknownProducerId
+                    | R::InvalidProducerEpoch
+                    | R::ProducerFenced
+                    | R::OutOfOrderSequenceNumber
+                    | R::InvalidTxnState
+                    | R::TransactionCoordinatorFenced
+                    | R::ConcurrentTransactions,
+                ..
+            }
+        )
+    }
+
     /// The same error again, for each of several waiters on one request (a produce's partitions,
     /// a DescribeProducers' partitions): every variant and field kept, so that each copy is
     /// classified (`is_retriable`, `is_stale_metadata`, ...) as the original is. An I/O error
@@ -335,6 +430,102 @@ impl KafkaError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn broker(api: ApiKey, error: ResponseError) -> KafkaError {
+        KafkaError::Broker {
+            broker: "1".into(),
+            api,
+            error,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn refusals_are_named_for_the_decision_they_drive() {
+        use ResponseError as R;
+        let cases = [
+            (
+                broker(ApiKey::DescribeAcls, R::SecurityDisabled),
+                Some(Refusal::NoAuthorizer),
+            ),
+            (
+                broker(ApiKey::CreateTopics, R::TopicAlreadyExists),
+                Some(Refusal::TopicExists),
+            ),
+            (
+                broker(ApiKey::CreateTopics, R::TopicAuthorizationFailed),
+                Some(Refusal::CannotCreateTopics),
+            ),
+            // Not permitted to write a topic is no reason to take it as created.
+            (broker(ApiKey::Produce, R::TopicAuthorizationFailed), None),
+            (
+                broker(ApiKey::AlterConfigs, R::InvalidConfig),
+                Some(Refusal::Invalid),
+            ),
+            (
+                broker(ApiKey::Fetch, R::OffsetOutOfRange),
+                Some(Refusal::OffsetOutOfRange),
+            ),
+            (
+                KafkaError::OffsetOutOfRange {
+                    topic: "t".into(),
+                    partition: 0,
+                    requested: 5,
+                    log_start: 9,
+                    log_end: 12,
+                },
+                Some(Refusal::OffsetOutOfRange),
+            ),
+            (
+                broker(ApiKey::JoinGroup, R::GroupAuthorizationFailed),
+                Some(Refusal::GroupNotAuthorized),
+            ),
+            (
+                broker(ApiKey::JoinGroup, R::InconsistentGroupProtocol),
+                Some(Refusal::OtherGroupProtocol),
+            ),
+            (
+                broker(ApiKey::SyncGroup, R::FencedInstanceId),
+                Some(Refusal::FencedInstance),
+            ),
+            (
+                KafkaError::UnsupportedVersion {
+                    broker: "1".into(),
+                    api: ApiKey::JoinGroup,
+                    ours: "v5-v9".into(),
+                },
+                Some(Refusal::NoStaticMembership),
+            ),
+            (
+                broker(ApiKey::EndTxn, R::NotCoordinator),
+                Some(Refusal::CoordinatorMoved),
+            ),
+            (broker(ApiKey::Produce, R::NotLeaderOrFollower), None),
+            (KafkaError::Disconnected { broker: "1".into() }, None),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.refusal(), want, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_fenced_or_stateless_producer_ends_its_transaction_and_a_moved_leader_does_not() {
+        use ResponseError as R;
+        for code in [
+            R::ProducerFenced,
+            R::InvalidProducerEpoch,
+            R::UnknownProducerId,
+            R::InvalidTxnState,
+        ] {
+            assert!(broker(ApiKey::Produce, code).ends_transaction(), "{code:?}");
+        }
+        assert!(KafkaError::Fenced {
+            transactional_id: "x".into()
+        }
+        .ends_transaction());
+        assert!(!broker(ApiKey::Produce, R::NotLeaderOrFollower).ends_transaction());
+        assert!(!KafkaError::Disconnected { broker: "1".into() }.ends_transaction());
+    }
 
     /// Each copy is classified as its original: what a lane does with a failure (refresh,
     /// retry, stop) must not depend on how many partitions shared the request.

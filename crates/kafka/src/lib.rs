@@ -31,7 +31,7 @@ pub mod txn;
 pub mod txn_state;
 
 pub use codec::{batch, records};
-pub use error::{KafkaError, Result};
+pub use error::{KafkaError, Refusal, Result};
 
 pub use secret::Secret;
 pub use settings::{

@@ -854,7 +854,7 @@ impl Forwarder<'_> {
     /// A produce failure. The lane acknowledges in order, so the batch that failed is the
     /// oldest unacknowledged one: it starts after the last acknowledged offset.
     fn lane_failure(&self, acked_through: &Option<i64>, start: i64, e: KafkaError) -> Failure {
-        if self.slot.is_some() && ends_transaction(&e) {
+        if self.slot.is_some() && e.ends_transaction() {
             // The transaction cannot go on (the coordinator aborted it at its timeout, another
             // process took the id, the broker lost the producer's state): it is aborted as a
             // whole and the slot's partitions copy again from the last commit.
@@ -935,31 +935,6 @@ type Outgoing = (RawBatch, SourceOffsets, i64);
 /// A batch sent and not yet acknowledged: its source offsets, and the shares of the memory
 /// budget (fetched responses) its acknowledgement releases.
 type InFlight = (SourceOffsets, Vec<BufferShare>);
-
-/// Lane errors after which a transaction can only be aborted.
-fn ends_transaction(e: &KafkaError) -> bool {
-    use kafka_protocol::error::ResponseError as R;
-    matches!(
-        e,
-        KafkaError::Fenced { .. }
-            | KafkaError::StaleProducer { .. }
-            // Aborting leaves the partition out of the transaction; the next one settles the
-            // range left open before its first add (docs/engine.md).
-            | KafkaError::HangingTransaction { .. }
-    ) || matches!(
-        e,
-        KafkaError::Broker {
-            error: R::UnknownProducerId
-                | R::InvalidProducerEpoch
-                | R::ProducerFenced
-                | R::OutOfOrderSequenceNumber
-                | R::InvalidTxnState
-                | R::TransactionCoordinatorFenced
-                | R::ConcurrentTransactions,
-            ..
-        }
-    )
-}
 
 /// Exactly-once: what was acknowledged since the last commit, counted as copied only once the
 /// transaction commits.

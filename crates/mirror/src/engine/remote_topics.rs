@@ -7,7 +7,7 @@ use crate::config::model::{FlowConfig, Side};
 use crate::filter::PatternList;
 use kmirror_kafka::admin::ConfigEntry;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic};
-use kmirror_kafka::KafkaError;
+use kmirror_kafka::{KafkaError, Refusal};
 
 /// Kafka's ConfigSource for a value from the broker's static `server.properties`.
 const STATIC_BROKER_CONFIG: i8 = 4;
@@ -203,14 +203,10 @@ pub async fn cleanup_policy_mismatch(
 /// an old broker is taken to mean the operator created the topic: later reads and writes tell
 /// if it is really missing.
 pub async fn create_internal(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaError> {
-    use kafka_protocol::error::ResponseError::*;
     let name = topic.name.clone();
     let created = match create(k, topic).await {
-        Err(KafkaError::Broker {
-            error: e @ (TopicAuthorizationFailed | ClusterAuthorizationFailed | UnsupportedVersion),
-            ..
-        }) => {
-            tracing::debug!(topic = %name, error = ?e, "cannot create internal topic; assuming it exists");
+        Err(e) if e.is(Refusal::CannotCreateTopics) => {
+            tracing::debug!(topic = %name, error = %e, "cannot create internal topic; assuming it exists");
             false
         }
         Err(KafkaError::UnsupportedVersion { .. }) => false,
@@ -251,10 +247,7 @@ pub async fn create(k: &KafkaCluster, topic: NewTopic) -> Result<bool, KafkaErro
     let result = k.create_topics(&[topic], false).await?.into_iter().next();
     match result.and_then(|(_, err)| err) {
         None => Ok(true),
-        Some(KafkaError::Broker {
-            error: kafka_protocol::error::ResponseError::TopicAlreadyExists,
-            ..
-        }) => Ok(false),
+        Some(e) if e.is(Refusal::TopicExists) => Ok(false),
         Some(e) => Err(e),
     }
 }

@@ -19,6 +19,7 @@ use crate::wire::internal::OffsetSync;
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::committed::CommittedView;
 use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::Refusal;
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -230,11 +231,7 @@ async fn walk_from(
         e.fallback(|e| match e {
             // Retention or compaction removed the anchor's source record since its log start
             // was read (`KafkaCluster::fetch` says so with the log's bounds).
-            KafkaError::OffsetOutOfRange { .. }
-            | KafkaError::Broker {
-                error: kafka_protocol::error::ResponseError::OffsetOutOfRange,
-                ..
-            } => Fallback::SourceGone,
+            e if e.is(Refusal::OffsetOutOfRange) => Fallback::SourceGone,
             e => error("the source", e),
         })
     })?;

@@ -22,7 +22,7 @@ use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
-use kmirror_kafka::KafkaError;
+use kmirror_kafka::{KafkaError, Refusal};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -356,18 +356,7 @@ pub(super) enum Admit {
 /// Errors of EndTxn after which the commit's outcome is unknown (it may have reached the
 /// coordinator): asked again until the coordinator says.
 fn outcome_unknown(e: &KafkaError) -> bool {
-    use kafka_protocol::error::ResponseError as R;
-    e.is_retriable()
-        || e.is_stale_metadata()
-        || matches!(
-            e,
-            KafkaError::Broker {
-                error: R::NotCoordinator
-                    | R::CoordinatorNotAvailable
-                    | R::CoordinatorLoadInProgress,
-                ..
-            }
-        )
+    e.is_retriable() || e.is_stale_metadata() || e.is(Refusal::CoordinatorMoved)
 }
 
 impl Slot {

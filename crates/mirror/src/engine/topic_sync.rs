@@ -8,10 +8,9 @@ use crate::config::model::FlowConfig;
 use crate::events::{Emitter, Event, SyncNotApplied, SyncOf};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::topic_sync::{config_ops, group_acls, topic_acls};
-use kafka_protocol::error::ResponseError;
 use kmirror_kafka::admin::{acl, AclBinding, ConfigOp};
 use kmirror_kafka::cluster::KafkaCluster;
-use kmirror_kafka::KafkaError;
+use kmirror_kafka::{KafkaError, Refusal};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,7 +133,7 @@ impl TopicSync {
             }
             match self.target.alter_topic_configs(&remote, &ops, false).await {
                 Ok(()) => self.synced(&remote, &ops),
-                Err(e) if is_invalid(&e) => {
+                Err(e) if e.is(Refusal::Invalid) => {
                     if let [op] = ops.as_slice() {
                         self.refused(state, &topic, &remote, op.clone(), e);
                     } else {
@@ -201,7 +200,7 @@ impl TopicSync {
             .await
         {
             Ok(b) => topic_acls(&self.flow, &b),
-            Err(e) if is_error(&e, ResponseError::SecurityDisabled) => {
+            Err(e) if e.is(Refusal::NoAuthorizer) => {
                 tracing::info!(flow = %self.flow.id, cluster = %self.flow.id.source, "ACL sync off: the source cluster has no authorizer");
                 state.acls_off = true;
                 return;
@@ -274,14 +273,6 @@ impl TopicSync {
             }
         }
     }
-}
-
-fn is_error(e: &KafkaError, code: ResponseError) -> bool {
-    matches!(e, KafkaError::Broker { error, .. } if *error == code)
-}
-
-fn is_invalid(e: &KafkaError) -> bool {
-    is_error(e, ResponseError::InvalidConfig) || is_error(e, ResponseError::InvalidRequest)
 }
 
 /// What a failure is about, without the details that vary from call to call (broker address,

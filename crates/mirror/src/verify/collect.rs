@@ -17,10 +17,10 @@ use crate::engine::read_to_end;
 use crate::filter::PatternList;
 use crate::topic_sync::{config_ops, topic_acls};
 use crate::wire::internal::Checkpoint;
-use kafka_protocol::error::ResponseError;
 use kmirror_kafka::admin::{acl, AclBinding, ConfigEntry, ConfigOp};
 use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, Record};
+use kmirror_kafka::Refusal;
 use kmirror_kafka::{IsolationLevel, KafkaError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -506,10 +506,6 @@ async fn last_records(
     Ok(out.split_off(skip))
 }
 
-fn is(e: &KafkaError, code: ResponseError) -> bool {
-    matches!(e, KafkaError::Broker { error, .. } if *error == code)
-}
-
 type Described = Result<BTreeMap<String, Result<Vec<ConfigEntry>, KafkaError>>, KafkaError>;
 
 fn configs(
@@ -604,7 +600,7 @@ async fn acls(
     };
     let src = match source.describe_acls(&filter).await {
         Ok(b) => b,
-        Err(e) if is(&e, ResponseError::SecurityDisabled) => {
+        Err(e) if e.is(Refusal::NoAuthorizer) => {
             cx.row(
                 "acls",
                 &subject,

@@ -19,6 +19,7 @@ use assign::{Assignment, Key, Member, MemberMetadata, PROTOCOL};
 use bytes::Bytes;
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::group::{Assignor, GroupConfig, GroupMember};
+use kmirror_kafka::Refusal;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -603,34 +604,18 @@ const LEAVE_WAIT: Duration = Duration::from_secs(2);
 /// What a member refused for good by the group must change (the flow stops with it); `None` for
 /// errors a retry may fix.
 fn refusal_hint(e: &kmirror_kafka::KafkaError, group: &str) -> Option<String> {
-    use kafka_protocol::error::ResponseError;
-    match e {
-        kmirror_kafka::KafkaError::Broker {
-            error: ResponseError::GroupAuthorizationFailed,
-            ..
-        } => Some(format!("grant READ on GROUP {group} to kmirror's principal")),
-        kmirror_kafka::KafkaError::Broker {
-            error: ResponseError::InconsistentGroupProtocol,
-            ..
-        } => Some(format!("another client (a Connect worker, a consumer, or a kmirror version with no group protocol in common) uses the group id {group}: set kmirror.sharing.group.id")),
-        e if is_fenced(e) => Some("another process joined with the same kmirror.sharing.instance.id at the same moment: give every process its own".into()),
-        kmirror_kafka::KafkaError::UnsupportedVersion {
-            api: kafka_protocol::messages::ApiKey::JoinGroup,
-            ..
-        } => Some("leave kmirror.sharing.instance.id unset with this Kafka version".into()),
+    match e.refusal()? {
+        Refusal::GroupNotAuthorized => Some(format!("grant READ on GROUP {group} to kmirror's principal")),
+        Refusal::OtherGroupProtocol => Some(format!("another client (a Connect worker, a consumer, or a kmirror version with no group protocol in common) uses the group id {group}: set kmirror.sharing.group.id")),
+        Refusal::FencedInstance => Some("another process joined with the same kmirror.sharing.instance.id at the same moment: give every process its own".into()),
+        Refusal::NoStaticMembership => Some("leave kmirror.sharing.instance.id unset with this Kafka version".into()),
         _ => None,
     }
 }
 
 /// KIP-345: another member took this one's instance id.
 fn is_fenced(e: &kmirror_kafka::KafkaError) -> bool {
-    matches!(
-        e,
-        kmirror_kafka::KafkaError::Broker {
-            error: kafka_protocol::error::ResponseError::FencedInstanceId,
-            ..
-        }
-    )
+    e.is(Refusal::FencedInstance)
 }
 
 fn parse(data: &Bytes) -> Result<Assignment, serde_json::Error> {
