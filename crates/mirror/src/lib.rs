@@ -4,6 +4,7 @@
 //! Data flows one way: properties → validated configuration → plan → engine (flows → per-partition tasks).
 
 pub mod config;
+pub mod copy;
 pub mod discovery;
 pub mod engine;
 pub mod events;

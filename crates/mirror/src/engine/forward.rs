@@ -16,6 +16,8 @@ use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
+use crate::copy::batches::{BatchPlanner, Mode, PlanError};
+use crate::copy::progress::{ChunkId, Held, Progress};
 use crate::events::copy::{At, CopyFailed, PositionBeyondEnd, SourceTruncated, TransactionFailed};
 use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
@@ -24,13 +26,9 @@ use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Subscription};
 use kmirror_kafka::producer::{Acked, PartitionLane};
-use kmirror_kafka::records::{
-    decode_batch_within, encode_within, BatchOptions, DecodeError, Record,
-};
 use kmirror_kafka::KafkaError;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 /// Where a partition's data comes from: the fetcher's subscription.
@@ -89,74 +87,6 @@ impl Sink for PartitionLane {
     ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
         PartitionLane::take_answered(self)
     }
-}
-
-/// Source batches smaller than this that follow each other in a response are merged into one
-/// target batch. A producer with `linger.ms=0` at a moderate rate writes a batch per record or
-/// two, and the target takes one produce request per batch and partition (at most five in
-/// flight): forwarded one by one they would cap a partition at a few thousand records per
-/// second. Large batches are always forwarded untouched.
-const SMALL_BATCH: usize = 16 * 1024;
-
-/// A merged run stays below this (and below half of `max.request.size`).
-const MERGED_MAX: usize = 256 * 1024;
-
-/// The most a run of small batches may decompress to and still be merged: legitimate
-/// runs of at most [`MERGED_MAX`] compressed bytes stay far below it, and a decompression bomb
-/// costs no more than this before the run is forwarded as it is.
-const MERGE_DECODE_MAX: usize = 16 << 20;
-
-/// The bytes a decoded record holds (its payloads), to keep a run's decoding within its bound.
-fn record_size(r: &Record) -> usize {
-    r.key.as_ref().map_or(0, |k| k.len())
-        + r.value.as_ref().map_or(0, |v| v.len())
-        + r.headers
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
-            .sum::<usize>()
-}
-
-/// How a source batch reached the target (the `mode` label of `kmirror_batches_total`).
-#[derive(Clone, Copy)]
-enum Mode {
-    /// Forwarded as fetched.
-    Batch,
-    /// Small batches merged, records re-encoded with their codec.
-    Merged,
-    /// Decoded, filtered or transformed, re-encoded with the producer's codec.
-    Record,
-}
-
-/// How many batches from the start of `batches` form a run to merge: consecutive, each
-/// forwardable as is, small, with the same codec, with no offset gap between them, and
-/// together within `limit` bytes. 1 when there is nothing to merge.
-fn small_run(
-    batches: &[&RawBatch],
-    forwardable: &dyn Fn(&RawBatch) -> bool,
-    limit: usize,
-) -> usize {
-    let Some(first) = batches.first() else {
-        return 0;
-    };
-    let mut total = 0;
-    let mut n = 0;
-    let mut prev_end = first.base_offset();
-    for b in batches {
-        let size = b.bytes().len();
-        if size >= SMALL_BATCH
-            || total + size > limit
-            || b.record_count() <= 0
-            || b.codec() != first.codec()
-            || b.base_offset() != prev_end
-            || !forwardable(b)
-        {
-            break;
-        }
-        total += size;
-        prev_end = b.last_offset() + 1;
-        n += 1;
-    }
-    n.max(1)
 }
 
 /// Why a partition stopped for good (until restart or an operator acts).
@@ -304,86 +234,59 @@ impl Forwarder<'_> {
         let g = self.g;
         let flow = self.flow;
         let isolation = flow.clients.consumer_tuning.isolation_level;
-        let codec = Codec::from(flow.clients.producer_tuning.compression);
-        let max_request = flow.clients.producer_tuning.max_request_size as usize;
-        let too_large = |b: &RawBatch| b.bytes().len() > max_request;
-        // The source offsets of each batch in flight, in send order (acks come back in order),
-        // to turn acknowledgements into exact offset syncs; the last batch of each response
-        // carries the response's share of the memory budget, released with its ack.
-        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
-        // The last offset of batches that carry nothing to copy (every record filtered out;
-        // transaction markers and aborted transactions at the end of a response): the position
-        // passes them once everything sent before is acknowledged. Without it, a transactional
-        // source's position would stay on its last record, one offset short of the end, and
-        // `verify` would wait forever.
-        let mut skipped: Option<i64> = None;
-        let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
-        // Exactly-once: what was acknowledged since the last commit (position, offset syncs,
-        // runs), held until the transaction commits. A Mutex, not a RefCell: the forwarder's
-        // future must be Send.
-        let held: Mutex<Option<Held>> = Mutex::new(member.is_some().then(Held::default));
-        let mut report = |acked: Vec<Acked>,
-                          through: &mut Option<i64>,
-                          in_flight: &mut VecDeque<InFlight>,
-                          skipped: &mut Option<i64>| {
-            let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(last) = acked.last() {
-                match held.as_mut() {
-                    Some(h) => h.through = Some(last.tag),
-                    None => {
-                        *through = Some(last.tag);
-                        self.board
-                            .acknowledged(self.topic, self.partition, last.tag);
-                    }
-                }
-            }
-            for a in &acked {
-                g.records.inc_by(a.records.max(0) as u64);
-                if let Some((ups, _released)) = in_flight.pop_front() {
-                    let syncs = self
-                        .offset_syncs
-                        .map(|_| rules.on_batch(&ups, a.base_offset));
-                    match held.as_mut() {
-                        Some(h) => {
-                            h.syncs.extend(syncs.unwrap_or_default());
-                            h.runs.push((ups, a.base_offset));
-                        }
-                        None => {
-                            if let (Some(outbox), Some(syncs)) = (self.offset_syncs, syncs) {
-                                outbox.push(syncs);
-                            }
-                            self.runs.lock().unwrap_or_else(|p| p.into_inner()).record(
-                                self.topic,
-                                self.partition,
-                                &ups,
-                                a.base_offset,
-                            );
-                        }
-                    }
-                }
-            }
-            if in_flight.is_empty() {
-                if let Some(tail) = skipped.take() {
-                    match held.as_mut() {
-                        Some(h) => {
-                            if h.through.or(*through).is_none_or(|t| t < tail) {
-                                h.through = Some(tail);
-                            }
-                        }
-                        None => {
-                            if through.is_none_or(|t| t < tail) {
-                                *through = Some(tail);
-                                self.board.acknowledged(self.topic, self.partition, tail);
-                            }
-                        }
-                    }
-                }
-                if in_flight.capacity() > 0 {
-                    // Idle partitions hold no queue (thousands of them, docs/benchmarks.md).
-                    *in_flight = VecDeque::new();
-                }
-            }
+        let planner = BatchPlanner {
+            batch_mode: flow.batch_mode,
+            merge_small: flow.merge_small_batches,
+            max_request: flow.clients.producer_tuning.max_request_size as usize,
+            max_decompressed: flow.max_decompressed_bytes,
+            codec: Codec::from(flow.clients.producer_tuning.compression),
+            topic: self.topic,
+            transforms: &flow.transforms,
         };
+        // Each batch in flight is a chunk of the partition's progress (copy/progress.rs); its
+        // lane tag, its name, is its last source offset. Batches with nothing to copy (every record filtered out;
+        // transaction markers and aborted transactions at the end of a response) are skipped
+        // chunks: the position passes them once everything sent before is acknowledged.
+        // Without that, a transactional source's position would stay on its last record, one
+        // offset short of the end, and `verify` would wait forever.
+        let mut progress: Progress<Sent> = Progress::starting_after(*acked_through);
+        let mut rules = SyncRules::new(self.topic, self.partition, flow.offset_lag_max);
+        // Exactly-once: what was acknowledged since the last commit, held until the transaction
+        // commits. A Mutex, not a RefCell: the forwarder's future must be Send.
+        let held: Mutex<Option<Held<Copied>>> = Mutex::new(member.is_some().then(Held::default));
+        let mut report =
+            |acked: Vec<Acked>, through: &mut Option<i64>, progress: &mut Progress<Sent>| {
+                for a in &acked {
+                    g.records.inc_by(a.records.max(0) as u64);
+                    if let Some(sent) = progress.ack(ChunkId(a.tag)) {
+                        sent.target_base = a.base_offset;
+                    }
+                }
+                let done = progress.take_done();
+                // The memory shares go back here, with the acknowledgement.
+                let copied = done.payloads.into_iter().map(|s| {
+                    let syncs = match self.offset_syncs {
+                        Some(_) => rules.on_batch(&s.ups, s.target_base),
+                        None => Vec::new(),
+                    };
+                    Copied {
+                        ups: s.ups,
+                        base: s.target_base,
+                        syncs,
+                    }
+                });
+                let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+                match held.as_mut() {
+                    Some(h) => h.add(done.through, copied),
+                    None => {
+                        if let Some(t) = done.through {
+                            *through = Some(t);
+                            self.board.acknowledged(self.topic, self.partition, t);
+                        }
+                        self.record_copied(copied);
+                    }
+                }
+            };
         // Waits for every batch in flight and reports what was acknowledged.
         macro_rules! flushed_and_reported {
             () => {
@@ -392,8 +295,7 @@ impl Forwarder<'_> {
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?,
                     acked_through,
-                    &mut in_flight,
-                    &mut skipped,
+                    &mut progress,
                 );
             };
         }
@@ -409,11 +311,8 @@ impl Forwarder<'_> {
                         .unwrap_or_else(|p| p.into_inner())
                         .replace(Held::default())
                         .unwrap_or_default();
-                    let moved = h
-                        .through
-                        .is_some_and(|t| acked_through.is_none_or(|a| t > a));
                     if let Some(m) = member.as_mut() {
-                        if moved && !m.joined() {
+                        if h.moved_past(*acked_through) && !m.joined() {
                             // Only the position moved (everything filtered): it is stored with
                             // the next commit too.
                             match m.admit(0, self.stop).await {
@@ -433,24 +332,13 @@ impl Forwarder<'_> {
                 }
             };
         }
-        // Waits for every batch in flight and reports what was acknowledged, then commits.
+        // Flushes, reports and (exactly-once) commits before the partition stops or returns.
         macro_rules! flush_and_report {
             () => {
                 flushed_and_reported!();
                 commit_point!(true);
             };
         }
-        // The position passes `offset` (batches with nothing to copy) once everything sent
-        // before is acknowledged: now, when nothing is in flight.
-        macro_rules! pass_once_acknowledged {
-            ($offset:expr) => {
-                skipped = Some($offset);
-                if in_flight.is_empty() {
-                    report(Vec::new(), acked_through, &mut in_flight, &mut skipped);
-                }
-            };
-        }
-        let merge_limit = self.merge_limit();
         // The newest record's timestamp, and whether everything fetched so far was the log's
         // end: the replication latency is measured when such a batch is acknowledged.
         let mut batch_age_ts = None;
@@ -463,8 +351,8 @@ impl Forwarder<'_> {
                     let acked = lane.take_answered()
                         .await
                         .map_err(|e| self.lane_failure(acked_through, start, e))?;
-                    report(acked, acked_through, &mut in_flight, &mut skipped);
-                    if in_flight.is_empty() && caught_up {
+                    report(acked, acked_through, &mut progress);
+                    if progress.is_idle() && caught_up {
                         if let Some(ts) = batch_age_ts {
                             g.latency.set(super::now_ms() - ts);
                         }
@@ -491,13 +379,13 @@ impl Forwarder<'_> {
                 }
                 event = feed.recv() => event,
             };
-            tracing::trace!(topic = self.topic, partition = self.partition, next, in_flight = in_flight.len(), event = ?event.as_ref().map(|e| match e {
+            tracing::trace!(topic = self.topic, partition = self.partition, next, in_flight = progress.pending(), event = ?event.as_ref().map(|e| match e {
                 FetchEvent::Data { data, .. } => format!("data {} batches from {:?}", data.batches.len(), data.batches.first().map(|b| b.base_offset())),
                 other => format!("{other:?}"),
             }), "fetched");
             if let Some(lease) = self.lease {
-                // Before anything fetched is written: a process that wakes from a pause longer
-                // than its session writes nothing until it knows it still owns the partition.
+                // The lease is a send gate: a process that wakes from a pause longer than its
+                // session writes nothing until it knows it still owns the partition.
                 if !lease.hold_writes(self.stop).await {
                     break;
                 }
@@ -535,9 +423,10 @@ impl Forwarder<'_> {
                 }
             }
             let end = f.readable_end(isolation);
+            // The batch filters: the isolation level's, then the loop guard's, whose batches
+            // are left out like aborted data (the position passes them with the next batch
+            // copied, or at the end of the response).
             let batches = f.visible(isolation);
-            // Left out like aborted data: the position passes them with the next batch copied,
-            // or at the end of the response.
             let batches = match self.loop_guard {
                 Some(guard) => match guard.keep(batches, self.stop).await {
                     Some((kept, skipped)) => {
@@ -550,72 +439,27 @@ impl Forwarder<'_> {
                 },
                 None => batches,
             };
-            let forwardable = |b: &RawBatch| {
-                flow.batch_mode
-                    && flow.transforms.is_empty()
-                    && b.base_offset() >= next
-                    && b.offsets_contiguous()
-                    && !b.is_log_append_time()
-                    && !too_large(b)
-            };
             let mut share = Some(share);
             let mut i = 0;
             while i < batches.len() {
                 let b = batches[i];
-                let as_is = forwardable(b);
-                let run = if as_is && flow.merge_small_batches {
-                    small_run(&batches[i..], &forwardable, merge_limit)
-                } else {
-                    1
-                };
-                let last = batches[i + run - 1];
-                // (batch, its records' source offsets, the tag: the source offset the position
-                // may move to once the target acknowledged it)
-                let as_it_is = |b: &RawBatch| {
-                    let ups = SourceOffsets::Contiguous {
-                        first: b.base_offset(),
-                        count: b.record_count() as i64,
-                    };
-                    (b.clone(), ups, b.last_offset())
-                };
-                let prepared = if run > 1 {
-                    self.merge(&batches[i..i + run]).map(|merged| match merged {
-                        Some(merged) => (merged, Mode::Merged),
-                        // Too large to merge once decompressed: each goes as it is.
-                        None => (
-                            batches[i..i + run].iter().map(|b| as_it_is(b)).collect(),
-                            Mode::Batch,
-                        ),
-                    })
-                } else if as_is {
-                    Ok((vec![as_it_is(b)], Mode::Batch))
-                } else {
-                    // A batch larger than max.request.size is split, with its own codec unless
-                    // transforms ask for the producer's: the source topic's max.message.bytes may
-                    // be larger than the target producer's limit, and MM2 copies such batches
-                    // record by record. One record above the limit stays an error.
-                    let codec = match b.codec() {
-                        Some(own) if too_large(b) && flow.transforms.is_empty() => own,
-                        _ => codec,
-                    };
-                    self.reencode(b, next, codec).map(|r| (r, Mode::Record))
-                };
-                let (sent, mode) = match prepared {
+                let planned = match planner.plan(&batches[i..], next) {
                     Ok(p) => p,
                     Err(e) => {
                         // What came before the bad batch is delivered and its position
                         // stored, so the partition stops exactly at the batch it names.
                         flush_and_report!();
-                        return Err(e);
+                        return Err(Failure::Stop(self.refused(e)));
                     }
                 };
-                i += run;
-                if sent.is_empty() && b.last_offset() >= next {
-                    // Every record was filtered out (or compacted away): once what is in flight
-                    // is acknowledged, the position may pass this batch.
-                    pass_once_acknowledged!(b.last_offset());
+                let last = batches[i + planned.covers - 1];
+                i += planned.covers;
+                if planned.sends.is_empty() && b.last_offset() >= next {
+                    // Every record was filtered out (or compacted away).
+                    progress.skip(b.last_offset());
+                    report(Vec::new(), acked_through, &mut progress);
                 }
-                for (batch, ups, tag) in sent {
+                for (batch, ups, tag) in planned.sends {
                     let size = batch.bytes().len() as u64;
                     // Exactly-once: into the open transaction, after the gate.
                     while let Some(m) = member.as_mut() {
@@ -628,7 +472,12 @@ impl Forwarder<'_> {
                         }
                         commit_point!(false);
                     }
-                    in_flight.push_back((ups, Vec::new()));
+                    let sent = Sent {
+                        ups,
+                        shares: Vec::new(),
+                        target_base: -1,
+                    };
+                    progress.open(ChunkId(tag), tag, 1, sent);
                     let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
                         KafkaError::BatchTooLarge { .. } => {
@@ -636,9 +485,9 @@ impl Forwarder<'_> {
                         }
                         e => self.lane_failure(acked_through, start, e),
                     })?;
-                    report(acked, acked_through, &mut in_flight, &mut skipped);
+                    report(acked, acked_through, &mut progress);
                     g.bytes.inc_by(size);
-                    match mode {
+                    match planned.mode {
                         Mode::Batch => g.batch_mode.inc(),
                         Mode::Merged => g.merged_mode.inc(),
                         Mode::Record => g.record_mode.inc(),
@@ -650,15 +499,16 @@ impl Forwarder<'_> {
             // The response's memory goes back once everything now in flight is acknowledged
             // (acknowledgements come in order, so with the newest batch in flight); with
             // nothing in flight it goes back now.
-            if let (Some(share), Some((_, held))) = (share.take(), in_flight.back_mut()) {
-                held.push(share);
+            if let (Some(share), Some(sent)) = (share.take(), progress.newest_pending()) {
+                sent.shares.push(share);
             }
             if let Some(tail) = f.batches.last().map(|b| b.last_offset()) {
                 // Also past control batches and aborted data at the end of the response.
                 next = next.max(tail + 1);
                 let copied_to = batches.last().map_or(-1, |b| b.last_offset());
                 if tail > copied_to && tail >= start {
-                    pass_once_acknowledged!(tail);
+                    progress.skip(tail);
+                    report(Vec::new(), acked_through, &mut progress);
                 }
             }
             if let Some(m) = member.as_mut() {
@@ -668,8 +518,7 @@ impl Forwarder<'_> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .as_ref()
-                    .and_then(|h| h.through)
-                    .is_some_and(|t| acked_through.is_none_or(|a| t > a));
+                    .is_some_and(|h| h.moved_past(*acked_through));
                 if moved && !m.joined() {
                     match m.admit(0, self.stop).await {
                         Admit::Go => {}
@@ -684,7 +533,7 @@ impl Forwarder<'_> {
             }
             g.lag.set((end - next).max(0));
             caught_up = next >= end;
-            if caught_up && in_flight.is_empty() {
+            if caught_up && progress.is_idle() {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
@@ -695,104 +544,36 @@ impl Forwarder<'_> {
         Ok(())
     }
 
-    /// Record mode: decode, keep the records at or after `next`, re-encode with the producer's
-    /// codec, in as many batches as `max.request.size` needs (a compressed source batch may not
-    /// fit once re-encoded with another codec). The last batch carries the source batch's last
-    /// offset as its tag, so the position passes records compaction removed at its end.
-    fn reencode(&self, b: &RawBatch, next: i64, codec: Codec) -> Result<Vec<Outgoing>, Failure> {
-        let bad = |e: String| Failure::Stop(self.fatal(b.base_offset(), KafkaError::Config(e)));
-        let transforms = &self.flow.transforms;
-        let limit = self.flow.max_decompressed_bytes;
-        let kept: Vec<Record> = decode_batch_within(b, limit)
-            .map_err(|e| match e {
-                DecodeError::TooLarge { .. } => bad(format!(
-                    "{e}; raise kmirror.batch.max.decompressed.bytes if batches this large are expected"
-                )),
-                DecodeError::Malformed(e) => Failure::Stop(self.fatal(
-                    b.base_offset(),
-                    KafkaError::CorruptBatch {
-                        topic: self.topic.to_string(),
-                        partition: self.partition,
-                        offset: b.base_offset(),
-                        message: e.to_string(),
-                    },
-                )),
-            })?
-            .into_iter()
-            .filter(|r| r.offset >= next)
-            // MM2 mode refuses renaming transforms, so the topic stays the remote one.
-            .filter_map(|r| transforms.apply(self.topic, r).map(|(_, r)| r))
-            .collect();
-        let limit = self.flow.clients.producer_tuning.max_request_size as usize;
-        let mut out = Vec::new();
-        let options = BatchOptions {
-            codec,
-            ..BatchOptions::default()
-        };
-        for (batch, range) in
-            encode_within(&kept, &options, limit).map_err(|e| bad(e.to_string()))?
-        {
-            let ups: Vec<i64> = kept[range].iter().map(|r| r.offset).collect();
-            let Some(&tag) = ups.last() else { continue };
-            out.push((batch, SourceOffsets::Listed(ups), tag));
+    /// Offset syncs and exact-translation runs of batches now copied.
+    fn record_copied(&self, copied: impl IntoIterator<Item = Copied>) {
+        let mut syncs = Vec::new();
+        let mut runs = None;
+        for c in copied {
+            syncs.extend(c.syncs);
+            runs.get_or_insert_with(|| self.runs.lock().unwrap_or_else(|p| p.into_inner()))
+                .record(self.topic, self.partition, &c.ups, c.base);
         }
-        if let Some(last) = out.last_mut() {
-            last.2 = b.last_offset();
+        if let (Some(outbox), false) = (self.offset_syncs, syncs.is_empty()) {
+            outbox.push(syncs);
         }
-        Ok(out)
     }
 
-    /// Merges a run of small consecutive batches (see [`small_run`]) into as few target batches
-    /// as `max.request.size` allows, each record re-encoded with its source codec and its own
-    /// timestamp. The offsets stay contiguous, so translation stays exact. None when the run
-    /// decompresses to more than [`MERGE_DECODE_MAX`] or does not decode: merging is only an
-    /// optimisation, so such a run (or a decompression bomb) is forwarded as it is, and the
-    /// target broker judges it.
-    fn merge(&self, run: &[&RawBatch]) -> Result<Option<Vec<Outgoing>>, Failure> {
-        let first = run[0];
-        let bad = |e: String| Failure::Stop(self.fatal(first.base_offset(), KafkaError::Config(e)));
-        let mut records: Vec<Record> = Vec::new();
-        let mut room = MERGE_DECODE_MAX.min(self.flow.max_decompressed_bytes);
-        for b in run {
-            let decoded = match decode_batch_within(b, room) {
-                Ok(d) => d,
-                Err(DecodeError::TooLarge { .. }) => return Ok(None),
-                // Its CRC passed and the source broker accepted it: records kmirror's decoder
-                // refuses are still the source's bytes, and the target broker judges them.
-                Err(DecodeError::Malformed(e)) => {
-                    tracing::debug!(topic = self.topic, partition = self.partition, offset = b.base_offset(), error = %e, "not merged: forwarded as it is");
-                    return Ok(None);
-                }
-            };
-            room = room.saturating_sub(decoded.iter().map(record_size).sum());
-            records.extend(decoded);
+    /// A batch the planner could not prepare: the partition stops at it.
+    fn refused(&self, e: PlanError) -> Stopped {
+        match e {
+            PlanError::Corrupt { offset, message } => self.fatal(
+                offset,
+                KafkaError::CorruptBatch {
+                    topic: self.topic.to_string(),
+                    partition: self.partition,
+                    offset,
+                    message,
+                },
+            ),
+            PlanError::Refused { offset, message } => {
+                self.fatal(offset, KafkaError::Config(message))
+            }
         }
-        let options = BatchOptions {
-            codec: first.codec().unwrap_or(Codec::None),
-            ..BatchOptions::default()
-        };
-        let limit = self.flow.clients.producer_tuning.max_request_size as usize;
-        let mut out = Vec::new();
-        for (batch, range) in
-            encode_within(&records, &options, limit).map_err(|e| bad(e.to_string()))?
-        {
-            let Some(r) = records.get(range.start) else {
-                continue;
-            };
-            let count = range.len() as i64;
-            let ups = SourceOffsets::Contiguous {
-                first: r.offset,
-                count,
-            };
-            out.push((batch, ups, r.offset + count - 1));
-        }
-        Ok(Some(out))
-    }
-
-    /// The most bytes a run of merged batches may hold.
-    fn merge_limit(&self) -> usize {
-        let max_request = self.flow.clients.producer_tuning.max_request_size as usize;
-        MERGED_MAX.min(max_request / 2)
     }
 
     fn out_of_range(&self, requested: i64, log_start: i64, log_end: i64) -> Failure {
@@ -837,18 +618,12 @@ impl Forwarder<'_> {
 
     /// Exactly-once: what a committed transaction held becomes copied (position, offset syncs,
     /// runs), as acknowledgements do in at-least-once mode.
-    fn release(&self, h: Held, through: &mut Option<i64>) {
+    fn release(&self, h: Held<Copied>, through: &mut Option<i64>) {
         if let Some(t) = h.through {
             *through = Some(t);
             self.board.committed(self.topic, self.partition, t);
         }
-        if let Some(outbox) = self.offset_syncs {
-            outbox.push(h.syncs);
-        }
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        for (ups, base) in &h.runs {
-            runs.record(self.topic, self.partition, ups, *base);
-        }
+        self.record_copied(h.done);
     }
 
     /// A produce failure. The lane acknowledges in order, so the batch that failed is the
@@ -928,21 +703,22 @@ impl Forwarder<'_> {
     }
 }
 
-/// A batch to send, its records' source offsets, and its tag (the source offset the position may
-/// move to once the target acknowledged it).
-type Outgoing = (RawBatch, SourceOffsets, i64);
+/// A batch in flight: its records' source offsets, the shares of the memory budget (fetched
+/// responses) its acknowledgement releases, and where the target put its first record.
+struct Sent {
+    ups: SourceOffsets,
+    shares: Vec<BufferShare>,
+    target_base: i64,
+}
 
-/// A batch sent and not yet acknowledged: its source offsets, and the shares of the memory
-/// budget (fetched responses) its acknowledgement releases.
-type InFlight = (SourceOffsets, Vec<BufferShare>);
-
-/// Exactly-once: what was acknowledged since the last commit, counted as copied only once the
-/// transaction commits.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    through: Option<i64>,
+/// A batch the target acknowledged: its records' source offsets, where the target put the
+/// first, and the offset syncs it calls for. With exactly-once it counts as copied only once
+/// the transaction commits.
+#[derive(Debug)]
+pub(super) struct Copied {
+    ups: SourceOffsets,
+    base: i64,
     syncs: Vec<crate::wire::internal::OffsetSync>,
-    runs: Vec<(SourceOffsets, i64)>,
 }
 
 /// Why an exactly-once partition goes back to its last commit.
@@ -979,7 +755,8 @@ mod tests {
     use bytes::{Bytes, BytesMut};
     use kmirror_kafka::cluster::PartitionFetch;
     use kmirror_kafka::fetcher::BufferShare;
-    use kmirror_kafka::records::encode_batch;
+    use kmirror_kafka::records::{encode_batch, BatchOptions, Record};
+    use std::collections::VecDeque;
     use std::future::Future;
 
     /// A scripted subscription: its events in order, then the task's stop (as the engine's

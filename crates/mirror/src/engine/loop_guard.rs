@@ -12,102 +12,17 @@
 
 use super::{remote_topics, Shutdown};
 use crate::config::model::FlowConfig;
+use crate::copy::origins::{ClusterName, Origins};
 use crate::names::ClusterAlias;
 use crate::wire::producers::{ProducerEntry, PRODUCERS_TOPIC};
 use kmirror_kafka::batch::RawBatch;
 use kmirror_kafka::cluster::{KafkaCluster, NewTopic, ProducerIdHook};
 use kmirror_kafka::KafkaError;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// Producer ids known not to be kmirror's, kept up to this many (each costs one read of the
-/// topic when first seen; past the bound they are forgotten and read about again).
-const MAX_OTHERS: usize = 1_000_000;
-
-/// A cluster as registry entries name it: the alias of the flow that wrote the entry, and the
-/// cluster's id when known. Ids decide when both sides have one (processes may use other
-/// aliases); aliases otherwise.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClusterName {
-    pub(crate) alias: Arc<str>,
-    pub(crate) id: Option<Arc<str>>,
-}
-
-impl ClusterName {
-    pub(crate) fn new(alias: &str, id: Option<&str>) -> ClusterName {
-        ClusterName {
-            alias: Arc::from(alias),
-            id: id.map(Arc::from),
-        }
-    }
-
-    fn same(&self, other: &ClusterName) -> bool {
-        match (&self.id, &other.id) {
-            (Some(a), Some(b)) => a == b,
-            _ => self.alias == other.alias,
-        }
-    }
-}
-
-/// What a reader knows of one cluster's producer ids: pure, so the rules are unit-tested.
-#[derive(Debug, Default)]
-pub(crate) struct Origins {
-    /// kmirror's producer ids on this cluster, and the cluster each copies from.
-    kmirror: HashMap<i64, ClusterName>,
-    /// Ids found absent after a read of the topic that began after they were seen.
-    others: HashSet<i64>,
-}
-
-/// What to do with a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Copy,
-    /// kmirror copied it here from the cluster the flow writes to.
-    Skip,
-    /// Not known yet: read the topic again.
-    Unknown,
-}
-
-impl Origins {
-    pub(crate) fn learn(&mut self, e: &ProducerEntry) {
-        self.others.remove(&e.producer_id);
-        self.kmirror.insert(
-            e.producer_id,
-            ClusterName::new(&e.source, e.source_cluster_id.as_deref()),
-        );
-    }
-
-    /// The verdict for a batch of `producer_id` read by a flow that writes into `target`.
-    pub(crate) fn verdict(&self, producer_id: i64, target: &ClusterName) -> Verdict {
-        // Producers that are not idempotent write no id; kmirror always writes with one.
-        if producer_id < 0 || self.others.contains(&producer_id) {
-            return Verdict::Copy;
-        }
-        match self.kmirror.get(&producer_id) {
-            Some(source) if source.same(target) => Verdict::Skip,
-            Some(_) => Verdict::Copy,
-            None => Verdict::Unknown,
-        }
-    }
-
-    /// After a read of the whole topic that began after `producer_id` was seen.
-    pub(crate) fn settle(&mut self, producer_id: i64) {
-        if producer_id >= 0 && !self.kmirror.contains_key(&producer_id) {
-            if self.others.len() >= MAX_OTHERS {
-                self.others.clear();
-            }
-            self.others.insert(producer_id);
-        }
-    }
-
-    /// Whether some flow copies into this cluster from `source`.
-    pub(crate) fn copies_from(&self, source: &ClusterName) -> bool {
-        self.kmirror.values().any(|s| s.same(source))
-    }
-}
 
 /// The reading side: tells which batches of one cluster kmirror copied there from another
 /// (`from`). A flow's source guard leaves out the copies from its target; its target guard
@@ -186,14 +101,7 @@ impl LoopGuard {
         let seen = Instant::now();
         let mut attempt = 0;
         loop {
-            let unknown: Vec<i64> = {
-                let o = self.origins();
-                batches
-                    .iter()
-                    .map(|b| b.producer_id())
-                    .filter(|&p| o.verdict(p, &self.from) == Verdict::Unknown)
-                    .collect()
-            };
+            let unknown = self.origins().unknown(&batches, &self.from);
             if unknown.is_empty() {
                 break;
             }
@@ -223,19 +131,7 @@ impl LoopGuard {
                 }
             }
         }
-        let o = self.origins();
-        let mut skipped = 0;
-        let kept = batches
-            .into_iter()
-            .filter(|b| {
-                let copy = o.verdict(b.producer_id(), &self.from) == Verdict::Skip;
-                if copy != copies {
-                    skipped += b.record_count() as u64;
-                }
-                copy == copies
-            })
-            .collect();
-        Some((kept, skipped))
+        Some(self.origins().keep(batches, &self.from, copies))
     }
 
     /// Whether some flow copies into this cluster from `from` (for a flow's source guard: the
@@ -387,79 +283,5 @@ impl ProducerIdHook for Registrar {
         producer_id: i64,
     ) -> Pin<Box<dyn Future<Output = kmirror_kafka::Result<()>> + Send + '_>> {
         Box::pin(self.register(producer_id))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(id: i64, source: &str) -> ProducerEntry {
-        ProducerEntry {
-            producer_id: id,
-            version: 1,
-            source: source.into(),
-            target: "A".into(),
-            flow: format!("{source}->A"),
-            registered_ms: 0,
-            source_cluster_id: None,
-        }
-    }
-
-    fn name(alias: &str) -> ClusterName {
-        ClusterName::new(alias, None)
-    }
-
-    #[test]
-    fn cluster_ids_decide_when_both_sides_know_them() {
-        let mut o = Origins::default();
-        o.learn(&ProducerEntry {
-            source_cluster_id: Some("id-b".into()),
-            ..entry(1, "B")
-        });
-        // Another process calls B "dr".
-        assert_eq!(
-            o.verdict(1, &ClusterName::new("dr", Some("id-b"))),
-            Verdict::Skip
-        );
-        // Another cluster that is also called B.
-        assert_eq!(
-            o.verdict(1, &ClusterName::new("B", Some("id-x"))),
-            Verdict::Copy
-        );
-        // No id on the reader's side: the alias decides.
-        assert_eq!(o.verdict(1, &name("B")), Verdict::Skip);
-        assert!(o.copies_from(&ClusterName::new("dr", Some("id-b"))));
-    }
-
-    #[test]
-    fn only_batches_copied_from_the_flows_target_are_skipped() {
-        let mut o = Origins::default();
-        o.learn(&entry(7, "B"));
-        o.learn(&entry(8, "C"));
-        // Flow A->B reading A.
-        assert_eq!(o.verdict(7, &name("B")), Verdict::Skip);
-        // Copied from C: B has not seen them (a star of pairs stays loop-free).
-        assert_eq!(o.verdict(8, &name("B")), Verdict::Copy);
-        // Producers without idempotence write no id.
-        assert_eq!(o.verdict(-1, &name("B")), Verdict::Copy);
-        assert_eq!(o.verdict(9, &name("B")), Verdict::Unknown);
-        o.settle(9);
-        assert_eq!(o.verdict(9, &name("B")), Verdict::Copy);
-        // Settling a known id changes nothing.
-        o.settle(7);
-        assert_eq!(o.verdict(7, &name("B")), Verdict::Skip);
-        assert!(
-            o.copies_from(&name("B")) && o.copies_from(&name("C")) && !o.copies_from(&name("D"))
-        );
-    }
-
-    #[test]
-    fn an_id_registered_after_it_was_settled_is_still_learnt() {
-        // Cannot happen with brokers that never reuse ids, but a registry entry always wins.
-        let mut o = Origins::default();
-        o.settle(5);
-        o.learn(&entry(5, "B"));
-        assert_eq!(o.verdict(5, &name("B")), Verdict::Skip);
     }
 }

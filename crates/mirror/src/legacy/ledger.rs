@@ -1,26 +1,24 @@
-//! Which source offsets may be committed. In MM1 mode one fetched chunk of a source partition
-//! fans out into batches for many target partitions, acknowledged independently; a source
-//! offset is committable only once every batch of every chunk before it was acknowledged (or,
-//! with `--abort.on.send.failure false`, given up). Pure.
+//! Which source offsets MM1 mode may commit. One fetched chunk of a source partition fans out
+//! into batches for many target partitions, acknowledged independently; a source offset is
+//! committable only once every batch of every chunk before it was acknowledged (or, with
+//! `--abort.on.send.failure false`, given up). The copy core's progress keeps that order per
+//! partition; this adds the stream's tag space and the commits not yet taken. Pure.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use crate::copy::progress::{ChunkId, Progress};
+use std::collections::{BTreeMap, HashMap};
 
 /// A source partition.
 pub(crate) type Key = (String, i32);
 
-#[derive(Debug)]
-struct Chunk {
-    tag: i64,
-    /// The source offset after the chunk (what a consumer commits).
-    end: i64,
-    outstanding: u32,
-}
-
+/// The copy core's progress of every source partition of the stream, and the lane tags that
+/// name their chunks (one tag space for the stream, since one lane carries chunks of many
+/// source partitions).
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     next_tag: i64,
     owner: HashMap<i64, Key>,
-    chunks: HashMap<Key, VecDeque<Chunk>>,
+    /// Each partition's chunks; a chunk's payload is its tag.
+    parts: HashMap<Key, Progress<i64>>,
     /// Committable positions not yet taken by [`Ledger::take_commits`].
     ready: BTreeMap<Key, i64>,
 }
@@ -31,16 +29,12 @@ impl Ledger {
     pub(crate) fn open(&mut self, key: &Key, end: i64, sends: u32) -> i64 {
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.owner.insert(tag, key.clone());
-        self.chunks
+        self.parts
             .entry(key.clone())
             .or_default()
-            .push_back(Chunk {
-                tag,
-                end,
-                outstanding: sends,
-            });
-        self.advance(key);
+            .open(ChunkId(tag), end - 1, sends, tag);
+        self.owner.insert(tag, key.clone());
+        self.collect(key);
         tag
     }
 
@@ -49,25 +43,23 @@ impl Ledger {
         let Some(key) = self.owner.get(&tag).cloned() else {
             return;
         };
-        if let Some(c) = self
-            .chunks
-            .get_mut(&key)
-            .and_then(|q| q.iter_mut().find(|c| c.tag == tag))
-        {
-            c.outstanding = c.outstanding.saturating_sub(1);
+        if let Some(p) = self.parts.get_mut(&key) {
+            p.ack(ChunkId(tag));
         }
-        self.advance(&key);
+        self.collect(&key);
     }
 
-    fn advance(&mut self, key: &Key) {
-        let Some(q) = self.chunks.get_mut(key) else {
+    fn collect(&mut self, key: &Key) {
+        let Some(p) = self.parts.get_mut(key) else {
             return;
         };
-        while q.front().is_some_and(|c| c.outstanding == 0) {
-            if let Some(c) = q.pop_front() {
-                self.owner.remove(&c.tag);
-                self.ready.insert(key.clone(), c.end);
-            }
+        let done = p.take_done();
+        for tag in done.payloads {
+            self.owner.remove(&tag);
+        }
+        if let Some(through) = done.through {
+            // A consumer commits the offset after the last one it processed.
+            self.ready.insert(key.clone(), through + 1);
         }
     }
 
@@ -92,13 +84,13 @@ impl Ledger {
     /// How many chunks still wait for acknowledgements.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
-        self.chunks.values().map(VecDeque::len).sum()
+        self.parts.values().map(Progress::pending).sum()
     }
 
     /// Forgets everything (the partitions were revoked).
     pub(crate) fn clear(&mut self) {
         self.owner.clear();
-        self.chunks.clear();
+        self.parts.clear();
         self.ready.clear();
     }
 }

@@ -15,7 +15,6 @@
 
 mod ledger;
 pub mod plan;
-mod route;
 mod stream;
 mod targets;
 

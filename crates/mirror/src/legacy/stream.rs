@@ -16,10 +16,10 @@
 //! split out: the membership side (`membership`, `assignor`) into `stream/membership.rs`.
 
 use super::ledger::{Key, Ledger};
-use super::route::{encode, route};
 use super::targets::Targets;
 use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
+use crate::copy::route::{encode, route};
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
 use crate::events::legacy::{
