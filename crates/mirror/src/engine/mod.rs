@@ -114,16 +114,60 @@ async fn supervised(
     })
 }
 
-/// A flow's helper tasks (positions writer, offset syncs, checkpoints, topic sync, probes): a
-/// panic in one of them is logged and fails the flow, which would otherwise go on without it,
-/// for example without storing positions.
+/// The supervisor of a flow's (or MM1 mode's) helper tasks: positions writer, offset syncs,
+/// checkpoints, topic sync, membership, probes. A panic in one of them is logged and fails the
+/// parent, which would otherwise go on without it, for example without storing positions.
+/// Tasks started in a stage get a stop of their own and stop together, in the order the parent
+/// names its stages ([`Helpers::stop`]): the order that keeps positions (docs/engine.md).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Helpers {
     failed: Shutdown,
     first: Arc<std::sync::Mutex<Option<(String, String)>>>,
+    staged: Arc<std::sync::Mutex<Vec<Staged>>>,
+}
+
+/// A helper task started in a stage.
+#[derive(Debug)]
+struct Staged {
+    stage: &'static str,
+    stop: Shutdown,
+    task: JoinHandle<()>,
 }
 
 impl Helpers {
+    /// Starts `task` in `stage` with a stop of its own, triggered by [`Helpers::stop`].
+    pub(crate) fn start<F, T>(&self, stage: &'static str, what: &'static str, flow: &str, task: T)
+    where
+        T: FnOnce(Shutdown) -> F,
+        F: std::future::Future + Send + 'static,
+    {
+        let stop = Shutdown::default();
+        let task = self.spawn(what, flow, task(stop.clone()));
+        self.staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Staged { stage, stop, task });
+    }
+
+    /// Asks every task of `stage` to stop, then waits for them in the order they started.
+    pub(crate) async fn stop(&self, stage: &'static str) {
+        let tasks: Vec<Staged> = {
+            let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+            let (now, later) = std::mem::take(&mut *staged)
+                .into_iter()
+                .partition(|t| t.stage == stage);
+            *staged = later;
+            now
+        };
+        for t in &tasks {
+            t.stop.trigger();
+        }
+        for t in tasks {
+            // A panic was caught, logged and recorded by `spawn`.
+            let _ = t.task.await;
+        }
+    }
+
     pub(crate) fn spawn<F>(&self, what: &'static str, flow: &str, task: F) -> JoinHandle<()>
     where
         F: std::future::Future + Send + 'static,
