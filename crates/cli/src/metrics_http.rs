@@ -102,7 +102,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 /// `/health`: 503 once a flow's control loop has been in one round longer than `limit`, so a
 /// liveness probe restarts a wedged process.
 fn health(metrics: &Metrics, limit: Duration) -> (&'static str, &'static str, String) {
-    match metrics.stalled_round(limit) {
+    match metrics.process.stalled_round(limit) {
         None => ("200 OK", TEXT, "ok\n".into()),
         Some((flow, running)) => (
             "503 Service Unavailable",
@@ -210,12 +210,12 @@ mod tests {
             .ends_with("# EOF\n"));
         assert_eq!(response("GET /health HTTP/1.1", &m, &s).0, "200 OK");
         // A round just started is healthy; a wedged one is found by stalled_round.
-        m.round_started("A->B");
+        m.process.round_started("A->B");
         assert_eq!(response("GET /health HTTP/1.1", &m, &s).0, "200 OK");
         let (code, _, body) = health(&m, Duration::ZERO);
         assert_eq!(code, "503 Service Unavailable");
         assert!(body.contains("A->B"), "{body}");
-        m.round_ended("A->B");
+        m.process.round_ended("A->B");
         assert_eq!(health(&m, Duration::ZERO).0, "200 OK");
         // No flow has connected yet.
         assert_eq!(

@@ -4,36 +4,15 @@
 //! and whether both clusters answer. Read from the series `/metrics` shows (the same atomics,
 //! never the exposition parsed back), so the endpoints and `/metrics` cannot disagree.
 
-use crate::engine::Shutdown;
 use crate::metrics::{ErrorKind, FlowLabels, Metrics, ABORT_REASONS};
-use kmirror_kafka::cluster::KafkaCluster;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// How often the clusters of a flow are asked whether they answer.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Sets `gauge` to 1 while every cluster answers a metadata request within the interval, 0
-/// otherwise, until `stop`.
-pub async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: Shutdown) {
-    loop {
-        let mut up = true;
-        for k in &clusters {
-            let answered =
-                tokio::time::timeout(PROBE_INTERVAL, k.refresh_metadata(Some(&[]))).await;
-            up &= matches!(answered, Ok(Ok(_)));
-        }
-        gauge.set(i64::from(up));
-        if stop.sleep(PROBE_INTERVAL).await {
-            return;
-        }
-    }
-}
+use std::time::Instant;
 
 /// One flow's figures.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -87,7 +66,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// One process sharing a flow: its share as the leader's assignment describes it.
-pub use crate::engine::sharing::assign::Share as MemberStatus;
+pub use crate::metrics::process::Share as MemberStatus;
 
 /// The whole process.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -209,9 +188,9 @@ impl Sampler {
             }
         }
         for f in flows.iter_mut() {
-            f.members = metrics.group(&f.flow);
+            f.members = metrics.process.group(&f.flow);
         }
-        let (ready, reason) = metrics.readiness();
+        let (ready, reason) = metrics.process.readiness();
         Status {
             ready,
             reason,
@@ -386,27 +365,27 @@ mod tests {
     fn ready_only_when_every_flow_answers_and_nothing_stopped() {
         let m = Metrics::new();
         assert_eq!(
-            m.readiness(),
+            m.process.readiness(),
             (false, Some("no flow has started yet".into()))
         );
         let ab = m.connected_gauge(&flow("A", "B"));
         let ba = m.connected_gauge(&flow("B", "A"));
         ab.set(1);
-        let (ready, why) = m.readiness();
+        let (ready, why) = m.process.readiness();
         assert!(!ready);
         assert!(why.unwrap().contains("B->A"));
         ba.set(1);
-        assert_eq!(m.readiness(), (true, None));
+        assert_eq!(m.process.readiness(), (true, None));
         let p = flow("A", "B").partition("A.t", 0);
         m.set_partition_stopped(&p, true);
         assert_eq!(
-            m.readiness(),
+            m.process.readiness(),
             (false, Some("1 partition(s) stopped by an error".into()))
         );
         // The gauge shows the same state.
         assert_eq!(m.sum("kmirror_partition_stopped", &[]), 1.0);
         m.set_partition_stopped(&p, false);
-        assert_eq!(m.readiness(), (true, None));
+        assert_eq!(m.process.readiness(), (true, None));
     }
 
     #[test]

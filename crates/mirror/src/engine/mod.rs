@@ -34,6 +34,7 @@ mod offset_syncs;
 mod orphans;
 mod partition;
 mod positions;
+pub(crate) mod probe;
 pub(crate) mod remote_claims;
 pub mod remote_topics;
 mod resume;
@@ -326,6 +327,40 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn stages_stop_in_the_order_asked_and_a_panic_fails_the_parent() {
+        let h = Helpers::default();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        for (stage, what) in [
+            ("writers", "positions"),
+            ("leader", "sync"),
+            ("writers", "syncs"),
+        ] {
+            let order = order.clone();
+            h.start(stage, what, "A->B", move |stop: Shutdown| async move {
+                stop.wait().await;
+                order.lock().unwrap().push(what);
+            });
+        }
+        h.stop("leader").await;
+        assert_eq!(
+            *order.lock().unwrap(),
+            vec!["sync"],
+            "only its stage stopped"
+        );
+        h.stop("writers").await;
+        assert_eq!(*order.lock().unwrap(), vec!["sync", "positions", "syncs"]);
+        assert!(h.failure().is_none());
+        h.start("late", "bad", "A->B", |_stop: Shutdown| async {
+            panic!("boom")
+        });
+        tokio::time::timeout(Duration::from_secs(5), h.failed())
+            .await
+            .expect("the parent learns of the panic");
+        assert_eq!(h.failure(), Some(("bad".to_string(), "boom".to_string())));
+        h.stop("late").await;
+    }
 
     #[tokio::test]
     async fn a_panic_comes_back_as_its_message() {

@@ -342,7 +342,7 @@ mod tests {
             m.sum("kmirror_partition_stopped", &[("partition", "2")]),
             1.0
         );
-        assert!(!m.readiness().0);
+        assert!(!m.process.readiness().0);
     }
 
     #[test]

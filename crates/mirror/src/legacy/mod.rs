@@ -173,7 +173,7 @@ pub async fn run(
     let probe = helpers.spawn(
         "connection probe",
         FLOW,
-        crate::status::probe(
+        crate::engine::probe::probe(
             vec![source.clone(), target.clone()],
             connected,
             shutdown.clone(),

@@ -110,7 +110,63 @@ impl Control {
             .collect();
         self.reported
             .retain(|t, _| t == "*" || selected.contains(t.as_str()));
-        for d in &mut decisions {
+        self.drop_claimed(&mut decisions);
+        self.stop_deleted(&md).await;
+        let (mut topics, mut partitions) = (0, 0);
+        let mut eligible = BTreeSet::new();
+        // New remote topics are created together first (the loop below then finds them).
+        let wanted: Vec<(String, String, i32)> = decisions
+            .iter()
+            .filter_map(|d| {
+                let t = md.topics.get(&d.source)?;
+                let ok = t.error.is_none() && !t.partitions.is_empty();
+                let remote = d.remote.clone().filter(|_| ok)?;
+                Some((d.source.clone(), remote, t.partitions.len() as i32))
+            })
+            .collect();
+        // With sharing, only the group's leader creates and grows remote topics (it assigns a
+        // partition only once its remote topic is in place); the others wait to see them.
+        let leads = self.sharing.as_ref().is_none_or(|a| a.shared.is_leader());
+        let created_now = match match leads {
+            true => remote_topics::create_missing(flow, &ctx.source, &ctx.target, &wanted).await,
+            false => Ok(Default::default()),
+        } {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(flow = %flow.id, error = %e, "creating remote topics together failed; one at a time");
+                Default::default()
+            }
+        };
+        for d in decisions {
+            let Some(remote) = d.remote else {
+                if self.first_round {
+                    tracing::debug!(flow = %flow.id, topic = %d.source, skip = ?d.skip, "not replicated");
+                }
+                continue;
+            };
+            if let Some(n) = self
+                .copy_topic(&md, d.source, remote, leads, &created_now, &mut eligible)
+                .await
+            {
+                topics += 1;
+                partitions += n;
+            }
+        }
+        self.publish_eligible(eligible);
+        let m = &self.ctx.metrics;
+        m.flow_topics.get_or_create(&self.ctx.labels).set(topics);
+        m.flow_partitions
+            .get_or_create(&self.ctx.labels)
+            .set(partitions as i64);
+        self.publish_share();
+        self.first_round = false;
+    }
+
+    /// Leaves out topics whose remote name another flow of this process writes.
+    fn drop_claimed(&mut self, decisions: &mut [discovery::TopicDecision]) {
+        let ctx = self.ctx.clone();
+        let flow = &ctx.flow;
+        for d in decisions.iter_mut() {
             let Some(remote) = &d.remote else { continue };
             let target = flow.id.target.to_string();
             if let Err(held) = self
@@ -134,6 +190,13 @@ impl Control {
                 d.remote = None;
             }
         }
+    }
+
+    /// A source topic deleted (gone from the metadata): its tasks would ask for its partitions
+    /// forever. They stop and store their positions; the remote topic keeps what was copied.
+    async fn stop_deleted(&mut self, md: &kmirror_kafka::cluster::Metadata) {
+        let ctx = self.ctx.clone();
+        let flow = &ctx.flow;
         // A source topic deleted (gone from the metadata): its tasks would ask for its
         // partitions forever. They stop and store their positions; the remote topic
         // keeps what was copied. Re-created under the same name, it is copied from its start
@@ -170,153 +233,137 @@ impl Control {
             }
             .emit(ctx.emitter());
         }
-        let (mut topics, mut partitions) = (0, 0);
-        let mut eligible = BTreeSet::new();
-        // New remote topics are created together first (the loop below then finds them).
-        let wanted: Vec<(String, String, i32)> = decisions
-            .iter()
-            .filter_map(|d| {
-                let t = md.topics.get(&d.source)?;
-                let ok = t.error.is_none() && !t.partitions.is_empty();
-                let remote = d.remote.clone().filter(|_| ok)?;
-                Some((d.source.clone(), remote, t.partitions.len() as i32))
-            })
-            .collect();
-        // With sharing, only the group's leader creates and grows remote topics (it assigns a
-        // partition only once its remote topic is in place); the others wait to see them.
-        let leads = self.sharing.as_ref().is_none_or(|a| a.shared.is_leader());
-        let created_now = match match leads {
-            true => remote_topics::create_missing(flow, &ctx.source, &ctx.target, &wanted).await,
-            false => Ok(Default::default()),
-        } {
-            Ok(c) => c,
+    }
+
+    /// Creates or grows `source`'s remote topic and starts its partitions this process owns;
+    /// the topic's partition count once it is replicated, None when it is not (yet).
+    async fn copy_topic(
+        &mut self,
+        md: &kmirror_kafka::cluster::Metadata,
+        source: String,
+        remote: String,
+        leads: bool,
+        created_now: &BTreeMap<String, usize>,
+        eligible: &mut BTreeSet<(String, i32)>,
+    ) -> Option<i32> {
+        let ctx = self.ctx.clone();
+        let flow = &ctx.flow;
+        let t = &md.topics[&source];
+        if t.error.is_some() || t.partitions.is_empty() {
+            return None; // still being created; next round
+        }
+        let n = t.partitions.len() as i32;
+        // Brokers before 2.8 have no topic ids (nil): nothing to compare or record.
+        let known = self.topic_ids.get(&source).copied();
+        if !t.id.is_nil() && known != Some(t.id) {
+            let forget = match known {
+                Some(old) => self.recreated(&source, old, t.id).await,
+                None => BTreeSet::new(),
+            };
+            self.ctx.board.log(&source, t.id, forget);
+            self.topic_ids.insert(source.clone(), t.id);
+        }
+        let ensured = if leads {
+            // `admin.timeout.ms` bounds one admin step, as it bounds MM2's admin calls: past
+            // it the topic is reported and tried again with the other skipped ones, and the
+            // topics after it are not held up.
+            let ensure = remote_topics::ensure(flow, &ctx.source, &ctx.target, &source, &remote, n);
+            tokio::time::timeout(flow.admin_timeout, ensure)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(KafkaError::Timeout {
+                        broker: format!("{} (admin.timeout.ms)", flow.id.target),
+                        api: kafka_protocol::messages::ApiKey::CreateTopics,
+                        after: flow.admin_timeout,
+                    })
+                })
+        } else if ctx.target.metadata().topics.contains_key(&remote) {
+            Ok(Ensured::Exists)
+        } else {
+            return None; // the leader creates it; the next refresh of the target shows it
+        };
+        let created = match ensured {
+            Ok(e) => {
+                let e = match (e, created_now.get(&remote)) {
+                    (Ensured::Exists, Some(&configs)) => Ensured::Created { configs },
+                    (e, _) => e,
+                };
+                let created = matches!(e, Ensured::Created { .. });
+                if self.reported.remove(&source).is_some() {
+                    tracing::info!(flow = %flow.id, topic = %source, "topic recovered");
+                }
+                match e {
+                    Ensured::Created { configs } => {
+                        tracing::info!(flow = %flow.id, topic = %source, remote = %remote, partitions = n, configs, "created remote topic")
+                    }
+                    Ensured::Grown { from, to } => {
+                        tracing::info!(flow = %flow.id, topic = %source, remote = %remote, from, to, "added partitions to remote topic")
+                    }
+                    Ensured::MorePartitions { remote: have } => {
+                        if !self.running.keys().any(|(t, _)| *t == source) {
+                            tracing::warn!(flow = %flow.id, topic = %source, remote = %remote, source_partitions = n, remote_partitions = have, "remote topic has more partitions than the source; records keep their partition numbers, the extra partitions stay empty");
+                        }
+                    }
+                    Ensured::Exists => {}
+                }
+                created
+            }
             Err(e) => {
-                tracing::debug!(flow = %flow.id, error = %e, "creating remote topics together failed; one at a time");
-                Default::default()
+                self.report(&source, ErrorKind::TopicCreate, &e);
+                return None;
             }
         };
-        for d in decisions {
-            let Some(remote) = d.remote else {
-                if self.first_round {
-                    tracing::debug!(flow = %flow.id, topic = %d.source, skip = ?d.skip, "not replicated");
-                }
-                continue;
-            };
-            let t = &md.topics[&d.source];
-            if t.error.is_some() || t.partitions.is_empty() {
-                continue; // still being created; next round
-            }
-            let n = t.partitions.len() as i32;
-            // Brokers before 2.8 have no topic ids (nil): nothing to compare or record.
-            let known = self.topic_ids.get(&d.source).copied();
-            if !t.id.is_nil() && known != Some(t.id) {
-                let forget = match known {
-                    Some(old) => self.recreated(&d.source, old, t.id).await,
-                    None => BTreeSet::new(),
-                };
-                self.ctx.board.log(&d.source, t.id, forget);
-                self.topic_ids.insert(d.source.clone(), t.id);
-            }
-            let ensured = if leads {
-                // `admin.timeout.ms` bounds one admin step, as it bounds MM2's admin calls: past
-                // it the topic is reported and tried again with the other skipped ones, and the
-                // topics after it are not held up.
-                let ensure =
-                    remote_topics::ensure(flow, &ctx.source, &ctx.target, &d.source, &remote, n);
-                tokio::time::timeout(flow.admin_timeout, ensure)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(KafkaError::Timeout {
-                            broker: format!("{} (admin.timeout.ms)", flow.id.target),
-                            api: kafka_protocol::messages::ApiKey::CreateTopics,
-                            after: flow.admin_timeout,
-                        })
-                    })
-            } else if ctx.target.metadata().topics.contains_key(&remote) {
-                Ok(Ensured::Exists)
-            } else {
-                continue; // the leader creates it; the next refresh of the target shows it
-            };
-            let created = match ensured {
-                Ok(e) => {
-                    let e = match (e, created_now.get(&remote)) {
-                        (Ensured::Exists, Some(&configs)) => Ensured::Created { configs },
-                        (e, _) => e,
-                    };
-                    let created = matches!(e, Ensured::Created { .. });
-                    if self.reported.remove(&d.source).is_some() {
-                        tracing::info!(flow = %flow.id, topic = %d.source, "topic recovered");
+        self.replicated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source.clone(), remote.clone());
+        let seen = self.announced.insert(source.clone(), n);
+        let new_topic = seen.is_none();
+        if new_topic {
+            tracing::info!(flow = %flow.id, topic = %source, remote = %remote, partitions = n, "replicating topic");
+            if !created {
+                match remote_topics::cleanup_policy_mismatch(
+                    &ctx.source,
+                    &ctx.target,
+                    &source,
+                    &remote,
+                )
+                .await
+                {
+                    Ok(Some((s, t))) => {
+                        tracing::warn!(flow = %flow.id, topic = %source, remote = %remote, source_policy = %s, remote_policy = %t, "remote topic existed with a different cleanup.policy; records are copied, but the two topics will not keep the same records")
                     }
-                    match e {
-                        Ensured::Created { configs } => {
-                            tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, configs, "created remote topic")
-                        }
-                        Ensured::Grown { from, to } => {
-                            tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, from, to, "added partitions to remote topic")
-                        }
-                        Ensured::MorePartitions { remote: have } => {
-                            if !self.running.keys().any(|(t, _)| *t == d.source) {
-                                tracing::warn!(flow = %flow.id, topic = %d.source, remote = %remote, source_partitions = n, remote_partitions = have, "remote topic has more partitions than the source; records keep their partition numbers, the extra partitions stay empty");
-                            }
-                        }
-                        Ensured::Exists => {}
-                    }
-                    created
-                }
-                Err(e) => {
-                    self.report(&d.source, ErrorKind::TopicCreate, &e);
-                    continue;
-                }
-            };
-            topics += 1;
-            partitions += n;
-            self.replicated
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(d.source.clone(), remote.clone());
-            let seen = self.announced.insert(d.source.clone(), n);
-            let new_topic = seen.is_none();
-            if new_topic {
-                tracing::info!(flow = %flow.id, topic = %d.source, remote = %remote, partitions = n, "replicating topic");
-                if !created {
-                    match remote_topics::cleanup_policy_mismatch(
-                        &ctx.source,
-                        &ctx.target,
-                        &d.source,
-                        &remote,
-                    )
-                    .await
-                    {
-                        Ok(Some((s, t))) => {
-                            tracing::warn!(flow = %flow.id, topic = %d.source, remote = %remote, source_policy = %s, remote_policy = %t, "remote topic existed with a different cleanup.policy; records are copied, but the two topics will not keep the same records")
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::debug!(topic = %d.source, error = %e, "cannot compare cleanup.policy")
-                        }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(topic = %source, error = %e, "cannot compare cleanup.policy")
                     }
                 }
-            }
-            for p in 0..n {
-                let key = (d.source.clone(), p);
-                eligible.insert(key.clone());
-                if seen.is_some_and(|had| p >= had) {
-                    tracing::info!(flow = %flow.id, topic = %d.source, partition = p, "replicating added partition");
-                }
-                if self.running.contains_key(&key) {
-                    continue;
-                }
-                let here = match (&self.slots, &self.sharing) {
-                    (Some(k), _) => k.table.owns(&key.0, key.1),
-                    (None, Some(a)) => a.partitions.contains(&key),
-                    (None, None) => true,
-                };
-                if !here {
-                    continue;
-                }
-                self.start(key, remote.clone());
             }
         }
+        for p in 0..n {
+            let key = (source.clone(), p);
+            eligible.insert(key.clone());
+            if seen.is_some_and(|had| p >= had) {
+                tracing::info!(flow = %flow.id, topic = %source, partition = p, "replicating added partition");
+            }
+            if self.running.contains_key(&key) {
+                continue;
+            }
+            let here = match (&self.slots, &self.sharing) {
+                (Some(k), _) => k.table.owns(&key.0, key.1),
+                (None, Some(a)) => a.partitions.contains(&key),
+                (None, None) => true,
+            };
+            if !here {
+                continue;
+            }
+            self.start(key, remote.clone());
+        }
+        Some(n)
+    }
+
+    /// With sharing: the partitions the group may assign (exactly-once: the slots).
+    fn publish_eligible(&self, mut eligible: BTreeSet<(String, i32)>) {
         match (&self.sharing, &self.slots) {
             // Exactly-once: the group shares the slots, always all of them; a new partition
             // starts wherever its slot is held, without a rebalance.
@@ -331,13 +378,6 @@ impl Control {
             }
             (None, _) => {}
         }
-        let m = &self.ctx.metrics;
-        m.flow_topics.get_or_create(&self.ctx.labels).set(topics);
-        m.flow_partitions
-            .get_or_create(&self.ctx.labels)
-            .set(partitions as i64);
-        self.publish_share();
-        self.first_round = false;
     }
 
     /// `kmirror_topics` and `kmirror_partitions`: what this process copies now, so the values

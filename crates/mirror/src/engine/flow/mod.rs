@@ -50,7 +50,7 @@ pub(super) async fn run(
     let probe = helpers.spawn(
         "cluster probe",
         &name,
-        crate::status::probe(
+        crate::engine::probe::probe(
             vec![source.clone(), target.clone()],
             connected,
             probe_stop.clone(),

@@ -292,9 +292,9 @@ impl Serving {
         let mut retry = RETRY_SKIPPED;
         loop {
             let metrics = control.ctx.metrics.clone();
-            metrics.round_started(&name);
+            metrics.process.round_started(&name);
             control.reconcile().await;
-            metrics.round_ended(&name);
+            metrics.process.round_ended(&name);
             metrics
                 .rounds
                 .get_or_create(&control.ctx.labels.round("topic_refresh"))

@@ -77,15 +77,7 @@ pub fn differs(mine: &BTreeMap<String, String>, agreed: &BTreeMap<String, String
         .any(|(k, v)| agreed.get(k).is_some_and(|a| a != v))
 }
 
-/// One member's share of the flow, in the group view every member is sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Share {
-    pub member: String,
-    /// Where it runs (host name and process id).
-    pub host: String,
-    pub partitions: usize,
-    pub leader: bool,
-}
+pub use crate::metrics::process::Share;
 
 /// Puts the group view (every member that is not refused, by host, with its partition count) in
 /// each assignment that is not a refusal. `hosts` maps member ids to their hosts.

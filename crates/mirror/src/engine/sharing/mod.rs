@@ -551,7 +551,7 @@ impl Membership {
 
     /// The group as the leader's last assignment describes it, for `status`.
     fn show_group(&self, group: &[assign::Share]) {
-        self.metrics.set_group(&self.flow, group.to_vec());
+        self.metrics.process.set_group(&self.flow, group.to_vec());
     }
 
     /// Another process joined with this one's instance id (`kmirror.sharing.instance.id`) and
