@@ -13,7 +13,10 @@
 //! Why one file of this size: the membership task and the `Copier` are the two sides of one
 //! revoke handshake (`Control::Revoke` is answered only after a flush and a commit), and the
 //! copier's methods share its lanes, ledger, positions and `stopping`/`cancelled` flags. Next to
-//! split out: the membership side (`membership`, `assignor`) into `stream/membership.rs`.
+//!
+
+mod delivery;
+mod membership;
 
 use super::ledger::{Key, Ledger};
 use super::targets::Targets;
@@ -23,21 +26,18 @@ use crate::copy::route::{encode, route};
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
 use crate::events::legacy::{
-    CommitRefused, NotFetchedBecause, PartitionNotFetched, RecordsDeletedUncopied, RecordsSkipped,
-    SendFailed, TargetTopicUnavailable,
+    NotFetchedBecause, PartitionNotFetched, RecordsDeletedUncopied, TargetTopicUnavailable,
 };
 // `as _`: this module has an `Event` of its own (what a partition's fetch brought).
 use crate::events::{Emitter, Event as _};
 use crate::metrics::{FlowLabels, Metrics, PartitionSeries};
-use kmirror_kafka::admin::CommittedOffset;
 use kmirror_kafka::batch::{Codec, RawBatch};
 use kmirror_kafka::cluster::{KafkaCluster, PartitionFetch, EARLIEST, LATEST};
 use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Fetcher, Subscription};
-use kmirror_kafka::group::consumer_protocol::{parse_assignment, RangeAssignor};
-use kmirror_kafka::group::{GroupConfig, GroupMember};
-use kmirror_kafka::producer::{Acked, IdempotentProducer, PartitionLane};
+use kmirror_kafka::producer::{IdempotentProducer, PartitionLane};
 use kmirror_kafka::records::{decode_batch_within, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel, KafkaError};
+use membership::membership;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -109,138 +109,6 @@ pub(super) async fn run(shared: Arc<Shared>, index: u32) -> Result<(), LegacyErr
         .await
         .map_err(|e| LegacyError::Panicked(e.to_string()))?;
     membership.and(copied)
-}
-
-fn assignor(shared: &Shared, topics: &TopicSet) -> Arc<RangeAssignor> {
-    // The leader assigns every member's topics, not only ours (a Java consumer may share the
-    // group): counts of all source topics.
-    let mut counts: BTreeMap<String, i32> = shared
-        .source
-        .metadata()
-        .topics
-        .iter()
-        .map(|(t, m)| (t.clone(), m.partitions.len() as i32))
-        .collect();
-    counts.extend(topics.iter().map(|(t, n)| (t.clone(), *n)));
-    Arc::new(RangeAssignor {
-        topics: topics.keys().cloned().collect(),
-        partition_counts: counts,
-    })
-}
-
-async fn membership(
-    shared: &Shared,
-    index: u32,
-    tx: mpsc::Sender<Control>,
-) -> Result<(), LegacyError> {
-    let cfg = &shared.cfg;
-    let group = || cfg.group_id.clone();
-    let mut topics_rx = shared.topics.clone();
-    let mut subscribed = topics_rx.borrow_and_update().clone();
-    let config = GroupConfig {
-        group_id: cfg.group_id.clone(),
-        protocol_type: "consumer".into(),
-        session_timeout: cfg.session_timeout,
-        rebalance_timeout: cfg.rebalance_timeout,
-        instance_id: None,
-    };
-    let mut attempt = 0u32;
-    let mut member = loop {
-        match GroupMember::join(
-            shared.source.clone(),
-            config.clone(),
-            assignor(shared, &subscribed),
-        )
-        .await
-        {
-            Ok(m) => break m,
-            Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "joining the group failed; retrying");
-                if shared.shutdown.retry_after(&mut attempt).await {
-                    return Ok(());
-                }
-            }
-            Err(source) => {
-                shared.shutdown.trigger();
-                return Err(LegacyError::Group {
-                    group: group(),
-                    source,
-                });
-            }
-        }
-    };
-    loop {
-        let partitions: Vec<Key> = parse_assignment(member.assignment())
-            .map_err(|source| LegacyError::Group {
-                group: group(),
-                source,
-            })?
-            .into_iter()
-            .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
-            .collect();
-        tracing::info!(stream = index, group = %cfg.group_id, generation = member.generation(), leader = member.is_leader(), partitions = partitions.len(), "partitions assigned");
-        shared.record_share(index, &partitions);
-        let assigned = Assigned {
-            generation: member.generation(),
-            member_id: member.member_id().to_string(),
-            partitions,
-        };
-        if tx.send(Control::Assigned(assigned)).await.is_err() {
-            break; // the copy task stopped (a send failure)
-        }
-        loop {
-            tokio::select! {
-                _ = shared.shutdown.wait() => break,
-                changed = topics_rx.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    let now = topics_rx.borrow_and_update().clone();
-                    if now != subscribed {
-                        tracing::info!(stream = index, topics = now.len(), "matching topics changed; rejoining");
-                        subscribed = now;
-                        break;
-                    }
-                }
-                _ = tokio::time::sleep(cfg.heartbeat_interval) => match member.heartbeat().await {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        tracing::info!(stream = index, group = %cfg.group_id, "group rebalancing");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "heartbeat failed; rejoining");
-                        break;
-                    }
-                },
-            }
-        }
-        let (ack, done) = oneshot::channel();
-        if tx.send(Control::Revoke(ack)).await.is_ok() {
-            let _ = done.await;
-        }
-        if shared.shutdown.is_triggered() {
-            break;
-        }
-        member.set_assignor(assignor(shared, &subscribed));
-        let mut attempt = 0u32;
-        loop {
-            match member.rejoin().await {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "rejoining the group failed; retrying");
-                    if shared.shutdown.retry_after(&mut attempt).await {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-    drop(tx);
-    if let Err(e) = member.leave().await {
-        tracing::debug!(error = %e, "leaving the group failed (the session timeout will remove the member)");
-    }
-    Ok(())
 }
 
 #[derive(Debug)]
@@ -654,251 +522,6 @@ impl Copier {
         series.records.inc_by(copied);
         self.positions[i].next = end;
         Ok(())
-    }
-
-    /// The stream's producer; None when the process stops before the target answers.
-    async fn producer(&mut self) -> Result<Option<Arc<IdempotentProducer>>, LegacyError> {
-        if let Some(p) = &self.producer {
-            return Ok(Some(p.clone()));
-        }
-        let mut attempt = 0u32;
-        loop {
-            match IdempotentProducer::new(self.sh.target.clone()).await {
-                Ok(p) => {
-                    self.producer = Some(p.clone());
-                    return Ok(Some(p));
-                }
-                Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                    tracing::warn!(error = %e, "initialising the producer failed; retrying");
-                    if self.sh.shutdown.retry_after(&mut attempt).await {
-                        return Ok(None);
-                    }
-                }
-                Err(source) => {
-                    return Err(LegacyError::Send {
-                        topic: "(producer)".into(),
-                        partition: -1,
-                        source,
-                    })
-                }
-            }
-        }
-    }
-
-    /// Sends a batch; with `--abort.on.send.failure false`, a batch the target refuses is given
-    /// up and the batches sent after it go again on a fresh lane.
-    async fn send(&mut self, key: Key, tag: i64, batch: RawBatch) -> Result<(), LegacyError> {
-        let mut queue: VecDeque<(i64, RawBatch)> = VecDeque::from([(tag, batch)]);
-        while let Some((tag, batch)) = queue.pop_front() {
-            // Stopping with no producer: the batch is not acknowledged, so its chunk's position
-            // is not committed and it is copied again after a restart.
-            let Some(producer) = self.producer().await? else {
-                self.stopping = true;
-                return Ok(());
-            };
-            let max = self.sh.cfg.producer_tuning.max_request_size as usize;
-            let st = self.lanes.entry(key.clone()).or_insert_with(|| LaneState {
-                lane: producer.lane(&key.0, key.1).with_limits(max, 4 << 20),
-                unacked: VecDeque::new(),
-            });
-            st.unacked.push_back((tag, batch.clone()));
-            match st.lane.send(tag, batch).await {
-                Ok(acked) => self.acked(&key, acked),
-                Err(e) => {
-                    let again = self.send_failed(&key, e)?;
-                    queue = again.into_iter().chain(queue).collect();
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn acked(&mut self, key: &Key, acked: Vec<Acked>) {
-        if let Some(st) = self.lanes.get_mut(key) {
-            for a in acked {
-                st.unacked.pop_front();
-                self.ledger.ack(a.tag);
-            }
-        }
-    }
-
-    /// A batch the target refused, or did not acknowledge within the delivery timeout. Stops
-    /// the stream (`--abort.on.send.failure true`), or gives that batch up, logged and counted,
-    /// and returns the later unacknowledged batches to send again.
-    fn send_failed(
-        &mut self,
-        key: &Key,
-        e: KafkaError,
-    ) -> Result<Vec<(i64, RawBatch)>, LegacyError> {
-        SendFailed {
-            topic: &key.0,
-            partition: key.1,
-            error: &e,
-        }
-        .emit(self.emitter());
-        if self.sh.cfg.abort_on_send_failure {
-            return Err(LegacyError::Send {
-                topic: key.0.clone(),
-                partition: key.1,
-                source: e,
-            });
-        }
-        let reason = e.to_string();
-        let (failed, again) = match e {
-            // Refused before sending: the batch just queued; the lane itself is fine.
-            KafkaError::BatchTooLarge { .. } => {
-                let failed = self.lanes.get_mut(key).and_then(|st| st.unacked.pop_back());
-                (failed, Vec::new())
-            }
-            // The oldest unacknowledged batch failed, and the lane gave up: the broker wrote
-            // none of the later ones (their sequence numbers follow the refused batch), so they
-            // go again under a new producer id.
-            _ => {
-                let mut unacked = self
-                    .lanes
-                    .remove(key)
-                    .map(|s| s.unacked)
-                    .unwrap_or_default();
-                self.producer = None;
-                (unacked.pop_front(), unacked.into_iter().collect())
-            }
-        };
-        if let Some((tag, batch)) = failed {
-            self.ledger.ack(tag);
-            RecordsSkipped {
-                topic: &key.0,
-                partition: key.1,
-                records: batch.record_count(),
-                error: &reason,
-            }
-            .emit(self.emitter());
-        }
-        Ok(again)
-    }
-
-    async fn flush_all(&mut self) -> Result<(), LegacyError> {
-        loop {
-            let keys: Vec<Key> = self
-                .lanes
-                .iter()
-                .filter(|(_, s)| !s.unacked.is_empty())
-                .map(|(k, _)| k.clone())
-                .collect();
-            if keys.is_empty() {
-                return Ok(());
-            }
-            let mut progress = false;
-            for key in keys {
-                let Some(st) = self.lanes.get_mut(&key) else {
-                    continue;
-                };
-                match st.lane.flush().await {
-                    Ok(acked) => {
-                        progress |= !acked.is_empty();
-                        self.acked(&key, acked)
-                    }
-                    Err(e) => {
-                        progress = true;
-                        for (tag, batch) in self.send_failed(&key, e)? {
-                            self.send(key.clone(), tag, batch).await?;
-                        }
-                    }
-                }
-            }
-            // A batch this stream recorded but its lane never took (a send cut short by the
-            // stop): it will not be acknowledged, so its chunk is not committed. Never loop on it.
-            if !progress {
-                tracing::debug!(
-                    stream = self.index,
-                    "batches left unacknowledged at the flush"
-                );
-                return Ok(());
-            }
-        }
-    }
-
-    /// Commits the offsets whose records the target acknowledged, as this member.
-    async fn commit(&mut self) {
-        let Some((generation, member_id)) = self.generation.clone() else {
-            return;
-        };
-        let ready = self.ledger.take_commits();
-        if ready.is_empty() {
-            return;
-        }
-        let offsets: BTreeMap<String, BTreeMap<i32, CommittedOffset>> = ready
-            .iter()
-            .map(|(t, ps)| {
-                (
-                    t.clone(),
-                    ps.iter()
-                        .map(|(p, o)| {
-                            (
-                                *p,
-                                CommittedOffset {
-                                    offset: *o,
-                                    leader_epoch: -1,
-                                    metadata: String::new(),
-                                },
-                            )
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        match self
-            .sh
-            .source
-            .commit_member_offsets(&self.sh.cfg.group_id, generation, &member_id, &offsets)
-            .await
-        {
-            Ok(()) => {
-                self.sh
-                    .metrics
-                    .positions_stored
-                    .get_or_create(&self.sh.labels)
-                    .inc();
-                tracing::debug!(
-                    stream = self.index,
-                    partitions = offsets.values().map(BTreeMap::len).sum::<usize>(),
-                    "offsets committed"
-                );
-            }
-            Err(e) => {
-                CommitRefused {
-                    stream: self.index,
-                    error: &e,
-                }
-                .emit(self.emitter());
-                self.ledger.restore(ready);
-            }
-        }
-    }
-
-    /// Flushes and commits everything, then forgets the assignment.
-    async fn finish(&mut self) -> Result<(), LegacyError> {
-        // When the process stops, the target gets one request timeout to acknowledge what is in
-        // flight (a target that is down would otherwise hold the exit for the whole delivery
-        // timeout); what it did not acknowledge is not committed.
-        let flushed = if self.cancelled {
-            self.lanes.clear();
-            Ok(())
-        } else if self.sh.shutdown.is_triggered() {
-            let bound = self.sh.target.settings().request_timeout;
-            match tokio::time::timeout(bound, self.flush_all()).await {
-                Ok(flushed) => flushed,
-                Err(_) => {
-                    tracing::warn!(stream = self.index, "stopping before the target acknowledged every batch; the records after the last commit are copied again after a restart");
-                    Ok(())
-                }
-            }
-        } else {
-            self.flush_all().await
-        };
-        self.commit().await;
-        self.ledger.clear();
-        self.positions.clear();
-        flushed
     }
 }
 
