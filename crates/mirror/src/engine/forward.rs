@@ -5,10 +5,14 @@
 //! subscription) and [`Sink`] (the producer's lane for the remote partition), so these
 //! decisions are unit-tested without brokers.
 //!
-//! Why one file of this size: `copy` is one loop whose `report` closure and `commit_point!`,
-//! `flush_and_report!` and `pass_once_acknowledged!` macros share its locals (in-flight queue,
-//! held commit, skipped tail, slot member) and `?`/return out of it, so they stay inside it.
-//! Next to split out: batch preparation (`small_run`, `merge`, `reencode`) into its own file.
+//! The decisions are the copy core's (`crate::copy`): how far the partition is copied
+//! (`Progress`, `Held`) and how batches go (`BatchPlanner`). This file is the shell that feeds
+//! them and does the I/O; `copy`'s `report` closure and `commit_point!` / `flush_and_report!`
+//! macros share its locals and `?`/return out of it, so they stay inside it.
+
+mod failure;
+mod gauges;
+mod seams;
 
 use super::offset_syncs::Outbox;
 use super::positions::Board;
@@ -20,152 +24,17 @@ use crate::copy::batches::{BatchPlanner, Mode, PlanError};
 use crate::copy::progress::{ChunkId, Held, Progress};
 use crate::events::copy::{At, CopyFailed, PositionBeyondEnd, SourceTruncated, TransactionFailed};
 use crate::events::{Emitter, Event};
-use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
+use crate::metrics::{FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
 use crate::offsets::sync_rules::{SourceOffsets, SyncRules};
-use kmirror_kafka::batch::{Codec, RawBatch};
-use kmirror_kafka::fetcher::{BufferShare, FetchEvent, Subscription};
-use kmirror_kafka::producer::{Acked, PartitionLane};
+pub(super) use failure::{Failure, Rewound, Stopped};
+pub(super) use gauges::Gauges;
+use kmirror_kafka::batch::Codec;
+use kmirror_kafka::fetcher::{BufferShare, FetchEvent};
+use kmirror_kafka::producer::Acked;
 use kmirror_kafka::KafkaError;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
+pub(super) use seams::{Feed, Sink};
 use std::sync::{Arc, Mutex};
-
-/// Where a partition's data comes from: the fetcher's subscription.
-pub(super) trait Feed: Send {
-    /// The next event; `None` once the fetcher stopped. Cancel-safe.
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<FetchEvent>> + Send;
-    /// Bytes the flow holds fetched and not yet acknowledged (for the metric).
-    fn buffered(&self) -> usize;
-}
-
-/// Where it goes: the producer's lane for the remote partition, acknowledging in order.
-pub(super) trait Sink: Send {
-    fn send(
-        &mut self,
-        tag: i64,
-        batch: RawBatch,
-    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
-    fn flush(&mut self)
-        -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
-    /// Ready once the oldest batch in flight has its answer; pending while nothing is in
-    /// flight. Cancel-safe.
-    fn answered(&mut self) -> impl std::future::Future<Output = ()> + Send;
-    /// The acknowledgements whose answers are there, in order.
-    fn take_answered(
-        &mut self,
-    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send;
-}
-
-impl Feed for Subscription {
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<FetchEvent>> + Send {
-        Subscription::recv(self)
-    }
-    fn buffered(&self) -> usize {
-        Subscription::buffered(self)
-    }
-}
-
-impl Sink for PartitionLane {
-    fn send(
-        &mut self,
-        tag: i64,
-        batch: RawBatch,
-    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
-        PartitionLane::send(self, tag, batch)
-    }
-    fn flush(
-        &mut self,
-    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
-        PartitionLane::flush(self)
-    }
-    fn answered(&mut self) -> impl std::future::Future<Output = ()> + Send {
-        PartitionLane::answered(self)
-    }
-    fn take_answered(
-        &mut self,
-    ) -> impl std::future::Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
-        PartitionLane::take_answered(self)
-    }
-}
-
-/// Why a partition stopped for good (until restart or an operator acts).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Stopped {
-    #[error("{topic}-{partition}: the source deleted offsets {requested}..{log_start} before they were copied ({lost} records lost; the log now spans {log_start}..{log_end}); set kmirror.source.truncation=continue to go on from the log start")]
-    Truncated {
-        topic: String,
-        partition: i32,
-        requested: i64,
-        log_start: i64,
-        log_end: i64,
-        lost: i64,
-    },
-    #[error("{topic}-{partition}: the stored position {requested} is beyond the source log end {log_end}: the topic was deleted and re-created, or the source lost data (unclean leader election); positions no longer match this log")]
-    BeyondEnd {
-        topic: String,
-        partition: i32,
-        requested: i64,
-        log_end: i64,
-    },
-    #[error("{topic}-{partition}: the partition's task panicked: {message} (a bug in kmirror; please report it with the log; restarting the process resumes from the stored position)")]
-    Panicked {
-        topic: String,
-        partition: i32,
-        message: String,
-    },
-    #[error("{topic}-{partition} at source offset {first}: {source}")]
-    Kafka {
-        topic: String,
-        partition: i32,
-        first: i64,
-        #[source]
-        source: KafkaError,
-    },
-}
-
-pub(super) struct Gauges {
-    records: Counter,
-    bytes: Counter,
-    age: Gauge,
-    latency: Gauge,
-    lag: Gauge,
-    batch_mode: Counter,
-    record_mode: Counter,
-    merged_mode: Counter,
-    buffered: Gauge,
-    loop_skipped: Counter,
-}
-
-impl Gauges {
-    pub(super) fn new(m: &Metrics, flow: &FlowLabels, partition: &PartitionLabels) -> Gauges {
-        // One statement per lookup: a family's guard lives to the end of its statement, and a
-        // second lookup in the same family within it would deadlock on the family's lock.
-        let series = m.partition_series(partition);
-        let batch_mode = m.batches.get_or_create(&flow.mode("batch")).clone();
-        let record_mode = m.batches.get_or_create(&flow.mode("record")).clone();
-        let merged_mode = m.batches.get_or_create(&flow.mode("merged")).clone();
-        let buffered = m.buffered_bytes.get_or_create(flow).clone();
-        let loop_skipped = m.loop_records_skipped.get_or_create(flow).clone();
-        Gauges {
-            loop_skipped,
-            records: series.records,
-            bytes: series.bytes,
-            age: series.age_ms,
-            latency: series.latency_ms,
-            lag: series.lag,
-            batch_mode,
-            record_mode,
-            merged_mode,
-            buffered,
-        }
-    }
-
-    /// Records left to copy, before the fetcher's answers keep it current.
-    pub(super) fn show_lag(&self, records: i64) {
-        self.lag.set(records.max(0));
-    }
-}
 
 /// Forwards one source partition to the same partition of its remote topic.
 pub(super) struct Forwarder<'a> {
@@ -719,32 +588,6 @@ pub(super) struct Copied {
     ups: SourceOffsets,
     base: i64,
     syncs: Vec<crate::wire::internal::OffsetSync>,
-}
-
-/// Why an exactly-once partition goes back to its last commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Rewound {
-    /// The slot's transaction was aborted, or its epoch changed.
-    Aborted,
-    /// This run's lane belonged to an earlier epoch: nothing of it is in the open transaction.
-    Stale,
-    /// This run's lane was fenced from outside.
-    Fenced,
-    /// This run's lane failed inside the transaction.
-    Failed,
-}
-
-pub(super) enum Failure {
-    /// Transient: resume from the last acknowledged offset.
-    Retry(KafkaError),
-    /// Exactly-once: the slot's transaction was aborted (or its producer epoch changed): resume
-    /// after the last committed position, with a new lane.
-    Rewind(Rewound),
-    /// Source truncated and `kmirror.source.truncation=continue`.
-    Continue {
-        log_start: i64,
-    },
-    Stop(Stopped),
 }
 
 #[cfg(test)]

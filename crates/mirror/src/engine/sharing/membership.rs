@@ -8,7 +8,7 @@ use crate::engine::Shutdown;
 use assign::{Assignment, PROTOCOL};
 use bytes::Bytes;
 use kmirror_kafka::cluster::KafkaCluster;
-use kmirror_kafka::group::{Assignor, GroupConfig, GroupMember};
+use kmirror_kafka::group::{GroupConfig, GroupMember};
 use kmirror_kafka::Refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
