@@ -596,6 +596,7 @@ mod tests {
     use crate::metrics::FlowLabels;
     use crate::test_support::flow;
     use bytes::{Bytes, BytesMut};
+    use kmirror_kafka::batch::RawBatch;
     use kmirror_kafka::cluster::PartitionFetch;
     use kmirror_kafka::fetcher::BufferShare;
     use kmirror_kafka::records::{encode_batch, BatchOptions, Record};

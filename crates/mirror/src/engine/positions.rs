@@ -320,6 +320,9 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offsets::runs::{Exported, Publication};
+    use crate::wire::positions::{runs_key, runs_value, SourcePosition};
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn a_flush_waits_for_a_store_that_began_after_it_and_release_forgets() {

@@ -530,6 +530,7 @@ impl Copier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use feed::reset_to;
 
     #[test]
     fn auto_offset_reset_picks_a_log_bound_or_none() {
