@@ -143,7 +143,11 @@ async fn main() {
     );
     assert_eq!(fetched, produced);
 
-    // --- Java, same broker, same sizes.
+    java_side(&c, total, size);
+}
+
+/// Java's producer-perf-test and consumer-perf-test, same broker, same sizes.
+fn java_side(c: &Cluster, total: usize, size: usize) {
     let out = c
         .tool(
             "producer-perf-test",

@@ -29,7 +29,7 @@ use crate::fetch_session::{
 use crate::settings::IsolationLevel;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use mailbox::{Mailbox, Sent};
 use std::collections::{BTreeMap, HashMap};
@@ -877,6 +877,20 @@ impl BrokerFetcher {
                 });
             }
         }
+        self.deliver(&conn, resp, wanted, &generations, ids).await;
+        Ok(())
+    }
+
+    /// Hands each partition's part of a fetch response to its subscriber, then reroutes or
+    /// drops the partitions that asked for it.
+    async fn deliver(
+        &mut self,
+        conn: &Connection,
+        resp: FetchResponse,
+        wanted: &BTreeMap<SessionPartition, FetchPosition>,
+        generations: &HashMap<SessionPartition, u64>,
+        ids: bool,
+    ) {
         let by_id: HashMap<uuid::Uuid, &SessionPartition> =
             wanted.keys().map(|k| (k.topic_id, k)).collect();
         let mut verdicts: Vec<(SessionPartition, Verdict)> = Vec::new();
@@ -913,7 +927,7 @@ impl BrokerFetcher {
                 let Some(&generation) = generations.get(&key) else {
                     continue; // in the session from before, not asked for this time
                 };
-                let verdict = self.on_partition(&conn, &slot, generation, p, detach).await;
+                let verdict = self.on_partition(conn, &slot, generation, p, detach).await;
                 verdicts.push((key, verdict));
             }
         }
@@ -926,7 +940,6 @@ impl BrokerFetcher {
                 }
             }
         }
-        Ok(())
     }
 
     async fn on_partition(
@@ -944,50 +957,7 @@ impl BrokerFetcher {
         match error {
             None => {}
             Some(ResponseError::OffsetOutOfRange) => {
-                let requested = slot.lock().position;
-                let iso = self.shared.config.isolation;
-                let cluster = &self.shared.cluster;
-                let (log_start, log_end) = match (
-                    cluster
-                        .list_offset(&slot.topic, slot.partition, EARLIEST, iso)
-                        .await,
-                    cluster
-                        .list_offset(&slot.topic, slot.partition, LATEST, iso)
-                        .await,
-                ) {
-                    (Ok(s), Ok(e)) => (s, e),
-                    _ => {
-                        self.back_off(slot);
-                        return Verdict::Keep;
-                    }
-                };
-                // A seek during the lookups wins: pausing its new position would stall the
-                // partition for good (its consumer drops this generation's event).
-                let mut s = slot.lock();
-                let now = tokio::time::Instant::now();
-                let held = s.out_of_range_since.map(|t| now - t);
-                let believed = believe_out_of_range(requested, log_start, log_end, held);
-                if s.generation == generation && !believed {
-                    // Asked again after a back-off, with new metadata.
-                    let stale = (log_start..=log_end).contains(&requested);
-                    s.out_of_range_since = (!stale).then(|| s.out_of_range_since.unwrap_or(now));
-                    drop(s);
-                    self.back_off(slot);
-                    tracing::debug!(topic = %slot.topic, partition = slot.partition, requested, log_start, log_end, "offset out of range; asking again before believing it");
-                    return Verdict::Reroute;
-                }
-                if s.generation == generation {
-                    s.out_of_range = true;
-                    let _ = slot.mailbox.try_send((
-                        generation,
-                        FetchEvent::OutOfRange {
-                            requested,
-                            log_start,
-                            log_end,
-                        },
-                    ));
-                }
-                return Verdict::Keep;
+                return self.out_of_range(slot, generation).await
             }
             Some(
                 ResponseError::NotLeaderOrFollower
@@ -1091,6 +1061,56 @@ impl BrokerFetcher {
             == Sent::Queued
         {
             s.position = last + 1;
+        }
+        Verdict::Keep
+    }
+
+    /// The partition's position is outside the log: asked again after a back-off with new
+    /// metadata before it is believed (a broker that just became leader may answer so), then
+    /// reported to the subscriber with the log's bounds.
+    async fn out_of_range(&self, slot: &Slot, generation: u64) -> Verdict {
+        let requested = slot.lock().position;
+        let iso = self.shared.config.isolation;
+        let cluster = &self.shared.cluster;
+        let (log_start, log_end) = match (
+            cluster
+                .list_offset(&slot.topic, slot.partition, EARLIEST, iso)
+                .await,
+            cluster
+                .list_offset(&slot.topic, slot.partition, LATEST, iso)
+                .await,
+        ) {
+            (Ok(s), Ok(e)) => (s, e),
+            _ => {
+                self.back_off(slot);
+                return Verdict::Keep;
+            }
+        };
+        // A seek during the lookups wins: pausing its new position would stall the
+        // partition for good (its consumer drops this generation's event).
+        let mut s = slot.lock();
+        let now = tokio::time::Instant::now();
+        let held = s.out_of_range_since.map(|t| now - t);
+        let believed = believe_out_of_range(requested, log_start, log_end, held);
+        if s.generation == generation && !believed {
+            // Asked again after a back-off, with new metadata.
+            let stale = (log_start..=log_end).contains(&requested);
+            s.out_of_range_since = (!stale).then(|| s.out_of_range_since.unwrap_or(now));
+            drop(s);
+            self.back_off(slot);
+            tracing::debug!(topic = %slot.topic, partition = slot.partition, requested, log_start, log_end, "offset out of range; asking again before believing it");
+            return Verdict::Reroute;
+        }
+        if s.generation == generation {
+            s.out_of_range = true;
+            let _ = slot.mailbox.try_send((
+                generation,
+                FetchEvent::OutOfRange {
+                    requested,
+                    log_start,
+                    log_end,
+                },
+            ));
         }
         Verdict::Keep
     }

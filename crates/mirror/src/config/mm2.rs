@@ -26,52 +26,7 @@ pub fn load(
     // Providers are declared at top level and resolve every other value.
     let all = super::front::read(props, None, env, &mut diags).settings;
 
-    // clusters
-    let aliases: Vec<ClusterAlias> = match all.get("clusters") {
-        None => {
-            diags.error(
-                None,
-                None,
-                format!(
-                    "{}: 'clusters' is not set: list the cluster aliases, e.g. clusters = A, B",
-                    props.source
-                ),
-            );
-            Vec::new()
-        }
-        Some(s) => {
-            let list = split_list(&s.value);
-            let mut seen = BTreeSet::new();
-            let mut out = Vec::new();
-            for a in list {
-                if a.is_empty() || a.contains("->") || a.chars().any(char::is_whitespace) {
-                    diags.error(
-                        Some(&s.origin),
-                        Some(&s.value),
-                        format!(
-                            "'{a}' is not a valid cluster alias (no spaces, no '->', not empty)"
-                        ),
-                    );
-                } else if !seen.insert(a.clone()) {
-                    diags.error(
-                        Some(&s.origin),
-                        Some(&s.value),
-                        format!("cluster alias '{a}' is listed twice"),
-                    );
-                } else {
-                    out.push(ClusterAlias::new(a));
-                }
-            }
-            if out.is_empty() && !diags.has_errors() {
-                diags.error(
-                    Some(&s.origin),
-                    Some(&s.value),
-                    "no cluster aliases: expected e.g. clusters = A, B",
-                );
-            }
-            out
-        }
-    };
+    let aliases = cluster_aliases(&all, &props.source, &mut diags);
 
     for s in served {
         if !aliases.iter().any(|a| a.as_str() == s) {
@@ -166,6 +121,77 @@ pub fn load(
         }
     }
 
+    refuse_identity_both_ways(&flows, &all, &mut diags);
+    flow::warn_identity_rings(&flows, &mut diags);
+    flow::refuse_loops(&flows, &mut diags);
+    flow::warn_identity_fan_in(&flows, &mut diags);
+    if diags.has_errors() {
+        return Err(ConfigError(diags));
+    }
+    Ok(MirrorConfig {
+        source: Source::Mm2 {
+            file: props.source.clone(),
+        },
+        clusters,
+        flows,
+        served_targets: (!served.is_empty())
+            .then(|| served.iter().map(ClusterAlias::new).collect()),
+        ignored,
+        diagnostics: diags,
+    })
+}
+
+/// The `clusters` list: each alias valid and listed once.
+fn cluster_aliases(all: &SettingMap, file: &str, diags: &mut Diagnostics) -> Vec<ClusterAlias> {
+    match all.get("clusters") {
+        None => {
+            diags.error(
+                None,
+                None,
+                format!(
+                    "{}: 'clusters' is not set: list the cluster aliases, e.g. clusters = A, B",
+                    file
+                ),
+            );
+            Vec::new()
+        }
+        Some(s) => {
+            let list = split_list(&s.value);
+            let mut seen = BTreeSet::new();
+            let mut out = Vec::new();
+            for a in list {
+                if a.is_empty() || a.contains("->") || a.chars().any(char::is_whitespace) {
+                    diags.error(
+                        Some(&s.origin),
+                        Some(&s.value),
+                        format!(
+                            "'{a}' is not a valid cluster alias (no spaces, no '->', not empty)"
+                        ),
+                    );
+                } else if !seen.insert(a.clone()) {
+                    diags.error(
+                        Some(&s.origin),
+                        Some(&s.value),
+                        format!("cluster alias '{a}' is listed twice"),
+                    );
+                } else {
+                    out.push(ClusterAlias::new(a));
+                }
+            }
+            if out.is_empty() && !diags.has_errors() {
+                diags.error(
+                    Some(&s.origin),
+                    Some(&s.value),
+                    "no cluster aliases: expected e.g. clusters = A, B",
+                );
+            }
+            out
+        }
+    }
+}
+
+/// Identity names both ways without loop prevention on both flows: refused.
+fn refuse_identity_both_ways(flows: &[FlowConfig], all: &SettingMap, diags: &mut Diagnostics) {
     // Identity naming in both directions copies every record back and forth forever
     // (mm2-compatibility §4: the identity policy has no cycle detection), unless both flows leave out
     // what kmirror copied (docs/topologies.md, "Identity names both ways").
@@ -188,23 +214,6 @@ pub fn load(
             );
         }
     }
-    flow::warn_identity_rings(&flows, &mut diags);
-    flow::refuse_loops(&flows, &mut diags);
-    flow::warn_identity_fan_in(&flows, &mut diags);
-    if diags.has_errors() {
-        return Err(ConfigError(diags));
-    }
-    Ok(MirrorConfig {
-        source: Source::Mm2 {
-            file: props.source.clone(),
-        },
-        clusters,
-        flows,
-        served_targets: (!served.is_empty())
-            .then(|| served.iter().map(ClusterAlias::new).collect()),
-        ignored,
-        diagnostics: diags,
-    })
 }
 
 fn join(aliases: &[ClusterAlias]) -> String {

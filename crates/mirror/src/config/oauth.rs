@@ -56,34 +56,18 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
                     format!("the unsecured OAUTHBEARER login needs unsecuredLoginStringClaim_{principal_claim}=\"<principal>\" in the JAAS line (or set sasl.login.callback.handler.class to {} and sasl.oauthbearer.token.endpoint.url for OIDC)", HANDLERS[0]),
                 );
             };
-            let lifetime_secs =
-                match option("unsecuredLoginLifetimeSeconds") {
-                    None => 3600,
-                    Some(v) => match v.trim().parse::<u64>() {
-                        Ok(s) if s > 0 => s,
-                        _ => return bad_jaas(
-                            r,
-                            "unsecuredLoginLifetimeSeconds must be a positive number of seconds"
-                                .into(),
-                        ),
-                    },
-                };
+            let Some(lifetime_secs) = positive_seconds(option("unsecuredLoginLifetimeSeconds"))
+            else {
+                return bad_jaas(
+                    r,
+                    "unsecuredLoginLifetimeSeconds must be a positive number of seconds".into(),
+                );
+            };
             let scope_claim =
                 option("unsecuredLoginScopeClaimName").unwrap_or_else(|| "scope".into());
             // Kafka's list claims start with their separator: `,a,b`.
             let scope = option(&format!("unsecuredLoginListClaim_{scope_claim}"))
-                .map(|v| {
-                    let mut chars = v.chars();
-                    match chars.next() {
-                        Some(sep) => chars
-                            .as_str()
-                            .split(sep)
-                            .filter(|s| !s.is_empty())
-                            .map(String::from)
-                            .collect(),
-                        None => vec![],
-                    }
-                })
+                .map(|v| list_claim(&v))
                 .unwrap_or_default();
             let extensions = prefixed(&options, "unsecuredLoginExtension_");
             (
@@ -163,18 +147,11 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             return None;
         }
     };
-    for (k, v) in &extensions {
-        // RFC 7628 §3.1: key ALPHA+, value printable; `auth` is the token's own key.
-        let key_ok = !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphabetic()) && k != "auth";
-        let value_ok = !v.is_empty()
-            && v.bytes()
-                .all(|b| (0x21..=0x7e).contains(&b) || b" \t\r\n".contains(&b));
-        if !key_ok || !value_ok {
-            return bad_jaas(
-                r,
-                format!("SASL extension '{k}': names are letters only (not 'auth') and values printable ASCII"),
-            );
-        }
+    if let Some(k) = bad_extension(&extensions) {
+        return bad_jaas(
+            r,
+            format!("SASL extension '{k}': names are letters only (not 'auth') and values printable ASCII"),
+        );
     }
     Some(SaslCredentials {
         mechanism: SaslMechanism::OAuthBearer,
@@ -189,6 +166,43 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             cache: Default::default(),
         }),
     })
+}
+
+/// `unsecuredLoginLifetimeSeconds`: an hour when absent, None when not a positive number.
+fn positive_seconds(v: Option<String>) -> Option<u64> {
+    match v {
+        None => Some(3600),
+        Some(v) => v.trim().parse::<u64>().ok().filter(|s| *s > 0),
+    }
+}
+
+/// A Kafka list claim's items: the value starts with its separator (`,a,b`).
+fn list_claim(v: &str) -> Vec<String> {
+    let mut chars = v.chars();
+    match chars.next() {
+        Some(sep) => chars
+            .as_str()
+            .split(sep)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        None => vec![],
+    }
+}
+
+/// The first SASL extension RFC 7628 §3.1 refuses (key ALPHA+, value printable; `auth` is the
+/// token's own key).
+fn bad_extension(extensions: &[(String, String)]) -> Option<&str> {
+    extensions
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .find_map(|(k, v)| {
+            let key_ok = !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphabetic()) && k != "auth";
+            let value_ok = !v.is_empty()
+                && v.bytes()
+                    .all(|b| (0x21..=0x7e).contains(&b) || b" \t\r\n".contains(&b));
+            (!key_ok || !value_ok).then_some(k)
+        })
 }
 
 fn prefixed(options: &[(String, String)], prefix: &str) -> Vec<(String, String)> {

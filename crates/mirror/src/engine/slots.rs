@@ -397,20 +397,8 @@ impl Slot {
         }
         loop {
             self.report_hanging(&c);
-            // Wait until the open transaction is due.
-            loop {
-                let wait = match gate.due(c.interval, c.max_bytes) {
-                    Ok(()) => break,
-                    Err(wait) => wait,
-                };
-                if stop.is_triggered() && !gate.is_open() {
-                    return Ok(());
-                }
-                tokio::select! {
-                    _ = gate.wake.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.wait(), if !stop.is_triggered() => {}
-                }
+            if !self.until_due(&c, &stop).await {
+                return Ok(());
             }
             let closed_at = Instant::now();
             let txn = gate.close();
@@ -506,33 +494,59 @@ impl Slot {
                     tracing::warn!(flow = %c.flow, slot = self.index, reason = reason.label(), "transaction aborted; the slot's partitions go back to their last committed positions");
                     // A new epoch aborts the open transaction (whatever its lanes still send
                     // is refused), and sequences start over with new lanes.
-                    if let Some(t) = self.producer.transaction() {
-                        let mut attempt = 0;
-                        loop {
-                            // Asked before every attempt: a membership that lapsed while
-                            // retrying (a network partition that heals late) must not fence
-                            // the slot's next holder.
-                            if let Some(lease) = &c.lease {
-                                if !lease.hold_writes(&stop).await {
-                                    self.give_up(&c, txn, false).await;
-                                    return Ok(());
-                                }
-                            }
-                            match t.reinit().await {
-                                Ok(_) => break,
-                                Err(e) => {
-                                    tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "re-initialising the transactional id failed; retrying");
-                                    if stop.retry_after(&mut attempt).await {
-                                        // Given up or stopping: not a failure of the flow.
-                                        self.give_up(&c, txn, false).await;
-                                        return Ok(());
-                                    }
-                                }
-                            }
-                        }
+                    if !self.new_epoch(&c, &stop).await {
+                        // Given up or stopping: not a failure of the flow.
+                        self.give_up(&c, txn, false).await;
+                        return Ok(());
                     }
                     positions_lanes.clear();
                     gate.end(txn, Outcome::Aborted, true);
+                }
+            }
+        }
+    }
+
+    /// Waits until the open transaction is due; false when stopping with nothing open.
+    async fn until_due(&self, c: &Committer, stop: &Shutdown) -> bool {
+        let gate = &self.gate;
+        loop {
+            let wait = match gate.due(c.interval, c.max_bytes) {
+                Ok(()) => return true,
+                Err(wait) => wait,
+            };
+            if stop.is_triggered() && !gate.is_open() {
+                return false;
+            }
+            tokio::select! {
+                _ = gate.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait(), if !stop.is_triggered() => {}
+            }
+        }
+    }
+
+    /// Takes a new producer epoch after an abort, retrying; false when the slot must be given
+    /// up instead (stopping, or the membership lapsed).
+    async fn new_epoch(&self, c: &Committer, stop: &Shutdown) -> bool {
+        let Some(t) = self.producer.transaction() else {
+            return true;
+        };
+        let mut attempt = 0;
+        loop {
+            // Asked before every attempt: a membership that lapsed while retrying (a network
+            // partition that heals late) must not fence the slot's next holder.
+            if let Some(lease) = &c.lease {
+                if !lease.hold_writes(stop).await {
+                    return false;
+                }
+            }
+            match t.reinit().await {
+                Ok(_) => return true,
+                Err(e) => {
+                    tracing::warn!(flow = %c.flow, slot = self.index, error = %e, "re-initialising the transactional id failed; retrying");
+                    if stop.retry_after(&mut attempt).await {
+                        return false;
+                    }
                 }
             }
         }

@@ -230,42 +230,7 @@ fn step(
             };
             (kind, &["header", "value.literal"][..], desc)
         }
-        "RegexRouter" => {
-            let regex = required(
-                map,
-                diags,
-                &format!("{prefix}regex"),
-                &ty.origin,
-                "a Java regex matched against the whole topic name",
-            );
-            let replacement = required(
-                map,
-                diags,
-                &format!("{prefix}replacement"),
-                &ty.origin,
-                "the new topic name, with $1... for groups",
-            );
-            let desc = format!(
-                "RegexRouter: {} -> {}",
-                regex.map_or("", |s| s.value.trim()),
-                replacement.map_or("", |s| s.value.trim())
-            );
-            let compiled = regex.and_then(|s| text_regex(s, diags));
-            let kind = match (compiled, replacement) {
-                (Some(re), Some(rep)) => match Replacement::parse(rep.value.trim(), &re) {
-                    Ok(r) => Some(Kind::RegexRouter {
-                        regex: re,
-                        replacement: r,
-                    }),
-                    Err(e) => {
-                        diags.error(Some(&rep.origin), Some(&rep.value), e);
-                        None
-                    }
-                },
-                _ => None,
-            };
-            (kind, &["regex", "replacement"][..], desc)
-        }
+        "RegexRouter" => regex_router(map, diags, prefix, ty),
         _ => {
             diags.error(
                 Some(&ty.origin),
@@ -321,6 +286,49 @@ fn step(
         kind,
         condition,
     })
+}
+
+/// A `RegexRouter` step: the topic renamed by a Java regex and its replacement.
+fn regex_router(
+    map: &SettingMap,
+    diags: &mut Diagnostics,
+    prefix: &str,
+    ty: &Setting,
+) -> (Option<Kind>, &'static [&'static str], String) {
+    let regex = required(
+        map,
+        diags,
+        &format!("{prefix}regex"),
+        &ty.origin,
+        "a Java regex matched against the whole topic name",
+    );
+    let replacement = required(
+        map,
+        diags,
+        &format!("{prefix}replacement"),
+        &ty.origin,
+        "the new topic name, with $1... for groups",
+    );
+    let desc = format!(
+        "RegexRouter: {} -> {}",
+        regex.map_or("", |s| s.value.trim()),
+        replacement.map_or("", |s| s.value.trim())
+    );
+    let compiled = regex.and_then(|s| text_regex(s, diags));
+    let kind = match (compiled, replacement) {
+        (Some(re), Some(rep)) => match Replacement::parse(rep.value.trim(), &re) {
+            Ok(r) => Some(Kind::RegexRouter {
+                regex: re,
+                replacement: r,
+            }),
+            Err(e) => {
+                diags.error(Some(&rep.origin), Some(&rep.value), e);
+                None
+            }
+        },
+        _ => None,
+    };
+    (kind, &["regex", "replacement"][..], desc)
 }
 
 fn predicate(map: &SettingMap, diags: &mut Diagnostics, alias: &str) -> Option<Predicate> {
