@@ -55,6 +55,9 @@
 #                                  exactly-once, before/after
 #        TOOLS="kmirror-eos mm2-eos" bench/mirror-bench.sh   both exactly-once (tasks.max = cores:
 #                                  MM2's tasks, kmirror's slots)
+#        TOOLS="kmirror kmirror-legacy" bench/mirror-bench.sh   MM1 mode (`kmirror legacy`, Java's
+#                                  partitioner, --num.streams = cores, producer tuned as the
+#                                  others) next to MM2 mode; it writes the source topic names
 #        LATENCY_ONLY=1 [TOOLS="kmirror mm2"] bench/mirror-bench.sh   only the latency runs
 #        LATENCY_ONLY=1 LAT_READ_COMMITTED=1 TOOLS="kmirror kmirror-eos mm2-eos" bench/mirror-bench.sh
 #                                  latency as a read_committed consumer sees it (the *-eos tools always are)
@@ -196,6 +199,24 @@ EOF
   [[ -n "${4:-}" ]] && echo "$4"
   return 0
 }
+# legacy_config TARGET_PORT TOPICS NAME FILE: MM1's two client files (the same tuning as the
+# MM2 configuration's) and its topic regex, for the kmirror-legacy tool.
+legacy_config() {
+  cat >"$4" <<EOF
+bootstrap.servers = 127.0.0.1:$PS
+group.id = bench-$3
+auto.offset.reset = earliest
+fetch.max.bytes = 52428800
+max.partition.fetch.bytes = 10485760
+max.poll.records = 5000
+EOF
+  cat >"$4.producer" <<EOF
+bootstrap.servers = 127.0.0.1:$1
+batch.size = 262144
+linger.ms = 20
+EOF
+  echo "$2" | sed 's/, /|/g' >"$4.include"
+}
 # kmirror serves its metrics endpoint as users run it (the default is on; port 0 picks a free
 # one), so the figures include the cost of its metrics; KMIRROR_METRICS=off measures without.
 KMIRROR_METRICS="${KMIRROR_METRICS:-127.0.0.1:0}"
@@ -212,6 +233,11 @@ start_tool() {  # start_tool TOOL CONFIG NAME -> sets KPID
     kmirror-before | kmirror-eos-before)  # another build of kmirror, for before/after figures in one run
       "${KMIRROR_BEFORE_BIN:?set KMIRROR_BEFORE_BIN for the kmirror-before tool}" run "$2" --metrics-address "$KMIRROR_METRICS" \
         --log-level "${KMIRROR_LOG_LEVEL:-warn}" >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
+      KPID=$! ;;
+    kmirror-legacy)  # MM1 mode: CONFIG is the consumer file, CONFIG.producer and CONFIG.include beside it
+      $K legacy --consumer.config "$2" --producer.config "$2.producer" --include "$(cat "$2.include")" \
+        --num.streams "$(nproc)" --metrics-address "$KMIRROR_METRICS" --log-level "${KMIRROR_LOG_LEVEL:-warn}" \
+        >"$KAFKA_HARNESS_RUN/$3.log" 2>&1 &
       KPID=$! ;;
     mm2 | mm2-eos)
       bash $H mm2 -d "$3" "$2" >/dev/null
@@ -254,21 +280,24 @@ listeners = http://127.0.0.1:$(pick 18100 18190)"
   [[ $tool == kmirror* && -n ${KMIRROR_EXTRA:-} ]] && extra="$extra
 $KMIRROR_EXTRA"
   name="$tool-$case-$round"
+  # The remote topics' names: MM2 mode's "A." prefix, MM1 mode's source names.
+  local remote
+  if [[ $tool == kmirror-legacy ]]; then remote="${topics//, /,}"; else remote="$(echo "A.$topics" | sed 's/, /,A./g')"; fi
   port=$(pick 19792 19890)
   bash $H start "dst-$name" "$port" >/dev/null
   # The remote topics exist, every partition led, before the tool starts (PRECREATE=0: the
   # tool creates them): a broker creates partition logs one by one, about 40 a second here, so
   # on the many-partition case creation, not copying, would bound the copy phase of both tools.
   if [[ ${PRECREATE:-1} == 1 ]]; then
-    java -cp "$CP" Load --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
+    java -cp "$CP" Load --bootstrap "127.0.0.1:$port" --topics "$remote" \
       --records 0 --size 1 --create-partitions "$parts" >/dev/null
   fi
   cfg="$KAFKA_HARNESS_RUN/$name.properties"
-  config "$port" "$topics" tuned "$extra" >"$cfg"
+  if [[ $tool == kmirror-legacy ]]; then legacy_config "$port" "$topics" "$name" "$cfg"; else config "$port" "$topics" tuned "$extra" >"$cfg"; fi
   out="$KAFKA_HARNESS_RUN/$name.wait"
   local wait_mode=()
   [[ $tool == *-eos || $tool == *-eos-x2 || $tool == *-eos-before ]] && wait_mode=(--positions-topic mm2-offsets.A.internal --source-topics "${topics//, /,}")
-  java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$(echo "A.$topics" | sed 's/, /,A./g')" \
+  java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$port" --topics "$remote" \
     --records "$records" --timeout-seconds "${BACKLOG_TIMEOUT:-300}" "${wait_mode[@]}" >"$out" 2>"$out.err" &
   local wpid=$!
   sleep 1

@@ -8,6 +8,8 @@
 //! - the planners, one per mode: [`batches`] (the same partition of the remote topic: as
 //!   fetched, merged, or record mode) and [`route`] (MM1's decode, Java's partitioner,
 //!   re-encode);
+//! - the send gate: [`lease`], the write lease of a process that shares its work through a
+//!   group;
 //! - the batch filters: what a reader at an isolation level sees
 //!   (`kmirror_kafka::cluster::PartitionFetch::visible`) and [`origins`], the loop guard's
 //!   verdicts.
@@ -16,6 +18,7 @@
 //! MM1 group's offsets) and stays with the shells.
 
 pub mod batches;
+pub mod lease;
 pub mod origins;
 pub mod progress;
 pub mod route;

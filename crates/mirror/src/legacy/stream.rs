@@ -23,6 +23,7 @@ use super::ledger::{Key, Ledger};
 use super::targets::Targets;
 use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
+use crate::copy::lease::Lease;
 use crate::copy::route::{encode, route};
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
@@ -41,9 +42,12 @@ use kmirror_kafka::records::{decode_batch_within, Record};
 use kmirror_kafka::{AutoOffsetReset, IsolationLevel};
 use membership::membership;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
+
+/// How often a stream whose lease lapsed looks again.
+const LEASE_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Matching source topics and their partition counts, as discovery last saw them.
 pub(super) type TopicSet = Arc<BTreeMap<String, i32>>;
@@ -104,8 +108,14 @@ enum Control {
 /// Runs one stream until shutdown (or a failure that stops the process).
 pub(super) async fn run(shared: Arc<Shared>, index: u32) -> Result<(), LegacyError> {
     let (tx, rx) = mpsc::channel(2);
-    let copier = tokio::spawn(Copier::new(shared.clone(), index).run(rx));
-    let membership = membership(&shared, index, tx).await;
+    // The stream's write lease (copy/lease.rs): its membership renews it, its copy task sends
+    // only while it holds.
+    let lease = Arc::new(Mutex::new(Lease::new(
+        shared.cfg.session_timeout,
+        shared.cfg.rebalance_timeout,
+    )));
+    let copier = tokio::spawn(Copier::new(shared.clone(), index, lease.clone()).run(rx));
+    let membership = membership(&shared, index, tx, &lease).await;
     shared.record_share(index, &[]);
     let copied = copier
         .await
@@ -147,10 +157,12 @@ struct Copier {
     /// A send or flush was cancelled by the stop: the lanes' bookkeeping may be partial, so
     /// nothing is flushed any more (what was acknowledged and recorded is still committed).
     cancelled: bool,
+    /// The send gate: fetched data is taken only while the stream's membership holds it.
+    lease: Arc<Mutex<Lease>>,
 }
 
 impl Copier {
-    fn new(sh: Arc<Shared>, index: u32) -> Copier {
+    fn new(sh: Arc<Shared>, index: u32, lease: Arc<Mutex<Lease>>) -> Copier {
         let codec = Codec::from(sh.cfg.producer_tuning.compression);
         Copier {
             sh,
@@ -164,6 +176,7 @@ impl Copier {
             codec,
             stopping: false,
             cancelled: false,
+            lease,
         }
     }
 
@@ -218,7 +231,10 @@ impl Copier {
                             }
                         }
                     }
-                    Some((i, event)) = events.recv(), if !self.stopping => {
+                    // Woken from a pause past its session, the stream takes nothing fetched
+                    // until a heartbeat says whether its partitions are still its own.
+                    _ = tokio::time::sleep(LEASE_RECHECK), if !self.stopping && !self.may_send() => {}
+                    Some((i, event)) = events.recv(), if !self.stopping && self.may_send() => {
                         let stop = self.sh.shutdown.clone();
                         tokio::select! {
                             biased;
@@ -366,6 +382,14 @@ impl Copier {
                 }
             }
         }
+    }
+
+    /// The stream's lease holds (copy/lease.rs).
+    fn may_send(&self) -> bool {
+        self.lease
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .may_write(std::time::Instant::now())
     }
 
     fn emitter(&self) -> Emitter<'_> {

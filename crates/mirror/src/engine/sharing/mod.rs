@@ -15,6 +15,7 @@
 pub mod assign;
 
 use super::Shutdown;
+use crate::copy::lease::Lease;
 use assign::{Assignment, Key, Member, MemberMetadata, PROTOCOL};
 use bytes::Bytes;
 use kmirror_kafka::group::{Assignor, GroupConfig};
@@ -36,8 +37,6 @@ pub(crate) struct Shared {
     /// The group protocol offered: partitions (`PROTOCOL`) or exactly-once slots.
     protocol: &'static str,
     host: String,
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
     inner: Mutex<Inner>,
     /// The leader asks for a rebalance when the flow's partitions change.
     rebalance: Notify,
@@ -46,7 +45,7 @@ pub(crate) struct Shared {
     rejoin: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// The partitions this process serves (sent with JoinGroup).
     owned: BTreeSet<Key>,
@@ -58,12 +57,8 @@ struct Inner {
     members: usize,
     /// Partitions in the group view of the last assignment (every member's share), if any.
     assigned_total: Option<usize>,
-    /// When the last heartbeat (or join) the coordinator answered was sent: the coordinator
-    /// counts this member alive for a session timeout from its arrival.
-    last_ok: Option<Instant>,
-    /// When the (re)join under way began: the coordinator waits for it up to the rebalance
-    /// timeout, keeping this member's partitions meanwhile.
-    joining_since: Option<Instant>,
+    /// The write lease: renewed by answered heartbeats and joins, held through a rejoin.
+    lease: Lease,
 }
 
 impl Shared {
@@ -80,9 +75,14 @@ impl Shared {
             settings,
             protocol: PROTOCOL,
             host: format!("{host}:{}", std::process::id()),
-            session_timeout,
-            rebalance_timeout,
-            inner: Mutex::default(),
+            inner: Mutex::new(Inner {
+                owned: BTreeSet::new(),
+                eligible: BTreeSet::new(),
+                leader: false,
+                members: 0,
+                assigned_total: None,
+                lease: Lease::new(session_timeout, rebalance_timeout),
+            }),
             rebalance: Notify::new(),
             rejoin: Notify::new(),
         }
@@ -118,23 +118,12 @@ impl Shared {
     /// holds its writes until a heartbeat tells it whether it is still a member, instead of
     /// writing a burst of what the partitions' new owner already copied.
     pub(crate) fn may_write(&self) -> bool {
-        let m = self.lock();
-        let now = Instant::now();
-        m.joining_since
-            .is_some_and(|t| now.duration_since(t) < self.rebalance_timeout)
-            || m.last_ok
-                .is_some_and(|t| now.duration_since(t) < self.session_timeout)
+        self.lock().lease.may_write(Instant::now())
     }
 
-    /// Whether the coordinator still counts this member alive as far as it can tell (a
-    /// heartbeat answered within the session timeout): only then does it claim its partitions
-    /// when it rejoins. A member that slept past its session rejoins claiming nothing (as a
-    /// consumer whose partitions were lost, KIP-429), so the leader cannot give it partitions
-    /// another member took over meanwhile.
+    /// Whether a rejoin may claim the partitions this process had (copy/lease.rs).
     fn claims_valid(&self) -> bool {
-        self.lock()
-            .last_ok
-            .is_some_and(|t| t.elapsed() < self.session_timeout)
+        self.lock().lease.claims_valid(Instant::now())
     }
 
     /// Waits until writes are allowed; false if `stop` comes first.
@@ -148,20 +137,17 @@ impl Shared {
     }
 
     fn renewed(&self, sent: Instant) {
-        let mut m = self.lock();
-        m.last_ok = Some(m.last_ok.map_or(sent, |t| t.max(sent)));
+        self.lock().lease.renewed(sent);
     }
 
     /// This process is no longer a member for sure (another took its instance id): writes
     /// stop at once rather than at the end of the lease.
     fn expire(&self) {
-        let mut m = self.lock();
-        m.last_ok = None;
-        m.joining_since = None;
+        self.lock().lease.expire();
     }
 
     fn joining(&self, since: Option<Instant>) {
-        self.lock().joining_since = since;
+        self.lock().lease.joining(since);
     }
 
     /// The partitions of these topics among the flow's partitions recorded last.

@@ -4,12 +4,14 @@
 //! generation it still holds (a Java consumer's revocation).
 
 use super::{Assigned, Control, Shared, TopicSet};
+use crate::copy::lease::Lease;
 use crate::legacy::ledger::Key;
 use crate::legacy::LegacyError;
 use kmirror_kafka::group::consumer_protocol::{parse_assignment, RangeAssignor};
 use kmirror_kafka::group::{GroupConfig, GroupMember};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 pub(super) fn assignor(shared: &Shared, topics: &TopicSet) -> Arc<RangeAssignor> {
@@ -33,7 +35,14 @@ pub(super) async fn membership(
     shared: &Shared,
     index: u32,
     tx: mpsc::Sender<Control>,
+    lease: &Mutex<Lease>,
 ) -> Result<(), LegacyError> {
+    let renewed = |sent: Instant| {
+        lease
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .renewed(sent)
+    };
     let cfg = &shared.cfg;
     let group = || cfg.group_id.clone();
     let mut topics_rx = shared.topics.clone();
@@ -47,6 +56,7 @@ pub(super) async fn membership(
     };
     let mut attempt = 0u32;
     let mut member = loop {
+        let sent = Instant::now();
         match GroupMember::join(
             shared.source.clone(),
             config.clone(),
@@ -54,7 +64,10 @@ pub(super) async fn membership(
         )
         .await
         {
-            Ok(m) => break m,
+            Ok(m) => {
+                renewed(sent);
+                break m;
+            }
             Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                 tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "joining the group failed; retrying");
                 if shared.shutdown.retry_after(&mut attempt).await {
@@ -103,13 +116,14 @@ pub(super) async fn membership(
                         break;
                     }
                 }
-                _ = tokio::time::sleep(cfg.heartbeat_interval) => match member.heartbeat().await {
-                    Ok(false) => {}
-                    Ok(true) => {
+                _ = tokio::time::sleep(cfg.heartbeat_interval) => match (Instant::now(), member.heartbeat().await) {
+                    (sent, Ok(false)) => renewed(sent),
+                    (sent, Ok(true)) => {
+                        renewed(sent);
                         tracing::info!(stream = index, group = %cfg.group_id, "group rebalancing");
                         break;
                     }
-                    Err(e) => {
+                    (_, Err(e)) => {
                         tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "heartbeat failed; rejoining");
                         break;
                     }
@@ -126,8 +140,12 @@ pub(super) async fn membership(
         member.set_assignor(assignor(shared, &subscribed));
         let mut attempt = 0u32;
         loop {
+            let sent = Instant::now();
             match member.rejoin().await {
-                Ok(()) => break,
+                Ok(()) => {
+                    renewed(sent);
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(stream = index, group = %cfg.group_id, error = %e, "rejoining the group failed; retrying");
                     if shared.shutdown.retry_after(&mut attempt).await {
