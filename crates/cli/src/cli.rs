@@ -207,6 +207,12 @@ pub(crate) struct LegacyCmd {
     /// true); false relies on the target's auto.create.topics.enable, as MM1 did.
     #[arg(long = "create.topics", value_name = "true|false")]
     pub(crate) create_topics: Option<String>,
+    /// Leave out what kmirror copied into the source from the target, so two processes can
+    /// copy both ways under the same topic names (kmirror's own, as
+    /// kmirror.loop.prevention.enabled in MM2 mode; default false). Registers the producer ids
+    /// this process writes with in the target's kmirror-producers.internal.
+    #[arg(long = "loop.prevention", value_name = "true|false")]
+    pub(crate) loop_prevention: Option<String>,
     /// Cap the bytes fetched per second by the whole process (kmirror's own, as
     /// kmirror.rate.limit.bytes.per.second in MM2 mode); 0 or absent: no limit.
     #[arg(long = "rate.limit.bytes.per.second", value_name = "BYTES")]

@@ -514,6 +514,7 @@ fn legacy_cmd(cmd: LegacyCmd) -> anyhow::Result<ExitCode> {
         rebalance_listener: cmd.consumer_rebalance_listener,
         rebalance_listener_args: cmd.rebalance_listener_args,
         create_topics: cmd.create_topics,
+        loop_prevention: cmd.loop_prevention,
         rate_limit: cmd.rate_limit,
         transforms: cmd
             .transforms

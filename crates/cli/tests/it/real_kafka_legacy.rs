@@ -10,9 +10,11 @@
 //! - `--abort.on.send.failure`: true stops the process on a refused record without committing
 //!   past it; false logs, counts and skips it, and copies the records after it.
 //! - `--rate.limit.bytes.per.second` and a 1 MiB `buffer.memory` bound the copy; SIGTERM with
-//!   the target down exits within the request timeout, and a restart copies what was left.
+//!   the target down exits within the request timeout, and a restart copies what was left;
+//! - `--loop.prevention`: two processes copying both ways under the same names leave out each
+//!   other's copies.
 //!
-//! Why one file of this size: MM1 mode's four real-cluster tests share the Java-tool and
+//! Why one file of this size: MM1 mode's real-cluster tests share the Java-tool and
 //! config-file helpers at the top, and two of them the process's shared pair of clusters.
 
 use kmirror_kafka::cluster::KafkaCluster;
@@ -746,4 +748,91 @@ async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_tar
     })
     .await;
     drop(p);
+}
+
+/// Two MM1 processes copying both ways under the same topic names: with `--loop.prevention`
+/// each leaves out what the other copied into its source, so every record is on both sides
+/// once and nothing circulates (without it, each record would go back and forth for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_copying_both_ways_under_the_same_names_leave_out_each_others_copies() {
+    let (ca, cb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("mm1-loop-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("mm1-loop-b", Security::Plaintext).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ca.create_topic("both", 3).unwrap();
+    cb.create_topic("both", 3).unwrap();
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file =
+        |c: &Cluster, extra: &str, name: &str| client_file(c, None, extra, &dir.path().join(name));
+    let start = |consumer: &Path, producer: &Path, log: &Path| {
+        legacy(
+            &[
+                "--consumer.config",
+                consumer.to_str().unwrap(),
+                "--producer.config",
+                producer.to_str().unwrap(),
+                "--whitelist",
+                "both",
+                "--offset.commit.interval.ms",
+                "1000",
+                "--loop.prevention",
+                "true",
+                "--metrics-address",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+            ],
+            log,
+        )
+    };
+    let group = "auto.offset.reset=earliest\ngroup.id=";
+    let (log_ab, log_ba) = (dir.path().join("ab.log"), dir.path().join("ba.log"));
+    let _ab = start(
+        &file(&ca, &format!("{group}mm1-ab\n"), "ab-consumer.properties"),
+        &file(&cb, "", "ab-producer.properties"),
+        &log_ab,
+    );
+    let _ba = start(
+        &file(&cb, &format!("{group}mm1-ba\n"), "ba-consumer.properties"),
+        &file(&ca, "", "ba-producer.properties"),
+        &log_ba,
+    );
+    let on_a: Vec<String> = (0..200)
+        .map(|i| format!("a{}:from-a-{i}", i % 17))
+        .collect();
+    let on_b: Vec<String> = (0..100)
+        .map(|i| format!("b{}:from-b-{i}", i % 13))
+        .collect();
+    produce_keyed(&ca, "both", &on_a);
+    produce_keyed(&cb, "both", &on_b);
+    eventually(120, "each side holds both sides' records", || async {
+        total(&a, "both").await >= 300 && total(&b, "both").await >= 300
+    })
+    .await;
+    // Nothing circulates: well after both copies are done, each side still holds 300.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(total(&a, "both").await, 300, "records copied back into A");
+    assert_eq!(total(&b, "both").await, 300, "records copied back into B");
+    let skipped = |log: &Path| {
+        let text = metrics_text(&kmirror_testkit::logged_metrics_address(log));
+        kmirror_mirror::metrics::sum_samples(&text, "kmirror_loop_records_skipped_total", &[])
+    };
+    // Each process left out exactly what the other copied into its source.
+    assert_eq!(
+        skipped(&log_ab),
+        100.0,
+        "A->B leaves out B's records copied into A"
+    );
+    assert_eq!(
+        skipped(&log_ba),
+        200.0,
+        "B->A leaves out A's records copied into B"
+    );
 }

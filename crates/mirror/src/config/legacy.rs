@@ -30,6 +30,8 @@ pub struct LegacyArgs {
     /// `--create.topics`: create missing target topics (default true); false keeps MM1's
     /// reliance on the target's auto-creation.
     pub create_topics: Option<String>,
+    /// `--loop.prevention`: kmirror's own (MM1 had none), as `kmirror.loop.prevention.enabled`.
+    pub loop_prevention: Option<String>,
     /// `--transforms FILE`: built-in transforms in Connect's SMT syntax.
     pub transforms: Option<Properties>,
     /// `--rate.limit.bytes.per.second`: kmirror's own, as `kmirror.rate.limit.bytes.per.second`
@@ -66,6 +68,8 @@ pub struct LegacyConfig {
     #[serde(serialize_with = "ms")]
     pub metadata_refresh: Duration,
     pub create_topics: bool,
+    /// Leave out what kmirror copied into the source from the target (docs/legacy.md).
+    pub loop_prevention: bool,
     /// Fetched bytes per second for the whole process; `None`: no limit.
     pub rate_limit: Option<u64>,
     pub transforms: Chain,
@@ -143,6 +147,7 @@ pub fn load(
         ("offset.commit.interval.ms", &args.offset_commit_interval_ms),
         ("abort.on.send.failure", &args.abort_on_send_failure),
         ("create.topics", &args.create_topics),
+        ("loop.prevention", &args.loop_prevention),
         ("rate.limit.bytes.per.second", &args.rate_limit),
     ] {
         if let Some(v) = v {
@@ -160,6 +165,7 @@ pub fn load(
     let offset_commit_interval = r.millis("offset.commit.interval.ms", 60_000);
     let abort_on_send_failure = r.bool("abort.on.send.failure", true);
     let create_topics = r.bool("create.topics", true);
+    let loop_prevention = r.bool("loop.prevention", false);
     let rate_limit = match r.int("rate.limit.bytes.per.second", 0, 0, i64::MAX) {
         0 => None,
         v => Some(v as u64),
@@ -320,6 +326,7 @@ pub fn load(
             rebalance_timeout,
             metadata_refresh,
             create_topics,
+            loop_prevention,
             rate_limit,
             transforms,
             ignored,

@@ -185,6 +185,16 @@ impl LoopGuard {
     }
 }
 
+/// How registry entries name a copy: its source and target aliases, its flow, and the
+/// replication factor of the registry topic when this process creates it.
+#[derive(Debug)]
+pub(crate) struct Names {
+    pub(crate) source: String,
+    pub(crate) target: String,
+    pub(crate) flow: String,
+    pub(crate) replication_factor: i16,
+}
+
 /// The writing side, on a flow's target cluster: every producer id the cluster hands this
 /// process is recorded before it is used.
 #[derive(Debug)]
@@ -208,13 +218,33 @@ impl Registrar {
         source_cluster_id: Option<String>,
         count: prometheus_client::metrics::counter::Counter,
     ) {
+        Registrar::install_named(
+            target,
+            Names {
+                source: flow.id.source.to_string(),
+                target: flow.id.target.to_string(),
+                flow: flow.id.to_string(),
+                replication_factor: flow.internal.positions_replication_factor,
+            },
+            source_cluster_id,
+            count,
+        );
+    }
+
+    /// As [`Registrar::install`], for a copy without MM2's flow (MM1 mode).
+    pub(crate) fn install_named(
+        target: &Arc<KafkaCluster>,
+        names: Names,
+        source_cluster_id: Option<String>,
+        count: prometheus_client::metrics::counter::Counter,
+    ) {
         target.set_producer_id_hook(Arc::new(Registrar {
             cluster: Arc::downgrade(target),
-            source: flow.id.source.to_string(),
+            source: names.source,
             source_cluster_id,
-            target: flow.id.target.to_string(),
-            flow: flow.id.to_string(),
-            replication_factor: flow.internal.positions_replication_factor,
+            target: names.target,
+            flow: names.flow,
+            replication_factor: names.replication_factor,
             registered: Mutex::default(),
             created: Default::default(),
             count,

@@ -29,7 +29,7 @@ mod fresh_reads;
 mod heartbeats;
 mod interruptions;
 mod log_reader;
-mod loop_guard;
+pub(crate) mod loop_guard;
 mod offset_syncs;
 mod orphans;
 mod partition;

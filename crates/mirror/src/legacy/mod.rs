@@ -19,6 +19,7 @@ mod stream;
 mod targets;
 
 use crate::config::legacy::LegacyConfig;
+use crate::engine::loop_guard::{LoopGuard, Names, Registrar};
 use crate::engine::{Helpers, Shutdown};
 use crate::events::{ClusterUnreachable, Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
@@ -83,6 +84,39 @@ pub fn labels() -> FlowLabels {
         source: "source".into(),
         target: "target".into(),
     }
+}
+
+/// Loop prevention without MM2's aliases: the clusters are named by their ids (every
+/// supported broker has one), so registry entries match whatever process wrote them. The
+/// producer ids this process gets from the target are registered there before it writes with
+/// them; what kmirror copied into the source from the target is left out of the copy.
+fn loop_guard(
+    source: &Arc<KafkaCluster>,
+    target: &Arc<KafkaCluster>,
+    metrics: &Metrics,
+    labels: &FlowLabels,
+) -> Arc<LoopGuard> {
+    let (source_id, target_id) = (
+        source.metadata().cluster_id.clone(),
+        target.metadata().cluster_id.clone(),
+    );
+    let name = |id: &Option<String>, side: &str| id.clone().unwrap_or_else(|| side.to_string());
+    let names = Names {
+        source: name(&source_id, "source"),
+        target: name(&target_id, "target"),
+        flow: FLOW.to_string(),
+        replication_factor: -1,
+    };
+    let registered = metrics
+        .producer_ids_registered
+        .get_or_create(labels)
+        .clone();
+    Registrar::install_named(target, names, source_id, registered);
+    Arc::new(LoopGuard::new(
+        source.clone(),
+        &ClusterAlias::new(name(&target_id, "target")),
+        target_id.as_deref(),
+    ))
 }
 
 /// The matching source topics (full-match Java regex; Kafka's internal topics excluded unless
@@ -207,7 +241,11 @@ pub async fn run(
             metrics.throttled_ms.get_or_create(&labels).clone(),
         ))
     });
+    let loop_guard = cfg
+        .loop_prevention
+        .then(|| loop_guard(&source, &target, &metrics, &labels));
     let shared = Arc::new(Shared {
+        loop_guard,
         cfg: cfg.clone(),
         source: source.clone(),
         fetcher: fetcher.clone(),

@@ -75,6 +75,15 @@ pub fn text(cfg: &LegacyConfig) -> String {
             "not created (the target's auto.create.topics.enable decides)"
         }
     );
+    let _ = writeln!(
+        out,
+        "  loop guard    {}",
+        if cfg.loop_prevention {
+            "on: what kmirror copied into the source from the target is left out; producer ids registered in the target's kmirror-producers.internal"
+        } else {
+            "off (--loop.prevention true for two processes copying both ways under the same names)"
+        }
+    );
     let _ = match cfg.rate_limit {
         Some(l) => writeln!(out, "  rate limit    {l} fetched bytes per second"),
         None => writeln!(out, "  rate limit    none"),
@@ -128,6 +137,7 @@ mod tests {
             "  target        new:9092  PLAINTEXT",
             "  streams       3",
             "  rate limit    none",
+            "  loop guard    off",
         ] {
             assert!(t.contains(expected), "{expected:?} not in:\n{t}");
         }

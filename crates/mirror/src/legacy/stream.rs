@@ -25,6 +25,7 @@ use super::LegacyError;
 use crate::config::legacy::LegacyConfig;
 use crate::copy::lease::Lease;
 use crate::copy::route::{encode, route};
+use crate::engine::loop_guard::LoopGuard;
 use crate::engine::throttle::RateLimiter;
 use crate::engine::Shutdown;
 use crate::events::legacy::{
@@ -67,6 +68,8 @@ pub(super) struct Shared {
     pub(super) shutdown: Shutdown,
     /// `--rate.limit.bytes.per.second`, shared by every stream.
     pub(super) limiter: Option<Arc<RateLimiter>>,
+    /// `--loop.prevention`: the copy core's loop filter over what kmirror copied from the target.
+    pub(super) loop_guard: Option<Arc<LoopGuard>>,
     /// Each stream's partitions of its last assignment: `kmirror_topics` and
     /// `kmirror_partitions` count this process's share, not the group's.
     pub(super) shares: std::sync::Mutex<BTreeMap<u32, Vec<Key>>>,
@@ -464,6 +467,27 @@ impl Copier {
             (p.topic.clone(), p.partition, p.next)
         };
         let batches = f.visible(tuning.isolation_level);
+        // Left out like aborted data: the chunk's end still passes them.
+        let batches = match &self.sh.loop_guard {
+            Some(guard) => match guard.keep(batches, &self.sh.shutdown).await {
+                Some((kept, skipped)) => {
+                    if skipped > 0 {
+                        self.sh
+                            .metrics
+                            .loop_records_skipped
+                            .get_or_create(&self.sh.labels)
+                            .inc_by(skipped);
+                    }
+                    kept
+                }
+                None => {
+                    // Stopping: nothing of this chunk was sent or committed.
+                    self.stopping = true;
+                    return Ok(());
+                }
+            },
+            None => batches,
+        };
         let mut records: Vec<(String, Record)> = Vec::new();
         let mut newest_ts = None;
         for b in batches {
