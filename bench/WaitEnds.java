@@ -7,8 +7,8 @@
 // Polls the sum of the topics' end offsets every 100 ms with one admin client (a JVM start per
 // look, as with the get-offsets tool, would cost 1-2 s and blur the wall times measured), and
 // prints "done first_ms=<when the first record was there> epoch_ms=<when the sum first reached N>"
-// on stdout (Unix milliseconds). Topics that do not exist yet
-// count as 0. Exit 0 done, 1 timeout (with the count reached), 2 bad arguments.
+// on stdout (Unix milliseconds); with --baseline B the first record is the first beyond B (the
+// topics held B before, e.g. before a restart). Topics that do not exist yet count as 0. Exit 0 done, 1 timeout (with the count reached), 2 bad arguments.
 //
 // With --positions-topic T --source-topics S1,S2 it counts instead what the source positions
 // stored in T (MM2's Connect offsets topic, read read_committed) say is copied: the sum over the
@@ -40,7 +40,7 @@ public class WaitEnds {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, a.get("bootstrap"));
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
-        long have = 0, first = 0;
+        long have = 0, first = 0, baseline = Long.parseLong(a.getOrDefault("baseline", "0"));
         try (Admin admin = Admin.create(p)) {
             List<TopicPartition> parts = new ArrayList<>();
             while (System.currentTimeMillis() < deadline) {
@@ -57,7 +57,7 @@ public class WaitEnds {
                         have = 0; // a partition without a leader yet: look again
                     }
                     long now = System.currentTimeMillis();
-                    if (have > 0 && first == 0) first = now;
+                    if (have > baseline && first == 0) first = now;
                     if (have >= want) {
                         System.out.println("done first_ms=" + (first == 0 ? now : first) + " epoch_ms=" + now);
                         return;

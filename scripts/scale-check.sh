@@ -7,10 +7,14 @@
 # missing records after TIMEOUT seconds it also lists the target partitions still empty and
 # fails (exit 1). Also prints `kmirror status` STATUS_AT (15) seconds after the start, while
 # partitions still wait. Not part of CI: at the default 10,000 partitions it takes minutes.
+# With RESTART=1 it then stops kmirror (SIGTERM), writes PER_PARTITION more records into every
+# partition and starts it again, the target's topics in place, and prints the time from that
+# start to the first and to the last new record on the target.
 #
 # Usage: scripts/scale-check.sh        TOPICS=100 PARTITIONS=100 PER_PARTITION=5 TIMEOUT=600
 #        SOURCE_HEAP=1g TARGET_HEAP=512m   the brokers' heaps
 #        KMIRROR_BIN=/tmp/old-kmirror scripts/scale-check.sh   another build (before/after)
+#        TOPICS=10 RESTART=1 scripts/scale-check.sh   1,000 partitions, then a restart
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOPICS="${TOPICS:-100}" PARTITIONS="${PARTITIONS:-100}" PER_PARTITION="${PER_PARTITION:-5}"
@@ -90,6 +94,28 @@ if [[ $ok == 1 ]]; then
   first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
   awk -v f="$first" -v d="$done" -v t="$t0" -v r="$rss" \
     'BEGIN { printf "scale-check: first record %.1f s, last record %.1f s, peak RSS %s MB\n", (f - t) / 1000, (d - t) / 1000, r }'
+  if [[ ${RESTART:-0} == 1 ]]; then
+    kill -TERM "$KPID"
+    wait "$KPID" || true
+    KPID=""
+    java -cp "$CP" Load --bootstrap "127.0.0.1:$PS" --topics "$topics" \
+      --every-partition "$PARTITIONS" --records "$records" --size 100 >/dev/null
+    java -cp "$CP" WaitEnds --bootstrap "127.0.0.1:$PT" --topics "$remote" --records $((records * 2)) \
+      --baseline "$records" --timeout-seconds "$TIMEOUT" >"$out" 2>"$out.err" &
+    wpid=$!
+    sleep 1
+    t0=$(now_ms)
+    $K run "$cfg" --metrics-address "127.0.0.1:$MP" >>"$log" 2>&1 &
+    KPID=$!
+    if wait "$wpid"; then
+      first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
+      awk -v f="$first" -v d="$done" -v t="$t0" \
+        'BEGIN { printf "scale-check: after a restart, first new record %.1f s, last %.1f s\n", (f - t) / 1000, (d - t) / 1000 }'
+    else
+      echo "scale-check: FAILED: not every new record on the target $TIMEOUT s after the restart: $(cat "$out.err")"
+      exit 1
+    fi
+  fi
 else
   echo "scale-check: FAILED: not every record on the target after $TIMEOUT s: $(cat "$out.err")"
   empty=$(bash $H tool get-offsets --bootstrap-server "127.0.0.1:$PT" --topic-partitions 'A\.scale-.*' 2>/dev/null |
