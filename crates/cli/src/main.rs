@@ -226,13 +226,14 @@ async fn run_engine(
     metrics_address: MetricsAddress,
     deadline: std::time::Duration,
 ) -> anyhow::Result<()> {
-    let (shutdown, metrics) = serve_process(metrics_address).await?;
+    let (shutdown, metrics, process) = serve_process(metrics_address).await?;
     within_deadline(
         &shutdown,
         deadline,
         kmirror_mirror::engine::run(&cfg, shutdown.clone(), metrics.clone()),
     )
     .await?;
+    failed_task(&process)?;
     let flows = metrics.flow_figures();
     let batches = |mode: &str| -> u64 {
         flows
@@ -291,13 +292,14 @@ async fn run_legacy(
     cfg: legacy::LegacyConfig,
     metrics_address: MetricsAddress,
 ) -> anyhow::Result<()> {
-    let (shutdown, metrics) = serve_process(metrics_address).await?;
+    let (shutdown, metrics, process) = serve_process(metrics_address).await?;
     within_deadline(
         &shutdown,
         legacy_shutdown_timeout(cfg.producer.request_timeout),
         kmirror_mirror::legacy::run(std::sync::Arc::new(cfg), shutdown.clone(), metrics.clone()),
     )
     .await?;
+    failed_task(&process)?;
     tracing::info!(
         records = metrics
             .flow_figures()
@@ -310,35 +312,52 @@ async fn run_legacy(
 }
 
 /// What every replicating command sets up first: the shutdown signal on SIGTERM/SIGINT and the
-/// metrics endpoint.
+/// metrics endpoint, under the process's supervisor: a panic in either stops the engine, which
+/// drains and stores its positions, and fails the command ([`failed_task`]).
 async fn serve_process(
     metrics_address: MetricsAddress,
 ) -> anyhow::Result<(
     kmirror_mirror::engine::Shutdown,
     std::sync::Arc<kmirror_mirror::metrics::Metrics>,
+    kmirror_mirror::engine::Supervisor,
 )> {
-    use kmirror_mirror::engine::Shutdown;
+    use kmirror_mirror::engine::{Shutdown, Supervisor};
     use kmirror_mirror::metrics::Metrics;
     let shutdown = Shutdown::default();
     let metrics = std::sync::Arc::new(Metrics::new());
+    let process = Supervisor::default();
     // Registered before anything else runs, so a SIGTERM at any later point drains.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let trigger = shutdown.clone();
+    let (trigger, failed) = (shutdown.clone(), process.clone());
     tokio::spawn(async move {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = term.recv() => {
+                tracing::info!("shutting down: draining in-flight writes and storing positions");
+            }
+            _ = int.recv() => {
+                tracing::info!("shutting down: draining in-flight writes and storing positions");
+            }
+            _ = failed.failed() => {}
         }
-        tracing::info!("shutting down: draining in-flight writes and storing positions");
         trigger.trigger();
     });
     if let Some(listener) = bind_metrics(metrics_address, DEFAULT_METRICS_ADDRESS).await? {
         tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
-        tokio::spawn(metrics_http::serve(listener, metrics.clone()));
+        metrics_http::serve(listener, metrics.clone(), &process);
     }
-    Ok((shutdown, metrics))
+    Ok((shutdown, metrics, process))
+}
+
+/// The command fails when one of the process's own tasks panicked (the engine stopped for it).
+fn failed_task(process: &kmirror_mirror::engine::Supervisor) -> anyhow::Result<()> {
+    match process.failure() {
+        Some((task, message)) => {
+            anyhow::bail!("the process's {task} task panicked: {message} (a bug in kmirror; please report it with the log)")
+        }
+        None => Ok(()),
+    }
 }
 
 /// `kmirror offsets translate|apply`.

@@ -3,6 +3,7 @@
 //! reason) and `/status` (JSON that `kmirror status` reads). A few read-only routes, so a plain
 //! HTTP/1.1 responder on tokio rather than a web framework; each connection gets one response.
 
+use kmirror_mirror::engine::Supervisor;
 use kmirror_mirror::metrics::Metrics;
 use kmirror_mirror::status::Sampler;
 use std::sync::Arc;
@@ -20,11 +21,12 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// minutes, never this long.
 const STALLED_AFTER: Duration = Duration::from_secs(15 * 60);
 
-pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+/// Serves the endpoint, and samples the counters for `/status`, under the process's supervisor.
+pub(crate) fn serve(listener: TcpListener, metrics: Arc<Metrics>, process: &Supervisor) {
     let sampler = Arc::new(Sampler::default());
     {
         let (sampler, metrics) = (sampler.clone(), metrics.clone());
-        tokio::spawn(async move {
+        process.spawn("status sampler", "process", async move {
             loop {
                 let t = std::time::Instant::now();
                 sampler.tick(&metrics);
@@ -38,7 +40,11 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
             }
         });
     }
-    accept(listener, metrics, sampler, MAX_CONNECTIONS).await
+    process.spawn(
+        "metrics endpoint",
+        "process",
+        accept(listener, metrics, sampler, MAX_CONNECTIONS),
+    );
 }
 
 async fn accept(
@@ -48,25 +54,38 @@ async fn accept(
     max_connections: usize,
 ) {
     let open = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    // The connections' tasks: one that panics (a bug) ends the endpoint with its panic, which
+    // fails the process's supervisor, rather than vanishing with its task.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let Ok(permit) = open.clone().try_acquire_owned() else {
-                    tracing::debug!(%peer, "metrics endpoint: too many open connections; closed");
-                    drop(stream);
-                    continue;
-                };
-                let (metrics, sampler) = (metrics.clone(), sampler.clone());
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(ANSWER_WITHIN, answer(stream, &metrics, &sampler))
-                        .await;
-                    drop(permit);
-                });
+        tokio::select! {
+            Some(done) = connections.join_next() => {
+                if let Err(e) = done {
+                    if e.is_panic() {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Ok(permit) = open.clone().try_acquire_owned() else {
+                        tracing::debug!(%peer, "metrics endpoint: too many open connections; closed");
+                        drop(stream);
+                        continue;
+                    };
+                    let (metrics, sampler) = (metrics.clone(), sampler.clone());
+                    connections.spawn(async move {
+                        let _ =
+                            tokio::time::timeout(ANSWER_WITHIN, answer(stream, &metrics, &sampler))
+                                .await;
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
         }
     }
 }

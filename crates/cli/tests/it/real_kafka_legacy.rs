@@ -10,7 +10,8 @@
 //! - `--abort.on.send.failure`: true stops the process on a refused record without committing
 //!   past it; false logs, counts and skips it, and copies the records after it.
 //! - `--rate.limit.bytes.per.second` and a 1 MiB `buffer.memory` bound the copy; SIGTERM with
-//!   the target down exits within the request timeout, and a restart copies what was left;
+//!   the target down exits within the request timeout, a restart with the target still down
+//!   waits for it and copies what was left, and a source restart loses nothing;
 //! - `--loop.prevention`: two processes copying both ways under the same names leave out each
 //!   other's copies.
 //!
@@ -747,6 +748,33 @@ async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_tar
         (0..22_000).all(|i| have.contains(&format!("v{i}")))
     })
     .await;
+
+    // The source restarts while more records arrive: nothing is lost (records after the last
+    // commit may come twice, at-least-once).
+    let third: Vec<String> = (22_000..24_000)
+        .map(|i| format!("key-{}:v{i}-{pad}", i % 997))
+        .collect();
+    produce_keyed(&ca, "load", &third[..1_000]);
+    ca.restart().unwrap();
+    produce_keyed(&ca, "load", &third[1_000..]);
+    eventually(
+        120,
+        "every record copied across a source restart",
+        || async {
+            let (_, values) = layout(&b, "load").await;
+            let have: BTreeSet<String> = values
+                .iter()
+                .map(|v| v.split('-').next().unwrap_or_default().to_string())
+                .collect();
+            (0..24_000).all(|i| have.contains(&format!("v{i}")))
+        },
+    )
+    .await;
+    assert!(
+        matches!(p.0.try_wait(), Ok(None)),
+        "MM1 mode stopped on a source restart:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     drop(p);
 }
 

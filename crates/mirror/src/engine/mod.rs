@@ -115,13 +115,13 @@ async fn supervised(
     })
 }
 
-/// The supervisor of a flow's (or MM1 mode's) helper tasks: positions writer, offset syncs,
-/// checkpoints, topic sync, membership, probes. A panic in one of them is logged and fails the
+/// The supervisor of a flow's (or MM1 mode's, or the process's) helper tasks: positions writer,
+/// offset syncs, checkpoints, topic sync, membership, probes, the metrics endpoint. A panic in one of them is logged and fails the
 /// parent, which would otherwise go on without it, for example without storing positions.
 /// Tasks started in a stage get a stop of their own and stop together, in the order the parent
-/// names its stages ([`Helpers::stop`]): the order that keeps positions (docs/engine.md).
+/// names its stages ([`Supervisor::stop`]): the order that keeps positions (docs/engine.md).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Helpers {
+pub struct Supervisor {
     failed: Shutdown,
     first: Arc<std::sync::Mutex<Option<(String, String)>>>,
     staged: Arc<std::sync::Mutex<Vec<Staged>>>,
@@ -135,9 +135,9 @@ struct Staged {
     task: JoinHandle<()>,
 }
 
-impl Helpers {
-    /// Starts `task` in `stage` with a stop of its own, triggered by [`Helpers::stop`].
-    pub(crate) fn start<F, T>(&self, stage: &'static str, what: &'static str, flow: &str, task: T)
+impl Supervisor {
+    /// Starts `task` in `stage` with a stop of its own, triggered by [`Supervisor::stop`].
+    pub fn start<F, T>(&self, stage: &'static str, what: &'static str, flow: &str, task: T)
     where
         T: FnOnce(Shutdown) -> F,
         F: std::future::Future + Send + 'static,
@@ -151,7 +151,7 @@ impl Helpers {
     }
 
     /// Asks every task of `stage` to stop, then waits for them in the order they started.
-    pub(crate) async fn stop(&self, stage: &'static str) {
+    pub async fn stop(&self, stage: &'static str) {
         let tasks: Vec<Staged> = {
             let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
             let (now, later) = std::mem::take(&mut *staged)
@@ -169,7 +169,7 @@ impl Helpers {
         }
     }
 
-    pub(crate) fn spawn<F>(&self, what: &'static str, flow: &str, task: F) -> JoinHandle<()>
+    pub fn spawn<F>(&self, what: &'static str, flow: &str, task: F) -> JoinHandle<()>
     where
         F: std::future::Future + Send + 'static,
     {
@@ -187,12 +187,12 @@ impl Helpers {
     }
 
     /// Waits until a helper panicked. Cancel-safe.
-    pub(crate) async fn failed(&self) {
+    pub async fn failed(&self) {
         self.failed.wait().await
     }
 
     /// The first helper that panicked, and its message.
-    pub(crate) fn failure(&self) -> Option<(String, String)> {
+    pub fn failure(&self) -> Option<(String, String)> {
         self.first.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -330,7 +330,7 @@ mod tests {
 
     #[tokio::test]
     async fn stages_stop_in_the_order_asked_and_a_panic_fails_the_parent() {
-        let h = Helpers::default();
+        let h = Supervisor::default();
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         for (stage, what) in [
             ("writers", "positions"),
@@ -381,7 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_helper_fails_its_flow_and_the_others_do_not() {
-        let helpers = Helpers::default();
+        let helpers = Supervisor::default();
         let quiet = helpers.spawn("quiet", "A->B", async {});
         quiet.await.unwrap();
         assert_eq!(helpers.failure(), None);

@@ -12,7 +12,7 @@
 //! one (that would fence the next holder).
 
 use super::slots::{Committer, Slot, SlotTable};
-use super::{Helpers, Shutdown};
+use super::{Shutdown, Supervisor};
 use kmirror_kafka::producer::IdempotentProducer;
 use kmirror_kafka::KafkaError;
 use std::collections::BTreeMap;
@@ -30,14 +30,14 @@ pub(super) struct SlotKeeper {
     /// `failure`.
     pub(super) failed: Shutdown,
     pub(super) failure: Arc<Mutex<Option<String>>>,
-    helpers: Helpers,
+    helpers: Supervisor,
 }
 
 impl SlotKeeper {
     pub(super) fn new(
         t: &crate::config::model::Transactions,
         committer: Committer,
-        helpers: Helpers,
+        helpers: Supervisor,
     ) -> SlotKeeper {
         SlotKeeper {
             table: Arc::new(SlotTable::new(t.slots)),

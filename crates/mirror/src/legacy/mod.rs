@@ -20,7 +20,7 @@ mod targets;
 
 use crate::config::legacy::LegacyConfig;
 use crate::engine::loop_guard::{LoopGuard, Names, Registrar};
-use crate::engine::{Helpers, Shutdown};
+use crate::engine::{Shutdown, Supervisor};
 use crate::events::{ClusterUnreachable, Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::names::{ClusterAlias, FlowId};
@@ -203,7 +203,7 @@ pub async fn run(
     // The probe and the topic discovery run beside the streams: a panic in either stops the
     // streams (they flush and commit what the target acknowledged) and fails the run, as a
     // helper's panic fails a flow in MM2 mode, instead of vanishing with its task.
-    let helpers = Helpers::default();
+    let helpers = Supervisor::default();
     let probe = helpers.spawn(
         "connection probe",
         FLOW,
@@ -296,7 +296,7 @@ pub async fn run(
     }
     shutdown.trigger();
     fetcher.shutdown().await;
-    // Their panics were caught inside (`Helpers::spawn`): these handles end without one.
+    // Their panics were caught inside (`Supervisor::spawn`): these handles end without one.
     let _ = discovery.await;
     let _ = probe.await;
     let _ = stop_on_panic.await;

@@ -12,7 +12,7 @@ mod replicate;
 use super::heartbeats;
 use super::partition::Stopped;
 use super::sharing;
-use super::{EngineError, Helpers, Shutdown};
+use super::{EngineError, Shutdown, Supervisor};
 use crate::config::model::FlowConfig;
 use crate::events::{ClusterUnreachable, Emitter, Event as _};
 use crate::metrics::{FlowLabels, Metrics};
@@ -45,7 +45,7 @@ pub(super) async fn run(
     let Some((source, target)) = connect(&flow, &shutdown, &metrics, &labels).await? else {
         return Ok(());
     };
-    let helpers = Helpers::default();
+    let helpers = Supervisor::default();
     let probe_stop = Shutdown::default();
     let probe = helpers.spawn(
         "cluster probe",

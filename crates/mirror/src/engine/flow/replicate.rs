@@ -18,7 +18,7 @@ use crate::engine::slot_keeper::SlotKeeper;
 use crate::engine::slots::Committer;
 use crate::engine::throttle::RateLimiter;
 use crate::engine::topic_sync::{Replicated, TopicSync};
-use crate::engine::{EngineError, Helpers, ProcessShared, Shutdown};
+use crate::engine::{EngineError, ProcessShared, Shutdown, Supervisor};
 use crate::events::{Emitter, Event as _, FlowSetupFailed};
 use crate::metrics::{ErrorKind, FlowLabels, Metrics};
 use crate::offsets::runs::Runs;
@@ -50,7 +50,7 @@ pub(super) async fn replicate(
     shutdown: &Shutdown,
     metrics: &Arc<Metrics>,
     process: ProcessShared,
-    helpers: &Helpers,
+    helpers: &Supervisor,
     (leader_tx, leader): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), EngineError> {
     let name = flow.id.to_string();
@@ -279,7 +279,7 @@ impl Serving {
         control: &mut Control,
         flow: &FlowConfig,
         shutdown: &Shutdown,
-        helpers: &Helpers,
+        helpers: &Supervisor,
         source: &KafkaCluster,
         target: &KafkaCluster,
     ) -> Option<String> {
@@ -452,7 +452,7 @@ fn exactly_once_slots(
     target: &Arc<KafkaCluster>,
     metrics: &Arc<Metrics>,
     labels: &FlowLabels,
-    helpers: &Helpers,
+    helpers: &Supervisor,
 ) -> Option<SlotKeeper> {
     if flow.exactly_once == ExactlyOnce::Disabled {
         return None;
@@ -505,7 +505,7 @@ fn start_leader_work(
     labels: &FlowLabels,
     process: &ProcessShared,
     leader: &watch::Receiver<bool>,
-    helpers: &Helpers,
+    helpers: &Supervisor,
 ) {
     let name = flow.id.to_string();
     if flow.sync_topic_configs.enabled || flow.sync_topic_acls.enabled {
