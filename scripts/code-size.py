@@ -15,7 +15,7 @@ for d,_,fs in os.walk(root):
         lines=open(p).read().split('\n')
         n=len(lines)
         for i,l in enumerate(lines):
-            if re.match(r'^#\[cfg\(test\)\]',l):
+            if re.match(r'^#\[cfg\(test\)\]',l) and i+1<len(lines) and re.match(r'^\s*mod tests\b',lines[i+1]):
                 n=i;break
         files.append((n,p))
         # functions: find 'fn ' lines and matching brace by indentation

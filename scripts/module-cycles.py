@@ -35,8 +35,8 @@ def modules(src):
 
 def code_of(path):
     text = open(path, encoding="utf-8").read()
-    # The file's test module and everything after it (kmirror keeps tests last).
-    m = re.search(r"^#\[cfg\(test\)\]", text, re.M)
+    # The file's test module and everything after it (kmirror keeps its tests module last).
+    m = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod tests\b", text, re.M)
     if m:
         text = text[: m.start()]
     text = re.sub(r"//[^\n]*", "", text)

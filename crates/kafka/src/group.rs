@@ -98,7 +98,7 @@ impl GroupMember {
     ) -> Result<Arc<Connection>> {
         let node = cluster
             .retrying("", true, || {
-                crate::txn::find_coordinator_node(cluster, group, 0)
+                crate::coordinator::find_coordinator_node(cluster, group, 0)
             })
             .await?;
         cluster.dedicated_connection(node).await

@@ -85,7 +85,7 @@ pub type ProducersAnswer = std::result::Result<Vec<ProducerOnPartition>, KafkaEr
 impl KafkaCluster {
     /// The coordinator's view of `id`; None when the coordinator does not know it.
     pub async fn describe_transaction(&self, id: &str) -> Result<Option<TxnDescription>> {
-        let conn = crate::txn::find_coordinator(self, id, 1).await?;
+        let conn = crate::coordinator::find_coordinator(self, id, 1).await?;
         describe_transaction_on(&conn, id).await
     }
 }

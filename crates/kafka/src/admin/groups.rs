@@ -28,7 +28,7 @@ impl KafkaCluster {
     }
 
     pub(crate) async fn coordinator_once(&self, group: &str) -> Result<Arc<Connection>> {
-        crate::txn::find_coordinator(self, group, 0).await
+        crate::coordinator::find_coordinator(self, group, 0).await
     }
 
     /// Every group the cluster knows (all brokers asked).

@@ -11,6 +11,7 @@
 //! UNKNOWN_TOPIC_OR_PARTITION or FENCED_LEADER_EPOCH within the request timeout.
 
 mod metadata;
+mod offset_lookup;
 mod offsets;
 mod partition_requests;
 mod pool;
@@ -45,8 +46,8 @@ pub struct KafkaCluster {
     /// Connections by (broker, channel): channel 0 for metadata, admin and the like; data
     /// channels (see [`data_channel`]) for fetches and produces.
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
-    /// ListOffsets asked by many callers at once, sent together ([`crate::offset_lookup`]).
-    pub(crate) lookups: crate::offset_lookup::Lookups,
+    /// ListOffsets asked by many callers at once, sent together ([`offset_lookup`]).
+    pub(crate) lookups: offset_lookup::Lookups,
     /// Metadata reloads of single topics asked by many callers at once, sent together.
     refreshes: refresh::Refreshes,
     /// Brokers that recently let a request or a connection attempt time out, and when: asked

@@ -1,5 +1,5 @@
 //! ListOffsets: for one partition, and for many in one request per leader broker
-//! ([`crate::offset_lookup`] gathers the asks of many callers into the latter).
+//! ([`super::offset_lookup`] gathers the asks of many callers into the latter).
 
 use super::{broker_error, isolation_byte, KafkaCluster};
 use crate::conn::Connection;

@@ -760,7 +760,8 @@ impl Transaction {
                 match c.as_ref() {
                     Some(conn) => conn.clone(),
                     None => {
-                        let found = crate::txn::find_coordinator(&self.cluster, &self.id, 1).await;
+                        let found =
+                            crate::coordinator::find_coordinator(&self.cluster, &self.id, 1).await;
                         match found {
                             Ok(conn) => {
                                 *c = Some(conn.clone());

@@ -15,7 +15,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         r.diags.error(Some(&jaas.origin), Some(&jaas.value), why);
         None
     };
-    let (module, options) = match super::client::jaas_options(&jaas.value) {
+    let (module, options) = match super::jaas::jaas_options(&jaas.value) {
         Ok(p) => p,
         Err(why) => {
             return bad(format!(
@@ -56,7 +56,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
 /// OAUTHBEARER handler both take: `awsProfileName`, and `awsRoleArn` with
 /// `awsRoleSessionName` (default "kmirror"), `awsRoleExternalId` and `awsStsRegion`.
 pub(super) fn settings(options: &[(String, String)]) -> AwsIam {
-    let option = |name: &str| super::client::jaas_option(options, name).filter(|v| !v.is_empty());
+    let option = |name: &str| super::jaas::jaas_option(options, name).filter(|v| !v.is_empty());
     AwsIam {
         profile: option("awsProfileName"),
         role: option("awsRoleArn").map(|arn| AwsRole {

@@ -106,7 +106,7 @@ pub fn build(
             }
         }
     }
-    let transforms = crate::transform::parse(r.map, r.diags);
+    let transforms = super::transforms::parse(r.map, r.diags);
     if transforms.renames() {
         if let Some(s) = r.get("transforms") {
             r.diags.error(

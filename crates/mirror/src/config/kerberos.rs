@@ -19,7 +19,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         r.diags.error(Some(&jaas.origin), Some(&jaas.value), why);
         None
     };
-    let (module, options) = match super::client::jaas_options(&jaas.value) {
+    let (module, options) = match super::jaas::jaas_options(&jaas.value) {
         Ok(p) => p,
         Err(why) => {
             return bad(
@@ -42,7 +42,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         };
         return bad(r, why);
     }
-    let option = |name: &str| super::client::jaas_option(&options, name);
+    let option = |name: &str| super::jaas::jaas_option(&options, name);
     let yes = |name: &str| option(name).is_some_and(|v| v.eq_ignore_ascii_case("true"));
     if !yes("useKeyTab") {
         let why = if yes("useTicketCache") {

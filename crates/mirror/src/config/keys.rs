@@ -151,7 +151,7 @@ pub const CONNECTOR_KEYS: &[&str] = &[
 ];
 
 /// `transforms.<alias>.*` and `predicates.<alias>.*`: Connect's SMT keys, read (and checked key
-/// by key) by `transform::parse`.
+/// by key) by `config::transforms::parse`.
 pub fn is_transform_key(key: &str) -> bool {
     key.starts_with("transforms.") || key.starts_with("predicates.")
 }

@@ -9,7 +9,7 @@ use super::properties::Properties;
 use super::providers::Environment;
 use super::values::{Reader, Setting, SettingMap};
 use crate::filter::PatternList;
-use crate::transform::{self, Chain};
+use crate::transform::Chain;
 use kmirror_kafka::{ClientSettings, ConsumerTuning, ProducerTuning};
 use serde::Serialize;
 use std::sync::Arc;
@@ -294,7 +294,7 @@ pub fn load(
         }
     }
     let transforms = match &args.transforms {
-        Some(p) => transform::parse(&super::values::settings_of(p), &mut diags),
+        Some(p) => super::transforms::parse(&super::values::settings_of(p), &mut diags),
         None => Chain::default(),
     };
     if let (Some(c), Some(p)) = (&consumer_settings, &producer_settings) {

@@ -542,7 +542,7 @@ pub fn classify_connector_key(k: &str) -> Classified {
     if k == "tasks.max" {
         return tasks_max();
     }
-    // transforms.<alias>.* / predicates.<alias>.*: checked key by key by transform::parse.
+    // transforms.<alias>.* / predicates.<alias>.*: checked key by key by config::transforms::parse.
     if CONNECTOR_KEYS.contains(&k) || k.starts_with("config.providers") || keys::is_transform_key(k)
     {
         return None;

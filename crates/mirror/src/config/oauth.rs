@@ -25,7 +25,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
         r.diags.error(Some(&jaas.origin), Some(&jaas.value), why);
         None
     };
-    let (module, options) = match super::client::jaas_options(&jaas.value) {
+    let (module, options) = match super::jaas::jaas_options(&jaas.value) {
         Ok(p) => p,
         Err(why) => {
             return bad_jaas(
@@ -42,7 +42,7 @@ pub(super) fn credentials(r: &mut Reader<'_>, jaas: &Setting) -> Option<SaslCred
             ),
         );
     }
-    let option = |name: &str| super::client::jaas_option(&options, name);
+    let option = |name: &str| super::jaas::jaas_option(&options, name);
     let refresh = refresh(r);
     let handler = r.get("sasl.login.callback.handler.class").cloned();
     let (source, extensions, principal) = match handler {

@@ -2,7 +2,7 @@
 //! and every caller waiting on it woken at once.
 //!
 //! Every partition of a flow that starts asks the offset-syncs index for its anchor
-//! (`engine/resume.rs`). Behind one async lock, 10,000 partitions starting together took the
+//! (`engine/partition/resume.rs`). Behind one async lock, 10,000 partitions starting together took the
 //! lock one after another, each waiting for the runtime to schedule it, and under load the
 //! partitions started last waited minutes before they looked at their target, with nothing
 //! in the log (docs/engine.md, "Starting many partitions"). Here a caller that finds the state

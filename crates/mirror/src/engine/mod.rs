@@ -37,7 +37,6 @@ mod positions;
 pub(crate) mod probe;
 pub(crate) mod remote_claims;
 pub mod remote_topics;
-mod resume;
 pub mod sharing;
 mod slot_keeper;
 mod slots;

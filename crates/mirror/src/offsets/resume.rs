@@ -9,7 +9,7 @@
 //! anchor, equal to the next source record (key, value, headers, and the timestamp unless the
 //! remote topic stamps its own). Anything else is a fallback, so a resume never skips a record.
 //! The I/O around it (reading the syncs, the target's tail and the source) is
-//! `engine/resume.rs`.
+//! `engine/partition/resume.rs`.
 
 use kmirror_kafka::records::Record;
 

@@ -10,7 +10,7 @@
 //! syncs.
 
 use crate::offsets::sync_rules::SourceOffsets;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Runs kept per partition (only gaps upstream start new ones, so steady data needs one).
@@ -189,23 +189,7 @@ fn translate_runs(runs: impl IntoIterator<Item = Run>, g: i64, past_end: bool) -
     last.filter(|_| past_end).map(|r| r.next_down())
 }
 
-/// One partition's runs as an owner publishes them (docs/sharing.md, "Exact checkpoints"):
-/// `runs` are `[first source offset, first target offset, count]`, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exported {
-    pub topic: String,
-    pub partition: i32,
-    pub from: i64,
-    pub runs: Vec<[i64; 3]>,
-}
-
-/// What one owner publishes: its partitions' runs, and the log (topic id text) of each topic
-/// where known.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Publication {
-    pub logs: BTreeMap<String, Option<String>>,
-    pub partitions: Vec<Exported>,
-}
+pub use crate::wire::positions::{Exported, Publication};
 
 /// What every owner of a flow's partitions published, as the checkpointing leader reads it:
 /// per partition, the stretch of the owner that started latest in the source (the current
@@ -315,6 +299,7 @@ fn ordered(runs: &[Run]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn exact_inside_and_between_runs_none_before_them() {

@@ -8,12 +8,10 @@
 //! Transforms see every record, so a flow with any transform copies in record mode (records are
 //! decoded, changed and re-encoded) instead of forwarding whole batches.
 //!
-//! Pure: the engine hands each decoded record and its topic to [`Chain::apply`].
+//! Pure: the engine hands each decoded record and its topic to [`Chain::apply`]. Reading a chain
+//! from the SMT keys is `config::transforms`.
 
-mod config;
-mod replacement;
-
-pub use config::parse;
+pub(crate) mod replacement;
 
 use kmirror_kafka::records::Record;
 use regex::bytes::Regex as BytesRegex;
@@ -25,20 +23,20 @@ use std::borrow::Cow;
 /// The transforms of a flow (or of MM1 mode), applied in order. Empty: records pass unchanged.
 #[derive(Clone, Default)]
 pub struct Chain {
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
 }
 
 #[derive(Clone)]
-struct Step {
-    alias: String,
+pub(crate) struct Step {
+    pub(crate) alias: String,
     /// What `plan` shows (also the basis of equality).
-    description: String,
-    kind: Kind,
-    condition: Option<Condition>,
+    pub(crate) description: String,
+    pub(crate) kind: Kind,
+    pub(crate) condition: Option<Condition>,
 }
 
 #[derive(Clone)]
-enum Kind {
+pub(crate) enum Kind {
     /// Drops the record (when its condition holds; always without one, as Connect's Filter).
     Filter,
     DropHeaders(Vec<Vec<u8>>),
@@ -54,13 +52,13 @@ enum Kind {
 }
 
 #[derive(Clone)]
-struct Condition {
-    predicate: Predicate,
-    negate: bool,
+pub(crate) struct Condition {
+    pub(crate) predicate: Predicate,
+    pub(crate) negate: bool,
 }
 
 #[derive(Clone)]
-enum Predicate {
+pub(crate) enum Predicate {
     TopicNameMatches(Regex),
     HasHeaderKey(Vec<u8>),
     RecordIsTombstone,
@@ -198,7 +196,7 @@ mod tests {
 
     pub(super) fn chain(text: &str) -> Chain {
         let mut d = Diagnostics::default();
-        let c = parse(&settings(text), &mut d);
+        let c = crate::config::transforms::parse(&settings(text), &mut d);
         assert!(!d.has_errors(), "{d:?}");
         c
     }

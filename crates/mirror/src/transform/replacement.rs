@@ -13,11 +13,11 @@ enum Piece {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Replacement(Vec<Piece>);
+pub(crate) struct Replacement(Vec<Piece>);
 
 impl Replacement {
     /// Parses `text` for `regex`; the error says what Java would refuse.
-    pub(super) fn parse(text: &str, regex: &Regex) -> Result<Replacement, String> {
+    pub(crate) fn parse(text: &str, regex: &Regex) -> Result<Replacement, String> {
         let groups = regex.captures_len() - 1;
         let mut pieces = Vec::new();
         let mut lit = String::new();

@@ -3,7 +3,6 @@
 //! the serialized key *bytes*, so the JSON must be exactly what Java's JsonConverter writes:
 //! compact, and the map keys in the order Java's HashMap iterates them.
 
-use crate::offsets::runs::{Exported, Publication};
 use kmirror_kafka::cluster::{parse_topic_id, topic_id_text, TopicId};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -142,6 +141,24 @@ struct TopicRuns {
 struct PartitionRuns {
     from: i64,
     runs: Vec<[i64; 3]>,
+}
+
+/// One partition's runs as an owner publishes them (docs/sharing.md, "Exact checkpoints"):
+/// `runs` are `[first source offset, first target offset, count]`, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    pub topic: String,
+    pub partition: i32,
+    pub from: i64,
+    pub runs: Vec<[i64; 3]>,
+}
+
+/// What one owner publishes: its partitions' runs, and the log (topic id text) of each topic
+/// where known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Publication {
+    pub logs: BTreeMap<String, Option<String>>,
+    pub partitions: Vec<Exported>,
 }
 
 /// `{"topics":{"t":{"topic_id":"<id>","partitions":{"0":{"from":F,"runs":[[u,d,n],...]}}}}}`

@@ -132,9 +132,12 @@ pub(super) async fn replicate(
     // At-least-once: a starting partition finds what the target holds past its stored
     // position through the newest offset sync. Exactly-once needs none.
     let resume = match (&syncs_cluster, &slots) {
-        (Some(c), None) if flow.resume_from_target => Some(Arc::new(
-            crate::engine::resume::SyncIndex::new(c.clone(), flow.offset_syncs_topic().0),
-        )),
+        (Some(c), None) if flow.resume_from_target => {
+            Some(Arc::new(crate::engine::partition::resume::SyncIndex::new(
+                c.clone(),
+                flow.offset_syncs_topic().0,
+            )))
+        }
         _ => None,
     };
     let ctx = Arc::new(Context {

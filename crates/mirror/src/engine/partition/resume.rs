@@ -8,11 +8,11 @@
 //! counted and logged with its reason. Runs only when a partition starts: the steady state does
 //! not pay for it.
 
-use super::fresh_reads::FreshReads;
-use super::log_reader;
-use super::offset_syncs::read_syncs_from;
-use super::partition::Context;
-use super::Shutdown;
+use super::Context;
+use crate::engine::fresh_reads::FreshReads;
+use crate::engine::log_reader;
+use crate::engine::offset_syncs::read_syncs_from;
+use crate::engine::Shutdown;
 use crate::offsets::resume::{self, Fallback, Resume, SyncHistory};
 use crate::offsets::sync_rules::SourceOffsets;
 use crate::wire::internal::OffsetSync;
@@ -48,7 +48,7 @@ const GUARD_ATTEMPTS: u32 = 3;
 /// partitions start (a partition taken over from another process finds that process's syncs).
 /// Partitions starting together share one read, and wait for it together
 /// (`engine/fresh_reads.rs`).
-pub(super) struct SyncIndex {
+pub(crate) struct SyncIndex {
     cluster: Arc<KafkaCluster>,
     topic: String,
     state: FreshReads<IndexState>,
@@ -63,7 +63,7 @@ struct IndexState {
 }
 
 impl SyncIndex {
-    pub(super) fn new(cluster: Arc<KafkaCluster>, topic: String) -> SyncIndex {
+    pub(crate) fn new(cluster: Arc<KafkaCluster>, topic: String) -> SyncIndex {
         SyncIndex {
             cluster,
             topic,
@@ -317,7 +317,7 @@ async fn read_target(
     partition: i32,
     from: i64,
     end: i64,
-    own_copies: Option<&super::loop_guard::LoopGuard>,
+    own_copies: Option<&crate::engine::loop_guard::LoopGuard>,
 ) -> Result<(Vec<Record>, bool), ReadError> {
     let iso = IsolationLevel::ReadUncommitted;
     let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
@@ -394,7 +394,7 @@ async fn read_source(
     from: i64,
     want: usize,
     isolation: IsolationLevel,
-    loop_guard: Option<&super::loop_guard::LoopGuard>,
+    loop_guard: Option<&crate::engine::loop_guard::LoopGuard>,
 ) -> Result<Vec<Record>, ReadError> {
     let mut out = Vec::new();
     let mut offset = from;

@@ -2,12 +2,12 @@
 //! key and value, all in one run; keys a transform does not know are errors too, since a
 //! misspelt `replacement` would otherwise rename nothing in silence.
 
-use super::replacement::Replacement;
-use super::{Chain, Condition, Kind, Predicate, Step};
 use crate::config::diagnostics::{Diagnostics, Origin};
 use crate::config::values::{Reader, Setting, SettingMap};
 use crate::filter::java_regex;
 use crate::filter::split_list;
+use crate::transform::replacement::Replacement;
+use crate::transform::{Chain, Condition, Kind, Predicate, Step};
 
 const CONNECT: &str = "org.apache.kafka.connect.transforms.";
 const CONNECT_PREDICATES: &str = "org.apache.kafka.connect.transforms.predicates.";
@@ -396,7 +396,19 @@ fn predicate(map: &SettingMap, diags: &mut Diagnostics, alias: &str) -> Option<P
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::settings;
+    use crate::config::properties::Properties;
+    use crate::config::values::settings_of;
+
+    fn settings(text: &str) -> SettingMap {
+        settings_of(&Properties::parse(text, "t.properties").unwrap())
+    }
+
+    fn chain(text: &str) -> Chain {
+        let mut d = Diagnostics::default();
+        let c = parse(&settings(text), &mut d);
+        assert!(!d.has_errors(), "{d:?}");
+        c
+    }
     use super::*;
 
     fn errors(text: &str) -> Vec<String> {
@@ -477,7 +489,7 @@ mod tests {
 
     #[test]
     fn description_names_each_step() {
-        let c = super::super::tests::chain(
+        let c = chain(
             "transforms = f, r\ntransforms.f.type = Filter\ntransforms.f.predicate = p\ntransforms.f.negate = true\n\
              transforms.r.type = RegexRouter\ntransforms.r.regex = (.*)\ntransforms.r.replacement = dr.$1\n\
              predicates = p\npredicates.p.type = TopicNameMatches\npredicates.p.pattern = keep.*\n",

@@ -21,6 +21,8 @@ use kmirror_kafka::KafkaError;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+pub(super) mod resume;
+
 pub(super) use super::forward::Stopped;
 
 /// What a partition task needs from its flow.
@@ -48,8 +50,8 @@ pub(super) struct Context {
     /// Exactly-once: the flow's slots (a partition writes through the one it maps to).
     pub(super) slots: Option<Arc<SlotTable>>,
     /// At-least-once with offset syncs: what a starting partition reads to find the records
-    /// after its stored position that are on the target already (`engine/resume.rs`).
-    pub(super) resume: Option<Arc<super::resume::SyncIndex>>,
+    /// after its stored position that are on the target already (`engine/partition/resume.rs`).
+    pub(super) resume: Option<Arc<resume::SyncIndex>>,
     /// Loop prevention: which of the source's batches kmirror copied from the target.
     pub(super) loop_guard: Option<Arc<super::loop_guard::LoopGuard>>,
     /// Loop prevention: which of the target's batches this flow wrote (the resume walk leaves
@@ -415,13 +417,13 @@ impl PartitionIo for Io<'_> {
             return next;
         };
         let t = self.task;
-        let starting = super::resume::Starting {
+        let starting = resume::Starting {
             topic: &t.topic,
             remote: &t.remote,
             partition: t.partition,
         };
         // Boxed: see `fresh_producer`.
-        Box::pin(super::resume::resume(
+        Box::pin(resume::resume(
             &t.ctx, index, starting, next, stored, &t.stop,
         ))
         .await

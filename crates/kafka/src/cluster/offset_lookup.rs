@@ -8,7 +8,7 @@
 //! (no leader yet, an error) is asked again on its own, with the usual retries, so one slow
 //! partition never holds up the others.
 
-use crate::cluster::KafkaCluster;
+use super::KafkaCluster;
 use crate::error::Result;
 use crate::settings::IsolationLevel;
 use std::collections::HashMap;
