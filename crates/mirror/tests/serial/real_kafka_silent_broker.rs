@@ -100,6 +100,10 @@ async fn keep_coordinator_off(cb: &Arc<Cluster>, b: &KafkaCluster, group: &str, 
     eprintln!(
         "moved group {group}'s coordinator (__consumer_offsets-{p}) from broker {node} to {to}"
     );
+    // kmirror's membership finds the new coordinator at its next heartbeat (at most 3 s apart,
+    // `sharing/membership.rs`); freezing the old one before that would be the other fault (the
+    // membership lapses, every partition restarts), not the one this test measures.
+    tokio::time::sleep(Duration::from_secs(7)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
