@@ -7,11 +7,7 @@
 //! calls, consumer groups and transactions.
 
 pub mod admin;
-pub mod aws_assume_role;
-pub mod aws_iam;
-pub mod aws_metadata;
-mod aws_sts;
-pub mod aws_web_identity;
+pub mod aws;
 pub mod cluster;
 pub mod codec;
 pub mod committed;
@@ -21,12 +17,15 @@ pub mod error;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod group;
+mod http;
 pub mod kerberos;
 pub mod oauth;
 pub mod partitioner;
 pub mod producer;
 pub mod secret;
 pub mod settings;
+pub mod tls;
+mod token_cache;
 pub mod txn;
 pub mod txn_state;
 

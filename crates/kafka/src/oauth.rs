@@ -5,75 +5,20 @@
 //! `conn`).
 
 use crate::error::{KafkaError, Result};
+use crate::http::{http_client, send};
+use crate::secret::redact_url as redact;
 use crate::settings::{ClientCredentials, OAuthBearer, TokenRefresh, TokenSource};
+use crate::token_cache::Held;
 use crate::Secret;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// A token and when to renew it.
-#[derive(Clone)]
-struct Held {
-    value: Secret,
-    renew_at: Instant,
-    /// When the token expires (ms since the epoch).
-    expires_ms: i64,
-}
 
 /// After a failed renewal while the held token is still good, ask again after this long.
 const RETRY_RENEWAL: Duration = Duration::from_secs(10);
 
 /// The longest lifetime believed of a token (a hostile or broken endpoint may claim any).
 const MAX_LIFETIME_MS: i64 = 366 * 24 * 3600 * 1000;
-
-/// The current token of one set of OAUTHBEARER settings. Clones share it; it is not part of
-/// the configuration (equal whatever it holds).
-#[derive(Clone, Default)]
-pub struct TokenCache(Arc<Shared>);
-
-#[derive(Default)]
-struct Shared {
-    /// Held briefly, never across a request.
-    held: std::sync::Mutex<Option<Held>>,
-    /// One renewal at a time: an identity provider that is slow or retrying keeps only the
-    /// connections that have no usable token waiting.
-    renewal: tokio::sync::Mutex<()>,
-}
-
-impl PartialEq for TokenCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for TokenCache {}
-
-impl std::fmt::Debug for TokenCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenCache")
-    }
-}
-
-impl TokenCache {
-    fn held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
-        self.0.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The token held, if it is not yet due for renewal (nor expired: after a failed renewal,
-    /// the next try may be due after the expiry).
-    fn fresh(&self) -> Option<Secret> {
-        let held = self.held();
-        let h = held.as_ref()?;
-        (Instant::now() < h.renew_at && now_ms() < h.expires_ms).then(|| h.value.clone())
-    }
-
-    /// The token held, if it has not expired (it may be due for renewal).
-    fn unexpired(&self) -> Option<Secret> {
-        let held = self.held();
-        let h = held.as_ref()?;
-        (now_ms() < h.expires_ms).then(|| h.value.clone())
-    }
-}
 
 impl OAuthBearer {
     /// The token to authenticate with: the one held, or a new one once it is due. While one
@@ -83,13 +28,13 @@ impl OAuthBearer {
         if let Some(t) = cache.fresh() {
             return Ok(t);
         }
-        let _renewing = match cache.0.renewal.try_lock() {
+        let _renewing = match cache.renewal().try_lock() {
             Ok(g) => g,
             Err(_) => {
                 if let Some(t) = cache.unexpired() {
                     return Ok(t);
                 }
-                cache.0.renewal.lock().await
+                cache.renewal().lock().await
             }
         };
         // Renewed while this caller waited for its turn.
@@ -100,7 +45,7 @@ impl OAuthBearer {
             TokenSource::Unsecured { .. } => Ok(unsecured(&self.source, now_ms())),
             TokenSource::ClientCredentials(c) => client_credentials(c).await,
             TokenSource::AwsMskIam { aws } => {
-                crate::aws_iam::oauth_token(aws, SystemTime::now()).await
+                crate::aws::iam::oauth_token(aws, SystemTime::now()).await
             }
         };
         let now = now_ms();
@@ -149,32 +94,6 @@ impl TokenSource {
             ),
         }
     }
-}
-
-/// A URL without user information or query, which may carry credentials.
-pub fn redact(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let rest = match rest.split_once('/') {
-        Some((authority, path)) => {
-            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            format!("{host}/{path}")
-        }
-        None => rest.rsplit_once('@').map_or(rest, |(_, h)| h).to_string(),
-    };
-    if scheme.is_empty() {
-        rest
-    } else {
-        format!("{scheme}://{rest}")
-    }
-}
-
-/// [`redact`] for serde: a URL in a serialized configuration.
-pub(crate) fn serialize_redacted<S: serde::Serializer>(
-    url: &str,
-    to: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    to.serialize_str(&redact(url))
 }
 
 fn now_ms() -> i64 {
@@ -290,29 +209,14 @@ async fn request_token(c: &ClientCredentials) -> Result<(Secret, i64)> {
     }
     // RFC 7617: `id:secret` in standard base64, not URL-encoded first (Java's default).
     let basic = STANDARD.encode(format!("{client_id}:{}", client_secret.expose()));
-    let resp = client
+    let req = client
         .post(endpoint)
         .header("Authorization", format!("Basic {basic}"))
         .header("Content-Type", "application/x-www-form-urlencoded")
         .header("Accept", "application/json")
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| fail(format!("request failed: {}", without_url(&e)), true))?;
-    let status = resp.status();
+        .body(body);
     // Bytes from the network: a token answer is a few KiB.
-    let mut resp = resp;
-    let mut bytes = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| fail(format!("reading the answer: {}", without_url(&e)), true))?
-    {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > 1 << 20 {
-            return Err(fail("the answer is larger than 1 MiB".into(), false));
-        }
-    }
+    let (status, bytes) = send(req, &redact(endpoint), 1 << 20).await?;
     if !status.is_success() {
         // The answer of a refusal names the error (RFC 6749 §5.2), never a token.
         let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
@@ -350,53 +254,6 @@ async fn request_token(c: &ClientCredentials) -> Result<(Secret, i64)> {
             )
         })?;
     Ok((Secret::new(token), expires))
-}
-
-/// An HTTP client for a credentials endpoint (an OIDC token endpoint, AWS STS): TLS through our
-/// own rustls configuration for `https` (`tls`, else the platform's roots), no redirects (the
-/// endpoint named is the one asked: a redirect could carry the credentials elsewhere).
-pub(crate) fn http_client(
-    endpoint: &str,
-    tls: Option<&crate::settings::TlsSettings>,
-    connect_timeout: Option<Duration>,
-    timeout: Duration,
-) -> std::result::Result<reqwest::Client, String> {
-    // reqwest asks for the process's default rustls provider even for http:// endpoints; ours is
-    // ring, as for broker connections (a second install is refused, which is fine).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(c) = connect_timeout {
-        builder = builder.connect_timeout(c);
-    }
-    if endpoint.starts_with("https:") {
-        let system = crate::settings::TlsSettings {
-            trust: crate::settings::TrustMaterial::SystemRoots,
-            identity: None,
-            verify_hostname: true,
-        };
-        let config = crate::conn::tls::client_config(tls.unwrap_or(&system))
-            .map_err(|e| format!("TLS: {e}"))?;
-        builder = builder.use_preconfigured_tls((*config).clone());
-    }
-    builder.build().map_err(|e| format!("HTTP client: {e}"))
-}
-
-/// reqwest's errors name the URL; ours names the endpoint already, and a URL may carry
-/// credentials in its query.
-pub(crate) fn without_url(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    if let Some(url) = e.url() {
-        text = text.replace(url.as_str(), "the endpoint");
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// `application/x-www-form-urlencoded` as Java's `URLEncoder` writes it.

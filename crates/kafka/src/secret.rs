@@ -47,6 +47,32 @@ impl serde::Serialize for Secret {
     }
 }
 
+/// A URL without user information or query, which may carry credentials.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let rest = match rest.split_once('/') {
+        Some((authority, path)) => {
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{host}/{path}")
+        }
+        None => rest.rsplit_once('@').map_or(rest, |(_, h)| h).to_string(),
+    };
+    if scheme.is_empty() {
+        rest
+    } else {
+        format!("{scheme}://{rest}")
+    }
+}
+
+/// [`redact_url`] for serde: a URL in a serialized configuration.
+pub(crate) fn serialize_redacted_url<S: serde::Serializer>(
+    url: &str,
+    to: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    to.serialize_str(&redact_url(url))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,12 +152,12 @@ pub struct Kerberos {
     pub krb5_conf: std::path::PathBuf,
 }
 
-/// SASL/AWS_MSK_IAM: where the AWS credentials come from (`crate::aws_iam`).
+/// SASL/AWS_MSK_IAM: where the AWS credentials come from (`crate::aws::iam`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AwsIam {
     /// `awsProfileName` in the JAAS line: that shared-file profile only.
     pub profile: Option<String>,
-    /// `awsRoleArn` in the JAAS line: the role those credentials assume (`crate::aws_assume_role`).
+    /// `awsRoleArn` in the JAAS line: the role those credentials assume (`crate::aws::assume_role`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<AwsRole>,
 }
@@ -182,7 +182,7 @@ pub struct OAuthBearer {
     pub refresh: TokenRefresh,
     /// The current token, shared by every clone of these settings (not configuration).
     #[serde(skip)]
-    pub cache: crate::oauth::TokenCache,
+    pub cache: crate::token_cache::TokenCache,
 }
 
 /// Where OAUTHBEARER tokens come from.
@@ -199,7 +199,7 @@ pub enum TokenSource {
         scope: Vec<String>,
     },
     /// Amazon MSK's IAM token (`IAMOAuthBearerLoginCallbackHandler`): a SigV4-presigned URL for
-    /// `kafka.<region>.amazonaws.com`, base64url-encoded (`crate::aws_iam`).
+    /// `kafka.<region>.amazonaws.com`, base64url-encoded (`crate::aws::iam`).
     AwsMskIam { aws: AwsIam },
     /// OIDC client credentials (see [`ClientCredentials`]).
     ClientCredentials(ClientCredentials),
@@ -209,7 +209,7 @@ pub enum TokenSource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClientCredentials {
     /// Shown (plan's JSON) without user information or query, which may carry credentials.
-    #[serde(serialize_with = "crate::oauth::serialize_redacted")]
+    #[serde(serialize_with = "crate::secret::serialize_redacted_url")]
     pub endpoint: String,
     pub client_id: String,
     pub client_secret: Secret,

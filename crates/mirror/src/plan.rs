@@ -112,7 +112,7 @@ pub fn describe_security(c: &ClientSettings) -> String {
                     let _ = write!(
                         s,
                         " OAUTHBEARER OIDC client credentials at {} client={} secret={} scope={}, {refresh}",
-                        kmirror_kafka::oauth::redact(&cc.endpoint),
+                        kmirror_kafka::secret::redact_url(&cc.endpoint),
                         cc.client_id,
                         cc.client_secret,
                         cc.scope.as_deref().unwrap_or("(none)")

@@ -11,7 +11,8 @@
 //!   past it; false logs, counts and skips it, and copies the records after it.
 //! - `--rate.limit.bytes.per.second` and a 1 MiB `buffer.memory` bound the copy; SIGTERM with
 //!   the target down exits within the request timeout, a restart with the target still down
-//!   waits for it and copies what was left, and a source restart loses nothing;
+//!   waits for it and copies what was left, a source restart loses nothing, and a start with
+//!   the source down waits for it;
 //! - `--loop.prevention`: two processes copying both ways under the same names leave out each
 //!   other's copies.
 //!
@@ -775,6 +776,50 @@ async fn a_rate_limit_and_a_small_buffer_bound_the_copy_and_sigterm_with_the_tar
         "MM1 mode stopped on a source restart:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+
+    // Started while the source is down, kmirror waits past the 30 s after which MM1 mode once
+    // gave up, and copies once the source is back.
+    assert!(p.terminate().success());
+    ca.pause().unwrap();
+    let log = dir.path().join("kmirror-source-down.log");
+    let t0 = Instant::now();
+    let mut p = legacy(&args, &log);
+    eventually(
+        60,
+        "the source reported unreachable and retried",
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines()
+                .filter(|l| l.contains("cannot reach cluster; retrying"))
+                .any(|l| l.contains(r#""cluster":"source""#))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(35).saturating_sub(t0.elapsed())).await;
+    assert!(
+        matches!(p.0.try_wait(), Ok(None)),
+        "MM1 mode gave up on a source down at start after {:?}:\n{}",
+        t0.elapsed(),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    ca.restart().unwrap();
+    let fourth: Vec<String> = (24_000..25_000)
+        .map(|i| format!("key-{}:v{i}-{pad}", i % 997))
+        .collect();
+    produce_keyed(&ca, "load", &fourth);
+    eventually(
+        120,
+        "every record copied after the source came up",
+        || async {
+            let (_, values) = layout(&b, "load").await;
+            let have: BTreeSet<String> = values
+                .iter()
+                .map(|v| v.split('-').next().unwrap_or_default().to_string())
+                .collect();
+            (0..25_000).all(|i| have.contains(&format!("v{i}")))
+        },
+    )
+    .await;
     drop(p);
 }
 

@@ -12,7 +12,6 @@
 //! session (`Reauth`, `sasl_token`, `authenticate`) into `conn/auth.rs`, beside `sasl.rs`.
 
 pub mod sasl;
-pub mod tls;
 
 use crate::error::{KafkaError, Result};
 use crate::settings::{ClientSettings, SaslCredentials};
@@ -319,8 +318,8 @@ impl Connection {
         let mut stream: Stream = match &settings.tls {
             None => Box::new(tcp),
             Some(tls) => {
-                let config = tls::client_config(tls).map_err(tls_failed)?;
-                let name = tls::server_name(host).map_err(tls_failed)?;
+                let config = crate::tls::client_config(tls).map_err(tls_failed)?;
+                let name = crate::tls::server_name(host).map_err(tls_failed)?;
                 let connector = tokio_rustls::TlsConnector::from(config);
                 let s = tokio::time::timeout(timeout, connector.connect(name, tcp))
                     .await
@@ -745,7 +744,7 @@ async fn sasl_token(creds: &SaslCredentials, host: &str) -> Result<sasl::Prepare
     }
     match &creds.aws {
         Some(aws) => Ok(sasl::Prepared::Token(
-            crate::aws_iam::payload_for(aws, host).await?,
+            crate::aws::iam::payload_for(aws, host).await?,
         )),
         None => Ok(sasl::Prepared::Nothing),
     }

@@ -2,8 +2,10 @@
 
 use super::*;
 use crate::settings::{TlsSettings, TrustMaterial};
+use crate::token_cache::TokenCache;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn refresh() -> TokenRefresh {

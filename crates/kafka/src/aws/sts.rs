@@ -3,11 +3,14 @@
 //! The answer is read bounded (it is bytes from the network) and a refusal's text is shown
 //! printable and short; it never holds credentials.
 
-use crate::aws_iam::AwsCredentials;
-use crate::aws_metadata::send;
+use super::credentials::{remaining, AwsCredentials};
 use crate::error::{KafkaError, Result};
+use crate::http::send;
 use crate::Secret;
 use std::time::Duration;
+
+/// An STS answer is a few KiB.
+const MAX_ANSWER: usize = 64 * 1024;
 
 /// How long credentials hold when STS names no expiry (its own default for both actions).
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(900);
@@ -19,7 +22,7 @@ pub(crate) async fn exchange(
     what: &str,
     shown: &str,
 ) -> Result<(AwsCredentials, Duration)> {
-    let (status, body) = send(req, shown).await?;
+    let (status, body) = send(req, shown, MAX_ANSWER).await?;
     let text = String::from_utf8_lossy(&body);
     let fail = |message: String, retriable: bool| KafkaError::Token {
         endpoint: shown.to_string(),
@@ -64,16 +67,4 @@ fn element(xml: &str, name: &str) -> Option<String> {
     let start = xml.find(&open)? + open.len();
     let end = start + xml[start..].find(&close)?;
     Some(xml[start..end].trim().to_string())
-}
-
-/// How long from now until `expiration` (RFC 3339, as STS and the metadata services write it);
-/// zero when past, None when it does not parse.
-pub(crate) fn remaining(expiration: &str) -> Option<Duration> {
-    let at =
-        time::OffsetDateTime::parse(expiration, &time::format_description::well_known::Rfc3339)
-            .ok()?;
-    let seconds = (at - time::OffsetDateTime::now_utc())
-        .whole_seconds()
-        .max(0);
-    Some(Duration::from_secs(seconds as u64))
 }

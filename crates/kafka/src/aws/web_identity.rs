@@ -4,7 +4,7 @@
 //! five minutes before they expire. The endpoint is `AWS_ENDPOINT_URL_STS` or `AWS_ENDPOINT_URL`
 //! when set (the SDKs' own override), else STS in `AWS_REGION`, else the global one.
 
-use crate::aws_iam::{query_encode, AwsCredentials};
+use super::credentials::{query_encode, AwsCredentials};
 use crate::error::{KafkaError, Result};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ pub async fn credentials(
             return Ok(Some(c.clone()));
         }
     }
-    let shown = crate::oauth::redact(&endpoint);
+    let shown = crate::secret::redact_url(&endpoint);
     let fail = |message: String, retriable: bool| KafkaError::Token {
         endpoint: shown.clone(),
         message,
@@ -66,14 +66,14 @@ pub async fn credentials(
         query_encode(&session),
         query_encode(token.trim())
     );
-    let client = crate::oauth::http_client(&endpoint, None, None, Duration::from_secs(30))
+    let client = crate::http::http_client(&endpoint, None, None, Duration::from_secs(30))
         .map_err(|e| fail(e, false))?;
     let req = client
         .post(&endpoint)
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body(body);
     let what = format!("AssumeRoleWithWebIdentity for {role}");
-    let (creds, lifetime) = crate::aws_sts::exchange(req, &what, &shown).await?;
+    let (creds, lifetime) = super::sts::exchange(req, &what, &shown).await?;
     let until = Instant::now() + lifetime.saturating_sub(EARLY);
     tracing::info!(role = %role, lifetime_s = lifetime.as_secs(), "AWS web identity credentials obtained");
     *held = Some((key, creds.clone(), until));

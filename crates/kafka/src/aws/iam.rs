@@ -7,13 +7,14 @@
 //!
 //! Credentials, in this order: the JAAS line's `awsProfileName` (shared files only); the
 //! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`); web identity
-//! (`crate::aws_web_identity`); the shared files' profile (`AWS_PROFILE`, else `default`);
-//! then the container endpoint and instance metadata (`crate::aws_metadata`).
+//! (`super::web_identity`); the shared files' profile (`AWS_PROFILE`, else `default`);
+//! then the container endpoint and instance metadata (`super::metadata`).
 
+pub use super::credentials::AwsCredentials;
+use super::credentials::{query_encode, signing_credentials};
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsIam;
 use crate::Secret;
-use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
     sign, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
 };
@@ -26,22 +27,6 @@ const VERSION: &str = "2020_10_22";
 const SERVICE: &str = "kafka-cluster";
 const ACTION: &str = "kafka-cluster:Connect";
 const EXPIRES: Duration = Duration::from_secs(900);
-
-/// One set of AWS credentials; the secret parts never print.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AwsCredentials {
-    pub access_key_id: String,
-    pub secret_access_key: Secret,
-    pub session_token: Option<Secret>,
-}
-
-impl std::fmt::Debug for AwsCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AwsCredentials")
-            .field("access_key_id", &self.access_key_id)
-            .finish_non_exhaustive()
-    }
-}
 
 fn config_err(message: String) -> KafkaError {
     KafkaError::Config(message)
@@ -138,20 +123,6 @@ fn user_agent() -> String {
     format!("kmirror/{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// SigV4's URI encoding (RFC 3986 unreserved characters kept).
-pub(crate) fn query_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 /// The region for the OAUTHBEARER form: `AWS_REGION`, `AWS_DEFAULT_REGION`, else the profile's
 /// `region` in the config file.
 fn region_from(settings: &AwsIam, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
@@ -178,18 +149,6 @@ fn region_from(settings: &AwsIam, env: &dyn Fn(&str) -> Option<String>) -> Resul
             config_file(env).display()
         ))
     })
-}
-
-/// `creds` as the signing crate takes them (the secrets leave their [`Secret`] wrappers only
-/// here, for the signature).
-pub(crate) fn signing_credentials(creds: &AwsCredentials) -> Credentials {
-    Credentials::new(
-        creds.access_key_id.clone(),
-        creds.secret_access_key.expose().to_string(),
-        creds.session_token.as_ref().map(|t| t.expose().to_string()),
-        None,
-        "kmirror",
-    )
 }
 
 /// The `X-Amz-*` query parameters of the presigned `GET https://<host>/?Action=...`.
@@ -231,7 +190,7 @@ pub async fn credentials(settings: &AwsIam) -> Result<AwsCredentials> {
     let env = |k: &str| std::env::var(k).ok();
     let base = credentials_with(settings, &env).await?;
     match &settings.role {
-        Some(role) => crate::aws_assume_role::assume(role, &base, &env).await,
+        Some(role) => super::assume_role::assume(role, &base, &env).await,
         None => Ok(base),
     }
 }
@@ -244,17 +203,17 @@ pub(crate) async fn credentials_with(
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<AwsCredentials> {
     if settings.profile.is_none() && env("AWS_ACCESS_KEY_ID").is_none_or(|v| v.is_empty()) {
-        if let Some(c) = crate::aws_web_identity::credentials(env).await? {
+        if let Some(c) = super::web_identity::credentials(env).await? {
             return Ok(c);
         }
     }
     if let Some(c) = credentials_from(settings, env)? {
         return Ok(c);
     }
-    if let Some(c) = crate::aws_metadata::container(env).await? {
+    if let Some(c) = super::metadata::container(env).await? {
         return Ok(c);
     }
-    if let Some(c) = crate::aws_metadata::instance(env).await? {
+    if let Some(c) = super::metadata::instance(env).await? {
         return Ok(c);
     }
     let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());

@@ -5,7 +5,7 @@
 //! set (the SDKs' override), else STS in `awsStsRegion` (default us-east-1, the library's).
 //! The role's credentials are kept until five minutes before they expire.
 
-use crate::aws_iam::{query_encode, signing_credentials, AwsCredentials};
+use super::credentials::{query_encode, signing_credentials, AwsCredentials};
 use crate::error::{KafkaError, Result};
 use crate::settings::AwsRole;
 use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
@@ -49,7 +49,7 @@ pub async fn assume(
             return Ok(c.clone());
         }
     }
-    let shown = crate::oauth::redact(&endpoint);
+    let shown = crate::secret::redact_url(&endpoint);
     let fail = |message: String, retriable: bool| KafkaError::Token {
         endpoint: shown.clone(),
         message,
@@ -65,14 +65,14 @@ pub async fn assume(
     }
     let headers = signed_headers(&endpoint, &region, &body, base, SystemTime::now())
         .map_err(|e| fail(e, false))?;
-    let client = crate::oauth::http_client(&endpoint, None, None, Duration::from_secs(30))
+    let client = crate::http::http_client(&endpoint, None, None, Duration::from_secs(30))
         .map_err(|e| fail(e, false))?;
     let mut req = client.post(&endpoint).body(body);
     for (k, v) in headers {
         req = req.header(k, v);
     }
     let (creds, lifetime) =
-        crate::aws_sts::exchange(req, &format!("AssumeRole of {}", role.arn), &shown).await?;
+        super::sts::exchange(req, &format!("AssumeRole of {}", role.arn), &shown).await?;
     tracing::info!(role = %role.arn, lifetime_s = lifetime.as_secs(), "AWS role assumed");
     let until = Instant::now() + lifetime.saturating_sub(EARLY);
     held.insert(key, (creds.clone(), until));

@@ -1,6 +1,7 @@
-//! Unit tests of `aws_iam`, kept apart so the module reads on its own.
+//! Unit tests of `aws::iam`, kept apart so the module reads on its own.
 
 use super::*;
+use aws_credential_types::Credentials;
 use std::time::UNIX_EPOCH;
 
 #[test]

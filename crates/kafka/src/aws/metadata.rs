@@ -11,8 +11,9 @@
 //! Credentials are kept until five minutes before their `Expiration`. Every answer is bytes
 //! from the network: bounded, and its secrets never shown.
 
-use crate::aws_iam::AwsCredentials;
+use super::credentials::{remaining, AwsCredentials};
 use crate::error::{KafkaError, Result};
+use crate::http::{http_client, read, send, without_url};
 use crate::Secret;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -68,7 +69,7 @@ pub async fn container(env: Env<'_>) -> Result<Option<AwsCredentials>> {
                 .any(|p| full.starts_with(p));
             if !allowed {
                 return Err(fail(
-                    &crate::oauth::redact(&full),
+                    &crate::secret::redact_url(&full),
                     "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http to a loopback or the container agent's address".into(),
                     false,
                 ));
@@ -83,24 +84,24 @@ pub async fn container(env: Env<'_>) -> Result<Option<AwsCredentials>> {
     ) {
         (Some(file), _) => Some(std::fs::read_to_string(&file).map_err(|e| {
             fail(
-                &crate::oauth::redact(&url),
+                &crate::secret::redact_url(&url),
                 format!("cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {file}: {e}"),
                 false,
             )
         })?),
         (None, t) => t,
     };
-    let shown = crate::oauth::redact(&url);
+    let shown = crate::secret::redact_url(&url);
     if let Some(c) = held(&url).await {
         return Ok(Some(c));
     }
-    let client = crate::oauth::http_client(&url, None, None, Duration::from_secs(5))
+    let client = http_client(&url, None, None, Duration::from_secs(5))
         .map_err(|e| fail(&shown, e, false))?;
     let mut req = client.get(&url).header("Accept", "application/json");
     if let Some(t) = token {
         req = req.header("Authorization", t.trim());
     }
-    let (status, body) = send(req, &shown).await?;
+    let (status, body) = send(req, &shown, MAX_ANSWER).await?;
     if !status.is_success() {
         return Err(fail(
             &shown,
@@ -127,8 +128,8 @@ pub async fn instance(env: Env<'_>) -> Result<Option<AwsCredentials>> {
     if let Some(c) = held(&base).await {
         return Ok(Some(c));
     }
-    let shown = crate::oauth::redact(&base);
-    let client = crate::oauth::http_client(&base, None, Some(IMDS_TIMEOUT), IMDS_TIMEOUT)
+    let shown = crate::secret::redact_url(&base);
+    let client = http_client(&base, None, Some(IMDS_TIMEOUT), IMDS_TIMEOUT)
         .map_err(|e| fail(&shown, e, false))?;
     let token = client
         .put(format!("{base}/latest/api/token"))
@@ -138,15 +139,9 @@ pub async fn instance(env: Env<'_>) -> Result<Option<AwsCredentials>> {
     let token = match token {
         // Nothing answers: not on EC2, so this source has nothing.
         Err(e) if e.is_connect() || e.is_timeout() => return Ok(None),
-        r => r.map_err(|e| {
-            fail(
-                &shown,
-                format!("IMDSv2 token: {}", crate::oauth::without_url(&e)),
-                true,
-            )
-        })?,
+        r => r.map_err(|e| fail(&shown, format!("IMDSv2 token: {}", without_url(&e)), true))?,
     };
-    let (status, body) = read(token, &shown).await?;
+    let (status, body) = read(token, &shown, MAX_ANSWER).await?;
     if !status.is_success() {
         return Err(fail(
             &shown,
@@ -161,6 +156,7 @@ pub async fn instance(env: Env<'_>) -> Result<Option<AwsCredentials>> {
     let (status, body) = send(
         client.get(&path).header("X-aws-ec2-metadata-token", &token),
         &shown,
+        MAX_ANSWER,
     )
     .await?;
     if status.as_u16() == 404 {
@@ -199,6 +195,7 @@ pub async fn instance(env: Env<'_>) -> Result<Option<AwsCredentials>> {
             .get(format!("{path}{role}"))
             .header("X-aws-ec2-metadata-token", &token),
         &shown,
+        MAX_ANSWER,
     )
     .await?;
     if !status.is_success() {
@@ -227,42 +224,6 @@ async fn keep(key: &str, (creds, lifetime): &(AwsCredentials, Duration)) {
         .lock()
         .await
         .insert(key.to_string(), (creds.clone(), until));
-}
-
-pub(crate) async fn send(
-    req: reqwest::RequestBuilder,
-    shown: &str,
-) -> Result<(reqwest::StatusCode, Vec<u8>)> {
-    let resp = req.send().await.map_err(|e| {
-        fail(
-            shown,
-            format!("request failed: {}", crate::oauth::without_url(&e)),
-            true,
-        )
-    })?;
-    read(resp, shown).await
-}
-
-async fn read(mut resp: reqwest::Response, shown: &str) -> Result<(reqwest::StatusCode, Vec<u8>)> {
-    let status = resp.status();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| {
-        fail(
-            shown,
-            format!("reading the answer: {}", crate::oauth::without_url(&e)),
-            true,
-        )
-    })? {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > MAX_ANSWER {
-            return Err(fail(
-                shown,
-                format!("an answer larger than {MAX_ANSWER} bytes"),
-                false,
-            ));
-        }
-    }
-    Ok((status, bytes))
 }
 
 /// A refusal's text, shown: printable and bounded (it holds no credentials).
@@ -297,7 +258,7 @@ fn parse_json(body: &[u8]) -> std::result::Result<(AwsCredentials, Duration), St
         return Err("the answer has no AccessKeyId and SecretAccessKey".into());
     };
     let lifetime = field("Expiration")
-        .and_then(|e| crate::aws_sts::remaining(&e))
+        .and_then(|e| remaining(&e))
         .unwrap_or(Duration::from_secs(3600));
     Ok((
         AwsCredentials {
