@@ -395,6 +395,12 @@ async fn crash_run(identity: bool) {
 
 /// Records `from..from + n` of partition `p` of `topic`, one batch, values `p:i`.
 fn numbered(p: i32, from: i64, n: i64) -> kmirror_kafka::batch::RawBatch {
+    numbered_with_key(p, from, n, 0)
+}
+
+/// [`numbered`] with a key of `key_len` bytes (values unchanged).
+fn numbered_with_key(p: i32, from: i64, n: i64, key_len: usize) -> kmirror_kafka::batch::RawBatch {
+    let key = (key_len > 0).then(|| Bytes::from(vec![b'k'; key_len]));
     let records: Vec<Record> = (0..n)
         .map(|j| Record {
             offset: j,
@@ -402,7 +408,7 @@ fn numbered(p: i32, from: i64, n: i64) -> kmirror_kafka::batch::RawBatch {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_millis() as i64,
-            key: None,
+            key: key.clone(),
             value: Some(Bytes::from(format!("{p}:{}", from + j))),
             headers: vec![],
         })
@@ -446,7 +452,8 @@ async fn wait_for(b: &KafkaCluster, topic: &str, want: i64, log: &std::path::Pat
 /// A record written to the remote topic by someone else, after what the flow copied past its
 /// stored position: that partition cannot tell what it copied, so it copies again from the
 /// stored position (duplicates, never a gap), counts the fallback and logs why; the other
-/// partition resumes after what it finds.
+/// partition resumes after what it finds, though its tail (records with 20 KB keys) is more
+/// than a walk reads on its first try.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
     let _alone = crate::ALONE.lock().await;
@@ -497,8 +504,13 @@ async fn a_foreign_record_on_the_target_falls_back_to_the_stored_position() {
     let mut child = child;
     terminate(&mut child);
     // Second run: copies 50 more per partition, killed before it stores a position.
-    for p in 0..2 {
-        a.produce("stream", p, &numbered(p, 100, 50)).await.unwrap();
+    a.produce("stream", 0, &numbered(0, 100, 50)).await.unwrap();
+    // Partition 1's as 50 batches of one record with a 20 KB key: forwarded as they are (not
+    // merged), a megabyte the walk reads in several fetches.
+    for i in 0..50 {
+        a.produce("stream", 1, &numbered_with_key(1, 100 + i, 1, 20_000))
+            .await
+            .unwrap();
     }
     let mut child = kmirror(&config, &log);
     wait_for(&b, "A.stream", 150, &log).await;

@@ -10,6 +10,7 @@
 //! [`KafkaCluster::retrying`], which re-learns leaders after NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION or FENCED_LEADER_EPOCH within the request timeout.
 
+mod fetch_batch;
 mod metadata;
 mod offset_lookup;
 mod offsets;
@@ -48,6 +49,7 @@ pub struct KafkaCluster {
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
     /// ListOffsets asked by many callers at once, sent together ([`offset_lookup`]).
     pub(crate) lookups: offset_lookup::Lookups,
+    pub(crate) fetches: fetch_batch::Fetches,
     /// Metadata reloads of single topics asked by many callers at once, sent together.
     refreshes: refresh::Refreshes,
     /// Brokers that recently let a request or a connection attempt time out, and when: asked
@@ -93,6 +95,7 @@ impl KafkaCluster {
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
+            fetches: Default::default(),
             refreshes: Default::default(),
             silent: Mutex::new(HashMap::new()),
             producer_ids: Mutex::new(None),

@@ -143,23 +143,7 @@ impl KafkaCluster {
             if let Some(e) = broker_error(conn.broker(), ApiKey::Fetch, p.error_code, None) {
                 return Err(e);
             }
-            let corrupt = |at: i64, message: String| KafkaError::CorruptBatch {
-                topic: topic.into(),
-                partition,
-                offset: at,
-                message: format!("{message} (from broker {})", conn.broker()),
-            };
-            let (batches, _truncated) = split_batches(p.records.take().unwrap_or_default())
-                .map_err(|e| corrupt(offset, e.to_string()))?;
-            let mut batches: Vec<RawBatch> = batches
-                .into_iter()
-                .filter(|b| b.last_offset() >= offset)
-                .collect();
-            // Always checked here: these reads serve internal topics and verification, where a
-            // damaged batch must be an error rather than a misread position or a false verdict. The
-            // batches before a damaged one are returned; the next read fails at it.
-            keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
-            Ok(PartitionFetch::new(&p, batches))
+            partition_answer(conn.broker(), topic, &mut p, offset)
         })
         .await
     }
@@ -188,7 +172,7 @@ impl KafkaCluster {
     }
 
     /// One topic of a Fetch request: v13+ names topics by id (KIP-516).
-    fn fetch_topic(
+    pub(super) fn fetch_topic(
         &self,
         version: i16,
         topic: &str,
@@ -221,6 +205,32 @@ impl KafkaCluster {
             data.with_name(TopicName(StrBytes::from_string(topic.to_string())))
         }
     }
+}
+
+/// One partition's answer to a Fetch from `offset`: its batches from `offset` on, checked.
+/// Always checked here: these reads serve internal topics, resuming and verification, where a
+/// damaged batch must be an error rather than a misread position or a false verdict. The
+/// batches before a damaged one are returned; the next read fails at it.
+pub(crate) fn partition_answer(
+    broker: &str,
+    topic: &str,
+    p: &mut PartitionData,
+    offset: i64,
+) -> Result<PartitionFetch> {
+    let corrupt = |at: i64, message: String| KafkaError::CorruptBatch {
+        topic: topic.into(),
+        partition: p.partition_index,
+        offset: at,
+        message: format!("{message} (from broker {broker})"),
+    };
+    let (batches, _truncated) = split_batches(p.records.take().unwrap_or_default())
+        .map_err(|e| corrupt(offset, e.to_string()))?;
+    let mut batches: Vec<RawBatch> = batches
+        .into_iter()
+        .filter(|b| b.last_offset() >= offset)
+        .collect();
+    keep_until_corrupt(&mut batches).map_err(|(at, e)| corrupt(at, e.message))?;
+    Ok(PartitionFetch::new(p, batches))
 }
 
 pub(crate) fn fetch_partition(

@@ -31,11 +31,17 @@ use tokio::time::Instant;
 /// flow leaves out there). After a crash the tail past the newest sync is what was in flight,
 /// far less than this.
 const MAX_TAIL_BYTES: usize = 4 << 20;
+/// What a walk reads of the target's tail on its first try. Most tails are a few records
+/// (whatever was copied after the newest sync), so most walks need only this much, and many
+/// of them fit at once; a tail past it is walked again under [`MAX_TAIL_BYTES`].
+const SMALL_TAIL_BYTES: usize = 128 << 10;
 /// Records an anchor may lie before the stored position.
 const WINDOW: i64 = 1_000_000;
-/// Walks of a flow at once: bounds the memory of many partitions starting together (each
-/// holds up to three times [`MAX_TAIL_BYTES`] of records while it compares).
-const WALKS: usize = 4;
+/// The bytes all walks of a flow may hold at once, in KiB (a walk holds up to three times its
+/// tail bound: the target's tail and twice that of the source). Four full walks, or 128 small
+/// ones: at 1,000 partitions starting together, walks four at a time took seconds of
+/// round trips.
+const WALK_BUDGET_KIB: usize = 4 * 3 * (MAX_TAIL_BYTES >> 10);
 /// How old a read of the syncs topic may be for a partition starting now.
 const FRESH: Duration = Duration::from_secs(1);
 /// Records held behind a transaction still open on the target (an MM2 with exactly-once left
@@ -68,7 +74,7 @@ impl SyncIndex {
             cluster,
             topic,
             state: FreshReads::new(FRESH, IndexState::default()),
-            walks: Semaphore::new(WALKS),
+            walks: Semaphore::new(WALK_BUDGET_KIB),
         }
     }
 
@@ -172,19 +178,17 @@ async fn find(
         .map_err(|e| error("the offset syncs", e))?;
     let anchor = resume::anchor(newest, next, WINDOW).ok_or(Fallback::NoAnchor)?;
     // The anchor's record must be on the target: a target emptied or replaced since the sync
-    // (a fresh target for a flow whose source keeps the syncs topic) ends before it. Asked
-    // together with the other partitions starting now, before a walk's turn is waited for.
-    let end = ctx
-        .target
-        .list_offset_batched(
-            p.remote,
-            p.partition,
-            LATEST,
-            IsolationLevel::ReadUncommitted,
-        )
-        .await
-        .map_err(|e| error("the target", e))?;
-    if anchor.1 >= end {
+    // (a fresh target for a flow whose source keeps the syncs topic) ends before it, a target
+    // whose retention passed it starts after it. Asked together with the other partitions
+    // starting now, before a walk's turn is waited for.
+    let bound = |at| {
+        ctx.target
+            .list_offset_batched(p.remote, p.partition, at, IsolationLevel::ReadUncommitted)
+    };
+    let (start, end) = tokio::join!(bound(EARLIEST), bound(LATEST));
+    let start = start.map_err(|e| error("the target", e))?;
+    let end = end.map_err(|e| error("the target", e))?;
+    if anchor.1 >= end || anchor.1 < start {
         return Err(Fallback::AnchorGone);
     }
     // Boxed: only a partition with something to walk pays for the reads' futures (see
@@ -201,14 +205,37 @@ async fn walk_from(
     next: i64,
     end: i64,
 ) -> Result<Resume, Fallback> {
+    // A walk past its bound for another reason (a transaction held open, the loop guard
+    // unsure) is tried once more in vain: rare, and only a few reads lost.
+    match walk_within(ctx, index, p, anchor, next, end, SMALL_TAIL_BYTES).await {
+        Err(Fallback::Bound) => walk_within(ctx, index, p, anchor, next, end, MAX_TAIL_BYTES).await,
+        r => r,
+    }
+}
+
+/// [`walk_from`] reading at most `limit` bytes of the target's tail (and twice that of the
+/// source), with that much of the flow's walk budget held.
+async fn walk_within(
+    ctx: &Context,
+    index: &SyncIndex,
+    p: &Starting<'_>,
+    anchor: (i64, i64),
+    next: i64,
+    end: i64,
+    limit: usize,
+) -> Result<Resume, Fallback> {
     let error = |what: &str, e: KafkaError| read_failed(ctx, p, what, e);
-    let _walk = index.walks.acquire().await.map_err(|_| Fallback::Error)?;
+    let kib = ((3 * limit) >> 10) as u32;
+    let _walk = index
+        .walks
+        .acquire_many(kib)
+        .await
+        .map_err(|_| Fallback::Error)?;
     let (target, timestamps) = read_target(
         &ctx.target,
-        p.remote,
-        p.partition,
-        anchor.1,
-        end,
+        (p.remote, p.partition),
+        (anchor.1, end),
+        limit,
         ctx.own_copies.as_deref(),
     )
     .await
@@ -219,11 +246,10 @@ async fn walk_from(
     let isolation = ctx.flow.clients.consumer_tuning.isolation_level;
     let source = read_source(
         &ctx.source,
-        p.topic,
-        p.partition,
+        (p.topic, p.partition),
         anchor.0,
         target.len(),
-        isolation,
+        (isolation, 2 * limit),
         ctx.loop_guard.as_deref(),
     )
     .await
@@ -277,6 +303,11 @@ fn apply(ctx: &Context, p: &Starting<'_>, next: i64, r: Resume) -> i64 {
     r.next
 }
 
+/// The most one fetch of a walk asks for: a small walk's whole bound, else 1 MiB at a time.
+fn fetch_size(limit: usize) -> i32 {
+    limit.min(1 << 20) as i32
+}
+
 /// A read that failed, or went past its bound.
 enum ReadError {
     Bound,
@@ -309,32 +340,27 @@ fn corrupt(topic: &str, partition: i32, offset: i64, message: String) -> ReadErr
 
 /// The target's records from `from` to `end` as a read_committed reader sees them (aborted
 /// transactions left out; what waits behind a transaction still open is not counted as there),
-/// and whether their timestamps are the producer's (not the broker's `LogAppendTime`). Empty
-/// when `from` is outside the log.
+/// and whether their timestamps are the producer's (not the broker's `LogAppendTime`). At most
+/// `limit` bytes read (then [`ReadError::Bound`]).
 async fn read_target(
-    k: &KafkaCluster,
-    topic: &str,
-    partition: i32,
-    from: i64,
-    end: i64,
+    k: &Arc<KafkaCluster>,
+    (topic, partition): (&str, i32),
+    (from, end): (i64, i64),
+    limit: usize,
     own_copies: Option<&crate::engine::loop_guard::LoopGuard>,
 ) -> Result<(Vec<Record>, bool), ReadError> {
     let iso = IsolationLevel::ReadUncommitted;
-    let start = k.list_offset(topic, partition, EARLIEST, iso).await?;
     let mut out = Vec::new();
-    if from < start || from >= end {
-        return Ok((out, true));
-    }
     let mut view = CommittedView::new(MAX_HELD);
     let mut producer_times = true;
     let mut offset = from;
     let mut read = 0usize;
     while offset < end {
-        if read > MAX_TAIL_BYTES {
+        if read > limit {
             return Err(ReadError::Bound);
         }
         let f = k
-            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, iso)
+            .fetch_batched(topic, partition, offset, fetch_size(limit), iso)
             .await?;
         if f.batches.is_empty() {
             break;
@@ -386,25 +412,25 @@ async fn read_target(
 }
 
 /// The source's records from `from` on, as the flow copies them (markers, and aborted
-/// transactions when it reads read_committed, left out): at least `want` of them, or to the end.
+/// transactions when it reads read_committed, left out): at least `want` of them, or to the
+/// end, reading at most `limit` bytes.
 async fn read_source(
-    k: &KafkaCluster,
-    topic: &str,
-    partition: i32,
+    k: &Arc<KafkaCluster>,
+    (topic, partition): (&str, i32),
     from: i64,
     want: usize,
-    isolation: IsolationLevel,
+    (isolation, limit): (IsolationLevel, usize),
     loop_guard: Option<&crate::engine::loop_guard::LoopGuard>,
 ) -> Result<Vec<Record>, ReadError> {
     let mut out = Vec::new();
     let mut offset = from;
     let mut read = 0usize;
     while out.len() < want {
-        if read > 2 * MAX_TAIL_BYTES {
+        if read > limit {
             return Err(ReadError::Bound);
         }
         let f = k
-            .fetch(topic, partition, offset, 1 << 20, Duration::ZERO, isolation)
+            .fetch_batched(topic, partition, offset, fetch_size(limit), isolation)
             .await?;
         let end = f.readable_end(isolation);
         read += f.batches.iter().map(|b| b.bytes().len()).sum::<usize>();
