@@ -13,6 +13,8 @@ bash scripts/kafka/kafka-harness.sh fetch
 # Class-data archives: every broker and tool JVM of the suite starts faster (optional: the
 # suite runs without them if they cannot be made).
 bash scripts/kafka/kafka-harness.sh cds
+# The schema registry the registry tests run (Apicurio, ~160 MB, once).
+bash scripts/kafka/kafka-harness.sh registry fetch
 phase "jars and class-data archives"
 echo "test.sh: Kafka jars ready in $((SECONDS - t0))s ($(du -sh "${KAFKA_HARNESS_CACHE:-$HOME/.cache/kafka-harness}" | cut -f1) cache)"
 
@@ -49,7 +51,7 @@ else
   echo "test.sh: the release build failed" | tee -a "$log"
   bench=1
 fi
-phase "release build left after the tests, and quick benchmark"
+phase "release build left after the tests and quick benchmark"
 if [[ $bench -ne 0 && $status -eq 0 ]]; then status=$bench; fi
 set -e
 # One closing line for the whole suite (cargo prints one per test binary).

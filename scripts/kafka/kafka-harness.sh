@@ -55,6 +55,8 @@
 #   kafka-harness.sh bootstrap NAME         print 127.0.0.1:PORT
 #   kafka-harness.sh client-config NAME [USER]  print path of RUN/NAME/client[-USER].properties
 #   kafka-harness.sh dir NAME | classpath [--mm2] | print-pom
+#   kafka-harness.sh registry fetch | start NAME PORT | url NAME | pause NAME | resume NAME
+#                                           a schema registry (Apicurio, Java 21+; registry.sh)
 #
 # Files of a cluster, in RUN/NAME (RUN = $KAFKA_HARNESS_RUN, default /tmp/kafka-harness-UID):
 #   env                 KEY=VALUE lines, no quoting: NAME KAFKA_VERSION PORT CONTROLLER_PORT
@@ -1237,7 +1239,7 @@ cmd_status() {
     for f in "$d"/*.pid "$d"/node-*/broker.pid; do
       if [[ -e "$f" ]] && pid_alive_here "$f" "$(dirname "$f")"; then state="running($(basename "$f" .pid) pid $(cat "$f"))"; fi
     done
-    printf '%-20s %-32s %s\n' "$(basename "$d")" "$state" "$(sed -n 's/^BOOTSTRAP=//p' "$d/env" 2>/dev/null)"
+    printf '%-20s %-32s %s\n' "$(basename "$d")" "$state" "$(sed -n 's/^BOOTSTRAP=//p; s/^REGISTRY_URL=//p' "$d/env" 2>/dev/null)"
   done
 }
 
@@ -1271,6 +1273,10 @@ cmd_mm2() {
   log "mm2 $name started (pid $pid, log $dir/logs/mm2.log); connectors start shortly after"
 }
 
+# ---------------------------------------------------------------- schema registries
+# shellcheck source=registry.sh
+source "$(dirname "${BASH_SOURCE[0]}")/registry.sh"
+
 # ---------------------------------------------------------------- main
 main() {
   [[ $# -ge 1 ]] || usage
@@ -1287,6 +1293,7 @@ main() {
     status) cmd_status ;;
     tool) cmd_tool "$@" ;;
     mm2) cmd_mm2 "$@" ;;
+    registry) cmd_registry "$@" ;;
     bootstrap) check_name "${1:?NAME}"; sed -n 's/^BOOTSTRAP=//p' "$RUN_ROOT/$1/env" ;;
     client-config)
       check_name "${1:?NAME}"

@@ -25,6 +25,7 @@ mod nodes;
 pub mod oidc;
 mod process;
 mod read;
+mod registry;
 pub mod sync_check;
 mod tools;
 
@@ -33,6 +34,7 @@ pub use harness::{free_port_pair, free_ports, harness_script};
 pub use mm2::{mirror_interop, Mm2};
 pub use process::{logged_metrics_address, scrape_metrics, KillOnDrop};
 pub use read::{read_committed, read_partition};
+pub use registry::Registry;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,94 @@
+//! A schema registry for tests: Apicurio Registry started through the harness (`registry
+//! start`, `scripts/kafka/registry.sh`), in memory, on a free port of 127.0.0.1. kmirror speaks
+//! the Confluent Schema Registry API, which Apicurio serves at `/apis/ccompat/v7`; [`Registry::url`]
+//! is that base URL. Stopped when dropped, and by the run directory's watchdog when the test
+//! process ends. Apicurio 3 needs Java 21 or newer: without one, `start` fails with the
+//! harness's message naming where it looked.
+
+use crate::{check, free_ports, harness, run, HarnessError};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A running registry.
+#[derive(Debug)]
+pub struct Registry {
+    pub name: String,
+    url: String,
+    port: u16,
+}
+
+impl Registry {
+    /// Starts a registry named `name` (unique within the test process); returns once its
+    /// Confluent API answers.
+    pub fn start(name: &str) -> Result<Registry, HarnessError> {
+        // Its HTTP port and, next to it, Quarkus's management interface.
+        let port = free_ports(2);
+        let what = format!("kafka-harness registry start {name}");
+        check(
+            &what,
+            run(
+                &what,
+                harness(&["registry", "start", name, &port.to_string()]),
+                None,
+            )?,
+        )?;
+        Ok(Registry {
+            name: name.into(),
+            url: format!("http://127.0.0.1:{port}/apis/ccompat/v7"),
+            port,
+        })
+    }
+
+    /// The Confluent Schema Registry API's base URL (`http://127.0.0.1:PORT/apis/ccompat/v7`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Freezes the registry (SIGSTOP): connections are accepted and never answered, as a hung
+    /// registry does. An in-memory registry cannot be restarted without losing everything.
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal("pause")
+    }
+
+    /// Lets a paused registry run again (SIGCONT).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal("resume")
+    }
+
+    fn signal(&self, how: &str) -> Result<(), HarnessError> {
+        let what = format!("kafka-harness registry {how} {}", self.name);
+        check(
+            &what,
+            run(&what, harness(&["registry", how, &self.name]), None)?,
+        )?;
+        Ok(())
+    }
+
+    /// A plain HTTP GET of `path` (after the base URL) with a timeout: the status code and the
+    /// body. For tests that look at the registry without a client library.
+    pub fn get(&self, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        write!(
+            s,
+            "GET /apis/ccompat/v7{path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n\r\n"
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {head}")))?;
+        Ok((status, body.to_string()))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);
+    }
+}
