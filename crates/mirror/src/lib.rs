@@ -16,6 +16,7 @@ pub mod names;
 pub mod offsets;
 pub mod plan;
 pub mod policy;
+pub mod schemas;
 pub mod status;
 pub mod topic_sync;
 pub mod transform;

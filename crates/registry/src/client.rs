@@ -197,14 +197,16 @@ impl RegistryClient {
         Ok(answer.id)
     }
 
-    /// The version of `subject` whose schema is `schema`, if it has one.
+    /// The version of `subject` whose schema is `schema`, if it has one (with `deleted`, a
+    /// soft-deleted one too).
     pub async fn lookup(
         &self,
         subject: &str,
         schema: &Schema,
+        deleted: bool,
     ) -> Result<Option<Registered>, RegistryError> {
         let body = serde_json::to_value(schema).expect("a schema serializes");
-        let path = format!("/subjects/{}", segment(subject));
+        let path = format!("/subjects/{}{}", segment(subject), deleted_query(deleted));
         match self.send(Method::POST, &path, Some(body)).await {
             Ok(r) => Ok(Some(r)),
             Err(e) if matches!(e.code(), Some(SUBJECT_NOT_FOUND | SCHEMA_NOT_FOUND)) => Ok(None),
@@ -257,6 +259,13 @@ impl RegistryClient {
         Ok(())
     }
 
+    /// Removes one subject's own compatibility level: it follows the registry's again.
+    pub async fn delete_compatibility(&self, subject: &str) -> Result<(), RegistryError> {
+        let path = format!("/config/{}", segment(subject));
+        let _: serde_json::Value = self.send(Method::DELETE, &path, None).await?;
+        Ok(())
+    }
+
     /// Deletes `subject` (softly, or for good with `permanent`, which needs a soft delete
     /// first); returns the versions deleted.
     pub async fn delete_subject(
@@ -267,6 +276,19 @@ impl RegistryClient {
         let query = if permanent { "?permanent=true" } else { "" };
         let path = format!("/subjects/{}{query}", segment(subject));
         self.send(Method::DELETE, &path, None).await
+    }
+
+    /// Deletes one version of `subject` (softly, or for good with `permanent`).
+    pub async fn delete_version(
+        &self,
+        subject: &str,
+        version: i32,
+        permanent: bool,
+    ) -> Result<(), RegistryError> {
+        let query = if permanent { "?permanent=true" } else { "" };
+        let path = format!("/subjects/{}/versions/{version}{query}", segment(subject));
+        let _: i32 = self.send(Method::DELETE, &path, None).await?;
+        Ok(())
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, RegistryError> {

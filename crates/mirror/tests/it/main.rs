@@ -1,7 +1,7 @@
 //! The engine's tests, in one test binary (one link of the workspace instead of one per file):
 //! configuration files, plan names, Java interoperability and real-broker scenarios that can share
 //! this machine with one other run side by side on libtest's threads; the ones that must run alone
-//! are in `tests/serial`.
+//! are in `tests/serial`. Schema registry scenarios run real registries (Apicurio).
 
 mod config_connector_legacy;
 mod config_mm2;
@@ -20,3 +20,4 @@ mod real_kafka_start_position;
 mod real_kafka_topic_sync;
 mod real_kafka_topology;
 mod real_kafka_unclean_election;
+mod real_registry_subjects;

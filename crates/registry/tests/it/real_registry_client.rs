@@ -76,18 +76,18 @@ async fn every_call_schema_sync_makes_against_a_real_registry() {
 
     // Lookup by content: found under its subject, not under another, nor in a missing subject.
     let found = c
-        .lookup("orders-value", &avro("Order2", "b"))
+        .lookup("orders-value", &avro("Order2", "b"), false)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((found.version, found.id), (2, v2));
     assert!(c
-        .lookup("users-value", &avro("Order2", "b"))
+        .lookup("users-value", &avro("Order2", "b"), false)
         .await
         .unwrap()
         .is_none());
     assert!(c
-        .lookup("nobody-value", &avro("Order", "a"))
+        .lookup("nobody-value", &avro("Order", "a"), false)
         .await
         .unwrap()
         .is_none());
@@ -163,6 +163,29 @@ async fn every_call_schema_sync_makes_against_a_real_registry() {
         .await
         .unwrap();
 
+    // A version another subject refers to cannot be deleted (42206); one no one refers to is
+    // soft-deleted: listed and found only when deleted ones are asked for.
+    let e = c
+        .delete_version("orders-value", 1, false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(42206), "{e}");
+    c.delete_version("orders-value", 2, false).await.unwrap();
+    assert_eq!(c.versions("orders-value", false).await.unwrap(), vec![1]);
+    assert_eq!(c.versions("orders-value", true).await.unwrap(), vec![1, 2]);
+    let order2 = avro("Order2", "b");
+    assert!(c
+        .lookup("orders-value", &order2, false)
+        .await
+        .unwrap()
+        .is_none());
+    let found = c
+        .lookup("orders-value", &order2, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((found.version, found.id), (2, v2));
+
     // Soft delete, listed as deleted, then gone for good.
     assert_eq!(
         c.delete_subject("users-value", false).await.unwrap(),
@@ -202,7 +225,7 @@ async fn every_call_schema_sync_makes_against_a_real_registry() {
     );
     assert!(took < Duration::from_secs(6), "{took:?}");
     assert_eq!(
-        quick.versions("orders-value", false).await.unwrap(),
+        quick.versions("orders-value", true).await.unwrap(),
         vec![1, 2]
     );
 

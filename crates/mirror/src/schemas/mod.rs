@@ -1,0 +1,10 @@
+//! Schema registries follow their clusters (docs/schemas.md): the subjects of a source registry
+//! are registered on the target in order, and a map of source ids to target ids is kept for the
+//! records that carry them.
+//! - `order`: which version goes first (referenced versions before those that refer to them, a
+//!   subject's history oldest first); pure.
+//! - `subjects`: one pass of subject sync through a registry seam ([`subjects::Registry`]),
+//!   unit-tested against an in-memory registry and run against real ones.
+
+pub mod order;
+pub mod subjects;

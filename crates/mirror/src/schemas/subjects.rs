@@ -1,0 +1,295 @@
+//! One pass of subject sync (docs/schemas.md, "Subject sync"): every version of every selected
+//! source subject, soft-deleted ones too, is registered on the target in [`order`] order, under
+//! the target's name for the subject, with its references renamed the same way and pointing at
+//! the target's versions. A version the target holds already (looked up by content) is not
+//! registered again, so a pass after a restart registers nothing.
+//!
+//! - While a subject's history replays its compatibility is NONE on the target (a history that
+//!   a later level would refuse was accepted when it was written); then the source's own level
+//!   of the subject is applied.
+//! - A version soft-deleted on the source is registered and then soft-deleted on the target:
+//!   the target shows what the source shows, and old records that name it still translate.
+//! - The result maps every source id to its target id, for the records that carry them.
+//!
+//! [`order`]: super::order
+
+use super::order::{registration_order, OrderError, VersionKey};
+use kmirror_registry::{
+    Compatibility, Registered, RegistryClient, RegistryError, Schema, SchemaId,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What subject sync needs of a registry: the seam between this pass and the network.
+#[allow(async_fn_in_trait)] // implemented in kmirror only; callers use concrete types
+pub trait Registry {
+    async fn subjects(&self, deleted: bool) -> Result<Vec<String>, RegistryError>;
+    async fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<i32>, RegistryError>;
+    async fn version(&self, subject: &str, version: i32) -> Result<Registered, RegistryError>;
+    async fn register(&self, subject: &str, schema: &Schema) -> Result<SchemaId, RegistryError>;
+    async fn lookup(
+        &self,
+        subject: &str,
+        schema: &Schema,
+    ) -> Result<Option<Registered>, RegistryError>;
+    async fn compatibility(&self, subject: &str) -> Result<Option<Compatibility>, RegistryError>;
+    async fn set_compatibility(
+        &self,
+        subject: &str,
+        level: Compatibility,
+    ) -> Result<(), RegistryError>;
+    async fn delete_compatibility(&self, subject: &str) -> Result<(), RegistryError>;
+    async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError>;
+}
+
+impl Registry for RegistryClient {
+    async fn subjects(&self, deleted: bool) -> Result<Vec<String>, RegistryError> {
+        RegistryClient::subjects(self, deleted).await
+    }
+    async fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<i32>, RegistryError> {
+        RegistryClient::versions(self, subject, deleted).await
+    }
+    async fn version(&self, subject: &str, version: i32) -> Result<Registered, RegistryError> {
+        RegistryClient::version(self, subject, version, true).await
+    }
+    async fn register(&self, subject: &str, schema: &Schema) -> Result<SchemaId, RegistryError> {
+        RegistryClient::register(self, subject, schema, None).await
+    }
+    async fn lookup(
+        &self,
+        subject: &str,
+        schema: &Schema,
+    ) -> Result<Option<Registered>, RegistryError> {
+        RegistryClient::lookup(self, subject, schema, true).await
+    }
+    async fn compatibility(&self, subject: &str) -> Result<Option<Compatibility>, RegistryError> {
+        RegistryClient::compatibility(self, Some(subject)).await
+    }
+    async fn set_compatibility(
+        &self,
+        subject: &str,
+        level: Compatibility,
+    ) -> Result<(), RegistryError> {
+        RegistryClient::set_compatibility(self, Some(subject), level).await
+    }
+    async fn delete_compatibility(&self, subject: &str) -> Result<(), RegistryError> {
+        RegistryClient::delete_compatibility(self, subject).await
+    }
+    async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
+        RegistryClient::delete_version(self, subject, version, false).await
+    }
+}
+
+/// Which subjects a pass copies, and their names on the target.
+pub struct Selection<'a> {
+    pub subjects: &'a dyn Fn(&str) -> bool,
+    /// The target's name of a source subject (the flow's replication policy for subjects
+    /// derived from topic names).
+    pub rename: &'a dyn Fn(&str) -> String,
+}
+
+impl std::fmt::Debug for Selection<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Selection").finish_non_exhaustive()
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Synced {
+    /// Versions registered on the target by this pass.
+    pub registered: u64,
+    /// Versions the target held already.
+    pub present: u64,
+    /// Versions soft-deleted on the target as they are on the source.
+    pub soft_deleted: u64,
+    /// Every source id seen, to its target id.
+    pub ids: BTreeMap<SchemaId, SchemaId>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("source {0}")]
+    Source(RegistryError),
+    #[error("target {0}")]
+    Target(RegistryError),
+    #[error(transparent)]
+    Order(#[from] OrderError),
+    #[error("target schema registry: {subject} has no version of a schema it has just registered")]
+    Vanished { subject: String },
+}
+
+/// A source version, and whether the source shows it as soft-deleted.
+struct SourceVersion {
+    registered: Registered,
+    deleted: bool,
+}
+
+/// One pass: reads the selected subjects of `source` and brings `target` up to them.
+pub async fn sync_subjects<S: Registry, T: Registry>(
+    source: &S,
+    target: &T,
+    selection: &Selection<'_>,
+) -> Result<Synced, SyncError> {
+    let fetched = read_source(source, selection)
+        .await
+        .map_err(SyncError::Source)?;
+    let graph: BTreeMap<VersionKey, Vec<VersionKey>> = fetched
+        .iter()
+        .map(|(k, v)| {
+            let refs = v.registered.schema.references.iter();
+            (
+                k.clone(),
+                refs.map(|r| (r.subject.clone(), r.version)).collect(),
+            )
+        })
+        .collect();
+    let order = registration_order(&graph)?;
+    let mut done = Synced::default();
+    // The target's version of each source version registered or found.
+    let mut on_target: BTreeMap<VersionKey, i32> = BTreeMap::new();
+    // Target subjects whose compatibility this pass relaxed: their source subject, and the
+    // target's own level before.
+    let mut relaxed: BTreeMap<String, (String, Option<Compatibility>)> = BTreeMap::new();
+    for key in order {
+        let v = &fetched[&key];
+        let to = (selection.rename)(&key.0);
+        let schema = for_target(&v.registered.schema, selection, &on_target);
+        let target_version = match target
+            .lookup(&to, &schema)
+            .await
+            .map_err(SyncError::Target)?
+        {
+            Some(found) => {
+                done.ids.insert(v.registered.id, found.id);
+                done.present += 1;
+                found.version
+            }
+            None => {
+                if !relaxed.contains_key(&to) {
+                    let before = target.compatibility(&to).await.map_err(SyncError::Target)?;
+                    target
+                        .set_compatibility(&to, Compatibility::None)
+                        .await
+                        .map_err(SyncError::Target)?;
+                    relaxed.insert(to.clone(), (key.0.clone(), before));
+                }
+                let id = target
+                    .register(&to, &schema)
+                    .await
+                    .map_err(SyncError::Target)?;
+                let found = target
+                    .lookup(&to, &schema)
+                    .await
+                    .map_err(SyncError::Target)?
+                    .ok_or_else(|| SyncError::Vanished {
+                        subject: to.clone(),
+                    })?;
+                done.ids.insert(v.registered.id, id);
+                done.registered += 1;
+                if v.deleted {
+                    target
+                        .delete_version(&to, found.version)
+                        .await
+                        .map_err(SyncError::Target)?;
+                    done.soft_deleted += 1;
+                }
+                found.version
+            }
+        };
+        on_target.insert(key, target_version);
+    }
+    for (to, (from, before)) in relaxed {
+        // The source subject's own level; without one, the target's as it was (none: the
+        // subject follows the target registry's global level again).
+        let level = source
+            .compatibility(&from)
+            .await
+            .map_err(SyncError::Source)?;
+        match level.or(before) {
+            Some(level) => target.set_compatibility(&to, level).await,
+            None => target.delete_compatibility(&to).await,
+        }
+        .map_err(SyncError::Target)?;
+    }
+    Ok(done)
+}
+
+/// Every version of the selected subjects, soft-deleted ones too, and every version they refer
+/// to, transitively (a referenced subject is copied whether or not it is selected).
+async fn read_source<S: Registry>(
+    source: &S,
+    selection: &Selection<'_>,
+) -> Result<BTreeMap<VersionKey, SourceVersion>, RegistryError> {
+    let mut fetched = BTreeMap::new();
+    let mut subjects = source.subjects(true).await?;
+    subjects.retain(|s| (selection.subjects)(s));
+    subjects.sort();
+    for s in subjects {
+        let live: BTreeSet<i32> = match source.versions(&s, false).await {
+            Ok(v) => v.into_iter().collect(),
+            // Every version soft-deleted: the subject is listed only with deleted ones.
+            Err(e) if e.is_not_found() => BTreeSet::new(),
+            Err(e) => return Err(e),
+        };
+        for v in source.versions(&s, true).await? {
+            let registered = source.version(&s, v).await?;
+            let deleted = !live.contains(&v);
+            fetched.insert(
+                (s.clone(), v),
+                SourceVersion {
+                    registered,
+                    deleted,
+                },
+            );
+        }
+    }
+    let mut wanted: Vec<VersionKey> = references(&fetched);
+    while let Some(key) = wanted.pop() {
+        if fetched.contains_key(&key) {
+            continue;
+        }
+        let registered = source.version(&key.0, key.1).await?;
+        let v = SourceVersion {
+            registered,
+            deleted: false,
+        };
+        wanted.extend(
+            v.registered
+                .schema
+                .references
+                .iter()
+                .map(|r| (r.subject.clone(), r.version)),
+        );
+        fetched.insert(key, v);
+    }
+    Ok(fetched)
+}
+
+fn references(fetched: &BTreeMap<VersionKey, SourceVersion>) -> Vec<VersionKey> {
+    fetched
+        .values()
+        .flat_map(|v| v.registered.schema.references.iter())
+        .map(|r| (r.subject.clone(), r.version))
+        .filter(|k| !fetched.contains_key(k))
+        .collect()
+}
+
+/// A source schema as the target registers it: references renamed, at the target's versions.
+fn for_target(
+    schema: &Schema,
+    selection: &Selection<'_>,
+    on_target: &BTreeMap<VersionKey, i32>,
+) -> Schema {
+    let mut out = schema.clone();
+    for r in &mut out.references {
+        // Registered before this one (the order guarantees it).
+        if let Some(v) = on_target.get(&(r.subject.clone(), r.version)) {
+            r.version = *v;
+        }
+        r.subject = (selection.rename)(&r.subject);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,332 @@
+//! Subject sync against an in-memory registry that behaves as the real ones do where the pass
+//! depends on it: ids by content (the same schema has one id in every subject), versions
+//! numbered in order, references checked at registration, soft deletes.
+
+use super::*;
+use kmirror_registry::{Reference, SchemaType};
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct Fake {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: i32,
+    subjects: BTreeMap<String, Vec<Entry>>,
+    levels: BTreeMap<String, Compatibility>,
+    /// Writes, in order.
+    calls: Vec<String>,
+    refuse_registrations: bool,
+}
+
+#[derive(Clone)]
+struct Entry {
+    version: i32,
+    id: SchemaId,
+    schema: Schema,
+    deleted: bool,
+}
+
+fn refused(status: u16, code: i64, message: String) -> RegistryError {
+    RegistryError::Refused {
+        url: "fake".into(),
+        what: "call".into(),
+        status,
+        code: Some(code),
+        message,
+    }
+}
+
+impl Fake {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    /// Registers directly (set-up), returning the id.
+    fn seed(&self, subject: &str, schema: &Schema) -> SchemaId {
+        let mut s = self.state();
+        add(&mut s, subject, schema)
+    }
+
+    fn entries(&self, subject: &str) -> Vec<Entry> {
+        self.state()
+            .subjects
+            .get(subject)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn add(s: &mut State, subject: &str, schema: &Schema) -> SchemaId {
+    let existing = s
+        .subjects
+        .values()
+        .flatten()
+        .find(|e| e.schema == *schema)
+        .map(|e| e.id);
+    let id = existing.unwrap_or_else(|| {
+        s.next_id += 1;
+        SchemaId(s.next_id)
+    });
+    let versions = s.subjects.entry(subject.to_string()).or_default();
+    if let Some(e) = versions.iter().find(|e| e.schema == *schema) {
+        return e.id;
+    }
+    let version = versions.len() as i32 + 1;
+    versions.push(Entry {
+        version,
+        id,
+        schema: schema.clone(),
+        deleted: false,
+    });
+    id
+}
+
+impl Registry for Fake {
+    async fn subjects(&self, deleted: bool) -> Result<Vec<String>, RegistryError> {
+        let s = self.state();
+        let listed = s
+            .subjects
+            .iter()
+            .filter(|(_, v)| v.iter().any(|e| deleted || !e.deleted));
+        Ok(listed.map(|(k, _)| k.clone()).collect())
+    }
+    async fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<i32>, RegistryError> {
+        let s = self.state();
+        let v: Vec<i32> = s
+            .subjects
+            .get(subject)
+            .into_iter()
+            .flatten()
+            .filter(|e| deleted || !e.deleted)
+            .map(|e| e.version)
+            .collect();
+        if v.is_empty() {
+            return Err(refused(
+                404,
+                40401,
+                format!("Subject '{subject}' not found."),
+            ));
+        }
+        Ok(v)
+    }
+    async fn version(&self, subject: &str, version: i32) -> Result<Registered, RegistryError> {
+        let s = self.state();
+        let e = s
+            .subjects
+            .get(subject)
+            .and_then(|v| v.iter().find(|e| e.version == version))
+            .ok_or_else(|| refused(404, 40402, "Version not found.".into()))?;
+        Ok(Registered {
+            subject: subject.into(),
+            version,
+            id: e.id,
+            schema: e.schema.clone(),
+        })
+    }
+    async fn register(&self, subject: &str, schema: &Schema) -> Result<SchemaId, RegistryError> {
+        let mut s = self.state();
+        if s.refuse_registrations {
+            return Err(refused(403, 40301, "not allowed".into()));
+        }
+        for r in &schema.references {
+            let known = s
+                .subjects
+                .get(&r.subject)
+                .is_some_and(|v| v.iter().any(|e| e.version == r.version));
+            if !known {
+                return Err(refused(
+                    422,
+                    42201,
+                    format!("unknown reference {}", r.subject),
+                ));
+            }
+        }
+        s.calls.push(format!("register {subject}"));
+        Ok(add(&mut s, subject, schema))
+    }
+    async fn lookup(
+        &self,
+        subject: &str,
+        schema: &Schema,
+    ) -> Result<Option<Registered>, RegistryError> {
+        let s = self.state();
+        let found = s
+            .subjects
+            .get(subject)
+            .and_then(|v| v.iter().find(|e| e.schema == *schema));
+        Ok(found.map(|e| Registered {
+            subject: subject.into(),
+            version: e.version,
+            id: e.id,
+            schema: e.schema.clone(),
+        }))
+    }
+    async fn compatibility(&self, subject: &str) -> Result<Option<Compatibility>, RegistryError> {
+        Ok(self.state().levels.get(subject).copied())
+    }
+    async fn set_compatibility(
+        &self,
+        subject: &str,
+        level: Compatibility,
+    ) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("level {subject} {level:?}"));
+        s.levels.insert(subject.into(), level);
+        Ok(())
+    }
+    async fn delete_compatibility(&self, subject: &str) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("level {subject} removed"));
+        s.levels.remove(subject);
+        Ok(())
+    }
+    async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("delete {subject} {version}"));
+        let e = s
+            .subjects
+            .get_mut(subject)
+            .and_then(|v| v.iter_mut().find(|e| e.version == version))
+            .ok_or_else(|| refused(404, 40402, "Version not found.".into()))?;
+        e.deleted = true;
+        Ok(())
+    }
+}
+
+fn avro(name: &str) -> Schema {
+    Schema {
+        schema_type: SchemaType::Avro,
+        schema: format!(r#"{{"type":"record","name":"{name}","fields":[]}}"#),
+        references: vec![],
+    }
+}
+
+fn referring(name: &str, subject: &str, version: i32) -> Schema {
+    Schema {
+        references: vec![Reference {
+            name: "Common".into(),
+            subject: subject.into(),
+            version,
+        }],
+        ..avro(name)
+    }
+}
+
+fn prefixed(s: &str) -> String {
+    if s.ends_with("-value") {
+        format!("A.{s}")
+    } else {
+        s.to_string()
+    }
+}
+
+#[tokio::test]
+async fn a_history_with_references_arrives_in_order_with_ids_mapped_and_a_second_pass_registers_nothing(
+) {
+    let source = Fake::default();
+    let common = source.seed("common", &avro("Common"));
+    let o1 = source.seed("orders-value", &avro("Order1"));
+    let o2 = source.seed("orders-value", &referring("Order2", "common", 1));
+    source.seed("users-value", &avro("User"));
+    source
+        .state()
+        .levels
+        .insert("orders-value".into(), Compatibility::Full);
+    let target = Fake::default();
+    // Unrelated schemas first, so target ids differ from the source's.
+    target.seed("unrelated", &avro("X"));
+    target.seed("unrelated", &avro("Y"));
+    let selection = Selection {
+        subjects: &|s| s.starts_with("orders"),
+        rename: &prefixed,
+    };
+
+    let done = sync_subjects(&source, &target, &selection).await.unwrap();
+    assert_eq!(
+        (done.registered, done.present, done.soft_deleted),
+        (3, 0, 0)
+    );
+    let orders = target.entries("A.orders-value");
+    assert_eq!(orders.len(), 2);
+    let (t1, t2) = (orders[0].id, orders[1].id);
+    let tc = target.entries("common")[0].id;
+    assert_eq!(done.ids, BTreeMap::from([(common, tc), (o1, t1), (o2, t2)]));
+    assert!(done.ids.iter().all(|(s, t)| s != t), "{:?}", done.ids);
+    // The reference names the target's subject and version.
+    assert_eq!(orders[1].schema.references[0].subject, "common");
+    assert_eq!(orders[1].schema.references[0].version, 1);
+    // Not selected, not referred to: not copied.
+    assert!(target.entries("A.users-value").is_empty());
+    // Order: the referenced subject before the version that refers to it; each subject's level
+    // relaxed before its first registration and set after: the source's own, or removed.
+    let calls = target.state().calls.clone();
+    assert_eq!(
+        calls,
+        vec![
+            "level common None",
+            "register common",
+            "level A.orders-value None",
+            "register A.orders-value",
+            "register A.orders-value",
+            "level A.orders-value Full",
+            "level common removed",
+        ]
+    );
+
+    // A restart: found, not registered again, the same ids.
+    target.state().calls.clear();
+    let again = sync_subjects(&source, &target, &selection).await.unwrap();
+    assert_eq!((again.registered, again.present), (0, 3));
+    assert_eq!(again.ids, done.ids);
+    assert!(
+        target.state().calls.is_empty(),
+        "{:?}",
+        target.state().calls
+    );
+}
+
+#[tokio::test]
+async fn a_soft_deleted_version_is_registered_then_deleted_on_the_target() {
+    let source = Fake::default();
+    let old = source.seed("t-value", &avro("Old"));
+    source.seed("t-value", &avro("New"));
+    source.state().subjects.get_mut("t-value").unwrap()[0].deleted = true;
+    let target = Fake::default();
+    target.seed("t-value", &avro("Elsewhere"));
+    let selection = Selection {
+        subjects: &|_| true,
+        rename: &|s| s.to_string(),
+    };
+    let done = sync_subjects(&source, &target, &selection).await.unwrap();
+    assert_eq!((done.registered, done.soft_deleted), (2, 1));
+    let on_target = target.entries("t-value");
+    let states: Vec<(i32, bool)> = on_target.iter().map(|e| (e.version, e.deleted)).collect();
+    // The target's own version stays; the copied history follows, its first version deleted.
+    assert_eq!(states, vec![(1, false), (2, true), (3, false)]);
+    assert_eq!(done.ids[&old], on_target[1].id);
+    // Its own earlier level came back (it had none: removed).
+    assert!(target.state().levels.is_empty());
+}
+
+#[tokio::test]
+async fn a_refusing_target_ends_the_pass_naming_the_side() {
+    let source = Fake::default();
+    source.seed("t-value", &avro("A"));
+    let target = Fake::default();
+    target.state().refuse_registrations = true;
+    let selection = Selection {
+        subjects: &|_| true,
+        rename: &|s| s.to_string(),
+    };
+    let e = sync_subjects(&source, &target, &selection)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SyncError::Target(_)), "{e}");
+    assert!(
+        e.to_string().starts_with("target schema registry fake"),
+        "{e}"
+    );
+}
