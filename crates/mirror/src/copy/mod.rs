@@ -10,6 +10,8 @@
 //!   re-encode);
 //! - the send gate: [`lease`], the write lease of a process that shares its work through a
 //!   group;
+//! - [`schema_ids`]: schema ids in records translated to the target registry's, or the batch
+//!   held back until its schemas are there;
 //! - the batch filters: what a reader at an isolation level sees
 //!   (`kmirror_kafka::cluster::PartitionFetch::visible`) and [`origins`], the loop guard's
 //!   verdicts.
@@ -22,3 +24,4 @@ pub mod lease;
 pub mod origins;
 pub mod progress;
 pub mod route;
+pub mod schema_ids;
