@@ -233,6 +233,13 @@ impl RegistryClient {
         Ok(())
     }
 
+    /// Removes one subject's own mode: it follows the registry's again.
+    pub async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError> {
+        let path = format!("/mode/{}", segment(subject));
+        let _: serde_json::Value = self.send(Method::DELETE, &path, None).await?;
+        Ok(())
+    }
+
     /// The compatibility level of the registry or of one subject; None when the subject has
     /// no level of its own.
     pub async fn compatibility(

@@ -151,3 +151,28 @@ async fn a_registry_history_arrives_on_a_target_with_other_ids_and_a_second_pass
     );
     assert_eq!(again.ids, done.ids);
 }
+
+/// `keep` against a registry that assigns its own ids (Apicurio): the probe says so, naming
+/// the key to set, and leaves the registry as it found it (its subjects and modes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_assigns_its_own_ids_is_found_out_and_left_as_it_was() {
+    use kmirror_mirror::schemas::keep::{probe_ids, Probe};
+    use kmirror_registry::Mode;
+    let r = Registry::start("keep-probe").unwrap();
+    let c = client(&r);
+    c.register("existing-value", &record("Existing", &[("e", "int")]), None)
+        .await
+        .unwrap();
+    let probe = probe_ids(&c, 42).await.unwrap();
+    let Probe::NotKept(e) = probe else {
+        panic!("Apicurio kept an imported id")
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("kmirror.schemas.ids = translate") && text.contains(r.url()),
+        "{text}"
+    );
+    assert_eq!(c.subjects(true).await.unwrap(), vec!["existing-value"]);
+    assert_eq!(c.mode(None).await.unwrap(), Some(Mode::ReadWrite));
+    assert!(c.schema(e.asked).await.unwrap_err().is_not_found());
+}
