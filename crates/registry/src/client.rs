@@ -80,6 +80,12 @@ struct IdAnswer {
 }
 
 #[derive(Deserialize)]
+struct SubjectVersion {
+    subject: String,
+    version: i32,
+}
+
+#[derive(Deserialize)]
 struct ModeAnswer {
     mode: Mode,
 }
@@ -176,6 +182,15 @@ impl RegistryClient {
     /// The schema with id `id`.
     pub async fn schema(&self, id: SchemaId) -> Result<Schema, RegistryError> {
         self.get(&format!("/schemas/ids/{id}")).await
+    }
+
+    /// The subjects and versions under which the schema with id `id` is registered (soft-deleted
+    /// ones too).
+    pub async fn subjects_of(&self, id: SchemaId) -> Result<Vec<(String, i32)>, RegistryError> {
+        let found: Vec<SubjectVersion> = self
+            .get(&format!("/schemas/ids/{id}/versions?deleted=true"))
+            .await?;
+        Ok(found.into_iter().map(|v| (v.subject, v.version)).collect())
     }
 
     /// Registers `schema` under `subject` and returns its id. With `keep` (id and version), as

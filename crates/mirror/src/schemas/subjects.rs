@@ -39,6 +39,7 @@ pub trait Registry {
     ) -> Result<(), RegistryError>;
     async fn delete_compatibility(&self, subject: &str) -> Result<(), RegistryError>;
     async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError>;
+    async fn subjects_of(&self, id: SchemaId) -> Result<Vec<(String, i32)>, RegistryError>;
 }
 
 impl Registry for RegistryClient {
@@ -76,6 +77,9 @@ impl Registry for RegistryClient {
     }
     async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
         RegistryClient::delete_version(self, subject, version, false).await
+    }
+    async fn subjects_of(&self, id: SchemaId) -> Result<Vec<(String, i32)>, RegistryError> {
+        RegistryClient::subjects_of(self, id).await
     }
 }
 
@@ -212,6 +216,35 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
         .map_err(SyncError::Target)?;
     }
     Ok(done)
+}
+
+/// Ids that records name and the map lacks (a subject outside the selection, or registered
+/// since the last pass): the subjects that hold them are synced, with the flow's names. Ids the
+/// source registry does not know are returned apart: their payloads only look like the wire
+/// format.
+pub async fn sync_ids<S: Registry, T: Registry>(
+    source: &S,
+    target: &T,
+    ids: &BTreeSet<SchemaId>,
+    rename: &dyn Fn(&str) -> String,
+) -> Result<(Synced, BTreeSet<SchemaId>), SyncError> {
+    let mut subjects = BTreeSet::new();
+    let mut unknown = BTreeSet::new();
+    for id in ids {
+        match source.subjects_of(*id).await {
+            Ok(found) => subjects.extend(found.into_iter().map(|(s, _)| s)),
+            Err(e) if e.is_not_found() => {
+                unknown.insert(*id);
+            }
+            Err(e) => return Err(SyncError::Source(e)),
+        }
+    }
+    let selection = Selection {
+        subjects: &|s| subjects.contains(s),
+        rename,
+    };
+    let done = sync_subjects(source, target, &selection).await?;
+    Ok((done, unknown))
 }
 
 /// Every version of the selected subjects, soft-deleted ones too, and every version they refer

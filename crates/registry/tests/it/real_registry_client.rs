@@ -92,6 +92,17 @@ async fn every_call_schema_sync_makes_against_a_real_registry() {
         .unwrap()
         .is_none());
 
+    // Where an id is registered.
+    assert_eq!(
+        c.subjects_of(v2).await.unwrap(),
+        vec![("orders-value".to_string(), 2)]
+    );
+    assert!(c
+        .subjects_of(SchemaId(999_999))
+        .await
+        .unwrap_err()
+        .is_not_found());
+
     // Not found, told apart by code.
     let e = c.schema(SchemaId(999_999)).await.unwrap_err();
     assert!(

@@ -183,6 +183,22 @@ impl Registry for Fake {
         s.levels.remove(subject);
         Ok(())
     }
+    async fn subjects_of(&self, id: SchemaId) -> Result<Vec<(String, i32)>, RegistryError> {
+        let s = self.state();
+        let found: Vec<(String, i32)> = s
+            .subjects
+            .iter()
+            .flat_map(|(name, v)| {
+                v.iter()
+                    .filter(|e| e.id == id)
+                    .map(|e| (name.clone(), e.version))
+            })
+            .collect();
+        if found.is_empty() {
+            return Err(refused(404, 40403, format!("Schema {id} not found")));
+        }
+        Ok(found)
+    }
     async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
         let mut s = self.state();
         s.calls.push(format!("delete {subject} {version}"));
@@ -329,4 +345,20 @@ async fn a_refusing_target_ends_the_pass_naming_the_side() {
         e.to_string().starts_with("target schema registry fake"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn ids_named_by_records_bring_their_subjects_and_unknown_ids_are_told_apart() {
+    let source = Fake::default();
+    source.seed("selected-value", &avro("S"));
+    let outside = source.seed("other-subject", &avro("O"));
+    let target = Fake::default();
+    target.seed("local", &avro("L"));
+    let ids = BTreeSet::from([outside, SchemaId(999)]);
+    let (done, unknown) = sync_ids(&source, &target, &ids, &prefixed).await.unwrap();
+    assert_eq!(unknown, BTreeSet::from([SchemaId(999)]));
+    assert_eq!(done.registered, 1);
+    assert_eq!(done.ids[&outside], target.entries("other-subject")[0].id);
+    // Only the subject that holds a named id.
+    assert!(target.entries("A.selected-value").is_empty());
 }
