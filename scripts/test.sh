@@ -13,8 +13,10 @@ bash scripts/kafka/kafka-harness.sh fetch
 # Class-data archives: every broker and tool JVM of the suite starts faster (optional: the
 # suite runs without them if they cannot be made).
 bash scripts/kafka/kafka-harness.sh cds
-# The schema registry the registry tests run (Apicurio, ~160 MB, once).
+# The schema registry the registry tests run (Apicurio, ~160 MB, once), and the real
+# serializers that write and read their records (Confluent's Python client, from PyPI, once).
 bash scripts/kafka/kafka-harness.sh registry fetch
+bash scripts/kafka/kafka-harness.sh serde fetch
 phase "jars and class-data archives"
 echo "test.sh: Kafka jars ready in $((SECONDS - t0))s ($(du -sh "${KAFKA_HARNESS_CACHE:-$HOME/.cache/kafka-harness}" | cut -f1) cache)"
 

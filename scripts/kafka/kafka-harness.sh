@@ -57,6 +57,8 @@
 #   kafka-harness.sh dir NAME | classpath [--mm2] | print-pom
 #   kafka-harness.sh registry fetch | start NAME PORT | url NAME | pause NAME | resume NAME
 #                                           a schema registry (Apicurio, Java 21+; registry.sh)
+#   kafka-harness.sh serde fetch | produce ... | consume ...
+#                                           Avro records through Confluent's serializers (serde.py)
 #
 # Files of a cluster, in RUN/NAME (RUN = $KAFKA_HARNESS_RUN, default /tmp/kafka-harness-UID):
 #   env                 KEY=VALUE lines, no quoting: NAME KAFKA_VERSION PORT CONTROLLER_PORT
@@ -1294,6 +1296,7 @@ main() {
     tool) cmd_tool "$@" ;;
     mm2) cmd_mm2 "$@" ;;
     registry) cmd_registry "$@" ;;
+    serde) cmd_serde "$@" ;;
     bootstrap) check_name "${1:?NAME}"; sed -n 's/^BOOTSTRAP=//p' "$RUN_ROOT/$1/env" ;;
     client-config)
       check_name "${1:?NAME}"

@@ -9,6 +9,8 @@
 #   registry url NAME           its Confluent API base URL
 #   registry pause|resume NAME  SIGSTOP / SIGCONT (an in-memory registry loses all on restart)
 #   stop NAME, stop-all         stop it as they stop brokers
+#   serde fetch|produce|consume Avro records through Confluent's serializers (serde.py), its
+#                               Python client from PyPI in a virtualenv in the cache
 #
 # Apicurio 3 needs Java 21 or newer: APICURIO_JAVA_HOME, else JAVA_HOME, else a JDK under
 # /usr/lib/jvm, else java on PATH, whichever is 21+ first. Environment: APICURIO_VERSION
@@ -20,7 +22,7 @@ REGISTRY_HOME="$HARNESS_CACHE/apicurio-$APICURIO_VERSION"
 registry_ready() { [[ -f "$REGISTRY_HOME/.complete" && -f "$REGISTRY_HOME/quarkus-run.jar" ]]; }
 
 java_major() {  # java_major JAVA: its feature version, or 0
-  "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' | head -n1
+  "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' | head -n1 || true
 }
 
 registry_java() {  # prints a java of version 21 or newer, or dies naming where it looked
@@ -130,4 +132,37 @@ cmd_registry() {
     resume) registry_signal "${1:?NAME}" CONT ;;
     *) die "unknown registry command '$sub' (fetch, start, url, pause, resume)" ;;
   esac
+}
+
+# ---------------------------------------------------------------- real serializers
+# serde ARGS...: scripts/kafka/serde.py (Confluent's Python client and its Avro serializers, from
+# PyPI) in a virtualenv kept in the cache, made once.
+SERDE_CLIENT="${KAFKA_HARNESS_SERDE_CLIENT:-confluent-kafka[avro,schemaregistry]==2.16.1}"
+SERDE_VENV="$HARNESS_CACHE/serde-venv"
+
+serde_ready() { [[ -f "$SERDE_VENV/.complete" && "$(cat "$SERDE_VENV/.complete")" == "$SERDE_CLIENT" ]]; }
+
+cmd_serde_fetch() {
+  serde_ready && return 0
+  command -v python3 >/dev/null 2>&1 || die "python3 not found (the serializers run on it)"
+  mkdir -p "$HARNESS_CACHE"
+  (
+    if command -v flock >/dev/null 2>&1; then
+      flock 9
+      serde_ready && exit 0
+    fi
+    # Made in place (a virtualenv's scripts name its path), complete once .complete is written.
+    rm -rf "$SERDE_VENV"
+    log "installing $SERDE_CLIENT from PyPI into $SERDE_VENV (once)"
+    python3 -m venv "$SERDE_VENV" || { rm -rf "$SERDE_VENV"; die "python3 -m venv failed (apt-get install -y python3-venv)"; }
+    "$SERDE_VENV/bin/python" -m pip install -q --disable-pip-version-check "$SERDE_CLIENT" ||
+      { rm -rf "$SERDE_VENV"; die "pip could not install $SERDE_CLIENT"; }
+    echo "$SERDE_CLIENT" >"$SERDE_VENV/.complete"
+  ) 9>"$HARNESS_CACHE/.serde-fetch.lock"
+}
+
+cmd_serde() {
+  if [[ "${1:-}" == fetch ]]; then cmd_serde_fetch; return; fi
+  cmd_serde_fetch
+  exec "$SERDE_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/serde.py" "$@"
 }

@@ -92,3 +92,107 @@ impl Drop for Registry {
         let _ = run("kafka-harness stop", harness(&["stop", &self.name]), None);
     }
 }
+
+/// Avro records written and read by a real serializer: Confluent's Python client and its
+/// Schema Registry serializers (`scripts/kafka/serde.py`, from PyPI into the harness's cache),
+/// against a cluster and a registry.
+#[derive(Debug, Clone, Copy)]
+pub struct AvroRecords<'a> {
+    pub bootstrap: &'a str,
+    pub registry: &'a str,
+    pub topic: &'a str,
+}
+
+impl AvroRecords<'_> {
+    /// Writes records `start..start + count` (value `{"id": i, "name": "record-<i>"}` under
+    /// `schema`, an Avro schema's text; key the id as a string, or `{"id": i}` under
+    /// `key_schema`), record i to partition `i % partitions`. The serializer registers the
+    /// schemas, as a producer does.
+    pub fn produce(
+        &self,
+        schema: &str,
+        key_schema: Option<&str>,
+        start: u64,
+        count: u64,
+        partitions: u32,
+    ) -> Result<(), HarnessError> {
+        let file = |name: &str, text: &str| -> Result<String, HarnessError> {
+            let path = crate::run_root().join(format!(
+                "{name}-{}-{}.avsc",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ));
+            std::fs::write(&path, text).map_err(|error| HarnessError::Spawn {
+                what: format!("writing {}", path.display()),
+                error,
+            })?;
+            Ok(path.display().to_string())
+        };
+        let value = file("value", schema)?;
+        let (start, count, partitions) =
+            (start.to_string(), count.to_string(), partitions.to_string());
+        let mut args = vec![
+            "serde",
+            "produce",
+            "--bootstrap",
+            self.bootstrap,
+            "--registry",
+            self.registry,
+            "--topic",
+            self.topic,
+            "--schema",
+            &value,
+            "--start",
+            &start,
+            "--count",
+            &count,
+            "--partitions",
+            &partitions,
+        ];
+        let key = key_schema.map(|k| file("key", k)).transpose()?;
+        if let Some(k) = &key {
+            args.extend(["--key-schema", k.as_str()]);
+        }
+        let what = format!("serde.py produce to {}", self.topic);
+        check(&what, run(&what, harness(&args), None)?)?;
+        Ok(())
+    }
+
+    /// Reads `count` records from the start, decoded through the registry: one JSON object
+    /// each (`partition`, `offset`, `key`, `value`, `key_schema_id`, `value_schema_id`).
+    pub fn consume(
+        &self,
+        count: u64,
+        timeout: Duration,
+    ) -> Result<Vec<serde_json::Value>, HarnessError> {
+        let (count, timeout) = (count.to_string(), timeout.as_secs().to_string());
+        let args = [
+            "serde",
+            "consume",
+            "--bootstrap",
+            self.bootstrap,
+            "--registry",
+            self.registry,
+            "--topic",
+            self.topic,
+            "--count",
+            &count,
+            "--timeout",
+            &timeout,
+        ];
+        let what = format!("serde.py consume from {}", self.topic);
+        let out = check(&what, run(&what, harness(&args), None)?)?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).map_err(|e| HarnessError::Failed {
+                    what: what.clone(),
+                    status: "a line that is not JSON".into(),
+                    stderr: format!("{e}: {l}"),
+                })
+            })
+            .collect()
+    }
+}
