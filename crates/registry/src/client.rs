@@ -202,7 +202,7 @@ impl RegistryClient {
         schema: &Schema,
         keep: Option<(SchemaId, i32)>,
     ) -> Result<SchemaId, RegistryError> {
-        let mut body = serde_json::to_value(schema).expect("a schema serializes");
+        let mut body = schema_body(schema)?;
         if let (Some((id, version)), Some(map)) = (keep, body.as_object_mut()) {
             map.insert("id".into(), id.0.into());
             map.insert("version".into(), version.into());
@@ -220,7 +220,7 @@ impl RegistryClient {
         schema: &Schema,
         deleted: bool,
     ) -> Result<Option<Registered>, RegistryError> {
-        let body = serde_json::to_value(schema).expect("a schema serializes");
+        let body = schema_body(schema)?;
         let path = format!("/subjects/{}{}", segment(subject), deleted_query(deleted));
         match self.send(Method::POST, &path, Some(body)).await {
             Ok(r) => Ok(Some(r)),
@@ -414,6 +414,12 @@ fn refusal(body: &[u8]) -> (Option<i64>, String) {
         ),
         Err(_) => (None, shown(&String::from_utf8_lossy(body))),
     }
+}
+
+/// A schema as a request's JSON body.
+fn schema_body(schema: &Schema) -> Result<serde_json::Value, RegistryError> {
+    serde_json::to_value(schema)
+        .map_err(|e| RegistryError::Config(format!("a schema that cannot be written as JSON: {e}")))
 }
 
 fn deleted_query(deleted: bool) -> &'static str {

@@ -17,27 +17,17 @@ use crate::settings::IsolationLevel;
 use kafka_protocol::error::ParseResponseErrorCode;
 use kafka_protocol::messages::{BrokerId, FetchRequest};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How long the first ask waits for others to join it.
 const WINDOW: Duration = Duration::from_millis(2);
 
-#[derive(Debug, Default)]
-pub(crate) struct Fetches {
-    pending: Mutex<Pending>,
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    asks: Vec<Ask>,
-    /// A flush is on its way for the asks queued.
-    scheduled: bool,
-}
+pub(crate) type Fetches = super::coalesce::Coalesce<Ask>;
 
 #[derive(Debug)]
-struct Ask {
+pub(crate) struct Ask {
     topic: String,
     partition: i32,
     offset: i64,
@@ -59,18 +49,14 @@ impl KafkaCluster {
         isolation: IsolationLevel,
     ) -> Result<PartitionFetch> {
         let (reply, answer) = oneshot::channel();
-        let first = {
-            let mut q = self.fetches.lock();
-            q.asks.push(Ask {
-                topic: topic.into(),
-                partition,
-                offset,
-                max_bytes,
-                isolation,
-                reply,
-            });
-            !std::mem::replace(&mut q.scheduled, true)
-        };
+        let first = self.fetches.push(Ask {
+            topic: topic.into(),
+            partition,
+            offset,
+            max_bytes,
+            isolation,
+            reply,
+        });
         if first {
             tokio::spawn(flush(self.clone()));
         }
@@ -95,14 +81,7 @@ impl KafkaCluster {
 
 /// Sends every queued ask, one request per (leader, isolation level), and answers each.
 async fn flush(cluster: Arc<KafkaCluster>) {
-    let mut guard = Scheduled(Some(&cluster));
-    tokio::time::sleep(WINDOW).await;
-    let asks = {
-        let mut q = cluster.fetches.lock();
-        q.scheduled = false;
-        guard.0 = None;
-        std::mem::take(&mut q.asks)
-    };
+    let asks = cluster.fetches.take_after(WINDOW).await;
     // Asks left out (no leader known, a partition asked twice) are dropped unanswered: their
     // callers fetch on their own.
     let (groups, _alone) = group(asks, |t, p| cluster.leader_of(t, p).ok());
@@ -184,24 +163,6 @@ async fn flush(cluster: Arc<KafkaCluster>) {
                     let _ = a.reply.send(Some(fetched));
                 }
             }
-        }
-    }
-}
-
-impl Fetches {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Clears `scheduled` if a flush is dropped before it took the queue (a runtime shutting
-/// down), so later asks schedule a new flush instead of waiting for nobody.
-struct Scheduled<'a>(Option<&'a KafkaCluster>);
-
-impl Drop for Scheduled<'_> {
-    fn drop(&mut self) {
-        if let Some(cluster) = self.0.take() {
-            cluster.fetches.lock().scheduled = false;
         }
     }
 }

@@ -10,6 +10,7 @@
 //! [`KafkaCluster::retrying`], which re-learns leaders after NOT_LEADER_OR_FOLLOWER,
 //! UNKNOWN_TOPIC_OR_PARTITION or FENCED_LEADER_EPOCH within the request timeout.
 
+mod coalesce;
 mod fetch_batch;
 mod metadata;
 mod offset_lookup;

@@ -12,27 +12,17 @@ use super::KafkaCluster;
 use crate::error::Result;
 use crate::settings::IsolationLevel;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How long the first ask waits for others to join it.
 const WINDOW: Duration = Duration::from_millis(2);
 
-#[derive(Debug, Default)]
-pub(crate) struct Lookups {
-    pending: Mutex<Pending>,
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    asks: Vec<Ask>,
-    /// A flush is on its way for the asks queued.
-    scheduled: bool,
-}
+pub(crate) type Lookups = super::coalesce::Coalesce<Ask>;
 
 #[derive(Debug)]
-struct Ask {
+pub(crate) struct Ask {
     topic: String,
     partition: i32,
     at: i64,
@@ -51,17 +41,13 @@ impl KafkaCluster {
         isolation: IsolationLevel,
     ) -> Result<i64> {
         let (reply, answer) = oneshot::channel();
-        let first = {
-            let mut q = self.lookups.lock();
-            q.asks.push(Ask {
-                topic: topic.into(),
-                partition,
-                at,
-                isolation,
-                reply,
-            });
-            !std::mem::replace(&mut q.scheduled, true)
-        };
+        let first = self.lookups.push(Ask {
+            topic: topic.into(),
+            partition,
+            at,
+            isolation,
+            reply,
+        });
         if first {
             tokio::spawn(flush(self.clone()));
         }
@@ -77,14 +63,7 @@ impl KafkaCluster {
 
 /// Sends every queued ask, one request per (broker, kind of lookup), and answers each.
 async fn flush(cluster: Arc<KafkaCluster>) {
-    let mut guard = Scheduled(Some(&cluster));
-    tokio::time::sleep(WINDOW).await;
-    let asks = {
-        let mut q = cluster.lookups.lock();
-        q.scheduled = false;
-        guard.0 = None;
-        std::mem::take(&mut q.asks)
-    };
+    let asks = cluster.lookups.take_after(WINDOW).await;
     for ((at, isolation), asks) in group(asks) {
         let partitions: Vec<(String, i32)> = asks
             .iter()
@@ -95,24 +74,6 @@ async fn flush(cluster: Arc<KafkaCluster>) {
             let _ = a
                 .reply
                 .send(round.found.get(&(a.topic, a.partition)).copied());
-        }
-    }
-}
-
-impl Lookups {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Clears `scheduled` if a flush is dropped before it took the queue (a runtime shutting
-/// down), so later asks schedule a new flush instead of waiting for nobody.
-struct Scheduled<'a>(Option<&'a KafkaCluster>);
-
-impl Drop for Scheduled<'_> {
-    fn drop(&mut self) {
-        if let Some(cluster) = self.0.take() {
-            cluster.lookups.lock().scheduled = false;
         }
     }
 }

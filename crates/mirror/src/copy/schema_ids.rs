@@ -54,9 +54,10 @@ pub fn translate(records: Vec<Record>, target: &dyn Fn(SchemaId) -> Target) -> T
             match target(from) {
                 Target::Id(to) if to == from => {}
                 Target::Id(to) => {
-                    let rewritten = wire::with_schema_id(bytes, to).expect("in the wire format");
-                    *payload = Some(Bytes::from(rewritten));
-                    translated += 1;
+                    if let Some(rewritten) = wire::with_schema_id(bytes, to) {
+                        *payload = Some(Bytes::from(rewritten));
+                        translated += 1;
+                    }
                 }
                 Target::NoSchema => passed += 1,
                 Target::Pending => {
