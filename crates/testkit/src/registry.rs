@@ -67,7 +67,24 @@ impl Registry {
 
     /// A plain HTTP GET of `path` (after the base URL) with a timeout: the status code and the
     /// body. For tests that look at the registry without a client library.
+    /// A connection closed without an answer (seen once right after start-up, under load) is
+    /// tried again within `timeout`.
     pub fn get(&self, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match self.get_once(path, timeout) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn get_once(&self, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
@@ -77,6 +94,9 @@ impl Registry {
         )?;
         let mut text = String::new();
         s.read_to_string(&mut text)?;
+        if text.is_empty() {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
         let status = head
             .split_whitespace()
