@@ -4,7 +4,7 @@
 //   java -cp "$(bash scripts/kafka/kafka-harness.sh classpath)" bench/Load.java \
 //     --bootstrap HOST:PORT --topics t1,t2,... --records N --size BYTES \
 //     [--keys K] [--compression none|gzip|snappy|lz4|zstd] [--linger-ms MS] [--create-partitions P]
-//     [--every-partition P]
+//     [--every-partition P] [--schema-id ID]
 //
 // Why not the perf test: it writes one topic per JVM and never sets a key. Here one producer
 // writes record i to topic i % topics, like an application feeding many topics at once, with
@@ -17,6 +17,8 @@
 // --create-partitions P first creates the topics with P partitions each (replication factor 1)
 // and waits until each partition's log exists (it answers ListOffsets); with --records 0 it
 // only does that.
+// --schema-id ID starts every value with the Confluent wire format naming schema ID (a zero
+// byte, then ID in 4 bytes), as a Schema Registry serializer writes it; the rest stays random.
 // --every-partition P writes record i to partition (i / topics) % P of its topic, so each of the
 // P partitions of every topic gets the same share (records / (topics x P)), as a user seeding
 // a test cluster partition by partition does; it overrides the key's partition.
@@ -108,6 +110,18 @@ public class Load {
         // A pool of payloads, so building values does not limit the rate measured.
         byte[][] values = new byte[1024][size];
         for (byte[] v : values) for (int i = 0; i < size; i++) v[i] = (byte) ('A' + rnd.nextInt(26));
+        if (a.containsKey("schema-id")) {
+            // The Confluent wire format: a zero byte and the 4-byte schema id, then the body.
+            int id = Integer.parseInt(a.get("schema-id"));
+            if (size < 5) fail(2, "--schema-id needs --size of at least 5");
+            for (byte[] v : values) {
+                v[0] = 0;
+                v[1] = (byte) (id >>> 24);
+                v[2] = (byte) (id >>> 16);
+                v[3] = (byte) (id >>> 8);
+                v[4] = (byte) id;
+            }
+        }
         AtomicLong acked = new AtomicLong();
         AtomicReference<Exception> failed = new AtomicReference<>();
         long t0 = System.currentTimeMillis();

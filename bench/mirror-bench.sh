@@ -10,7 +10,10 @@
 #    topics of MANY_PARTITIONS partitions, half of the topics lz4, keyless, so the default
 #    partitioner's 16 KiB batches) and a keyed case (KEYED_RECORDS of KEYED_SIZE bytes with
 #    KEYED_KEYS keys over 2 topics of KEYED_PARTITIONS partitions, zstd, linger.ms 5, so small
-#    compressed batches in every partition);
+#    compressed batches in every partition); the schemas cases (not by default) load the keyed
+#    shape again with values in the Confluent wire format naming a schema of a source registry
+#    (Apicurio), copied by kmirror with schema sync into a target registry that gives the schema
+#    another id (`schemas`: every record rewritten) or the same (`schemas-same`: ids checked only);
 # 2. per round (ROUNDS, the tools' order alternating): replicates each case's backlog into a
 #    fresh target with kmirror and with MirrorMaker 2 in dedicated mode (and the lz4 topic
 #    alone, for its CPU per GB), tuned as its docs
@@ -27,7 +30,8 @@
 #                                  MANY_RECORDS=2000000 MANY_SIZE=100 MANY_TOPICS=20 MANY_PARTITIONS=50
 #                                  KEYED_RECORDS=2000000 KEYED_SIZE=200 KEYED_KEYS=100000 KEYED_PARTITIONS=100
 #        CASES="large many" EXTRAS="latency" bench/mirror-bench.sh   a subset (before/after runs):
-#                                  CASES of large lz4 small many keyed, EXTRAS of record direct latency scale
+#                                  CASES of large lz4 small many keyed schemas schemas-same,
+#                                  EXTRAS of record direct latency scale
 #        CASES= EXTRAS=scale bench/mirror-bench.sh   scale figures only: SCALE_TOPICS x SCALE_PARTITIONS
 #                                  (100 x 100 = 10,000) partitions holding SCALE_RECORDS keyed records;
 #                                  per tool the time from its start to the first and to the last record on
@@ -152,6 +156,11 @@ load() {  # load TOPIC CODEC RECORDS SIZE [PORT] -> the perf test's closing line
   tool producer-perf-test --topic "$1" --num-records "$3" --record-size "$4" --throughput -1 \
     --producer-props bootstrap.servers="127.0.0.1:$port" compression.type="$2" linger.ms=20 batch.size=262144 acks=all | tail -1
 }
+register_schema() {  # register_schema URL SUBJECT NAME -> the id the registry answers for record NAME
+  curl -sf -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
+    --data "{\"schema\": \"{\\\"type\\\":\\\"record\\\",\\\"name\\\":\\\"$3\\\",\\\"fields\\\":[]}\"}" \
+    "$1/subjects/$2/versions" | sed -n 's/.*"id" *: *\([0-9]*\).*/\1/p'
+}
 load_java() {  # load_java "T1, T2" PARTITIONS RECORDS SIZE [Load options] -> Load's closing line
   local topics=$1 partitions=$2 records=$3 size=$4
   shift 4
@@ -261,7 +270,24 @@ backlog() {
     small) topics="small-plain, small-lz4" records=$SMALL_RECORDS size=$SMALL_SIZE parts=$PARTITIONS ;;
     many) topics="$(many_topics plain), $(many_topics lz4)" records=$MANY_RECORDS size=$MANY_SIZE parts=$MANY_PARTITIONS ;;
     keyed) topics="keyed-0, keyed-1" records=$KEYED_RECORDS size=$KEYED_SIZE parts=$KEYED_PARTITIONS ;;
+    schemas | schemas-same) topics="schemas-0, schemas-1" records=$KEYED_RECORDS size=$KEYED_SIZE parts=$KEYED_PARTITIONS ;;
   esac
+  # Schema sync is kmirror's (MM2 copies the ids as they are): other tools skip these cases.
+  if [[ $case == schemas* ]]; then
+    [[ $tool == kmirror || $tool == kmirror-before ]] || return 0
+    # A fresh target registry per run. `schemas`: schemas of its own first, so the ids differ and
+    # every record is rewritten; `schemas-same`: empty, so the id maps to the same number and
+    # batches go as they are (decoded to read the ids, not re-encoded).
+    bash $H registry start "sr-dst-$tool-$case-$round" "$(pick 19900 19990)" >/dev/null
+    local sr_dst i
+    sr_dst=$(bash $H registry url "sr-dst-$tool-$case-$round")
+    if [[ $case == schemas ]]; then
+      for i in 1 2 3 4 5; do register_schema "$sr_dst" local-value "Local$i" >/dev/null; done
+    fi
+    extra="A.schema.registry.url = $SR_SRC
+B.schema.registry.url = $sr_dst
+kmirror.schemas.ids = translate"
+  fi
   [[ $tool == kmirror-record ]] && extra="kmirror.batch.mode.enabled = false"
   [[ $tool == kmirror-nomerge ]] && extra="kmirror.batch.merge.enabled = false"
   [[ $tool == kmirror-noresume ]] && extra="kmirror.resume.from.target.enabled = false"
@@ -311,6 +337,7 @@ $KMIRROR_EXTRA"
     echo "bench: $name did not complete: $(cat "$out.err"); see $KAFKA_HARNESS_RUN/$name*" >&2
     stop_tool "$tool" "$name"
     bash $H stop "dst-$name" >/dev/null
+    [[ $case == schemas* ]] && bash $H stop "sr-dst-$name" >/dev/null
     printf 'backlog\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\t-\t-\n' "$case" "$tool" "$round" | tee -a "$ROWS"
     KEEP_RUN=1
     return 0
@@ -318,6 +345,7 @@ $KMIRROR_EXTRA"
   stats=$(cpu_rss "$KPID" ${KPID2:-})
   stop_tool "$tool" "$name"
   bash $H stop "dst-$name" >/dev/null
+  [[ $case == schemas* ]] && bash $H stop "sr-dst-$name" >/dev/null
   first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
   read -r cpu rss <<<"$stats"
   awk -v c="$case" -v t="$tool" -v r="$round" -v t0="$t0" -v f="$first" -v d="$done" -v n="$records" -v s="$size" -v cpu="$cpu" -v rss="$rss" \
@@ -412,6 +440,17 @@ if has "$CASES" keyed; then
   out=$(load_java "keyed-0, keyed-1" "$KEYED_PARTITIONS" "$KEYED_RECORDS" "$KEYED_SIZE" \
     --keys "$KEYED_KEYS" --compression zstd --linger-ms 5)
   echo "load keyed-*: $out"
+fi
+if has "$CASES" schemas || has "$CASES" schemas-same; then
+  # The keyed case's shape, each value in the Confluent wire format naming a schema registered on
+  # a source registry (Apicurio; its ids are content ids, so both subjects share one).
+  bash $H registry fetch >/dev/null
+  bash $H registry start sr-src "$(pick 19900 19990)" >/dev/null
+  SR_SRC=$(bash $H registry url sr-src)
+  for t in schemas-0 schemas-1; do SCHEMA_ID=$(register_schema "$SR_SRC" "$t-value" Order); done
+  out=$(load_java "schemas-0, schemas-1" "$KEYED_PARTITIONS" "$KEYED_RECORDS" "$KEYED_SIZE" \
+    --keys "$KEYED_KEYS" --compression zstd --linger-ms 5 --schema-id "$SCHEMA_ID")
+  echo "load schemas-*: $out (schema id $SCHEMA_ID)"
 fi
 if has "$EXTRAS" scale; then
   out=$(load_java "$(scale_topics)" "$SCALE_PARTITIONS" "$SCALE_RECORDS" 100 --keys 1000000)

@@ -1,7 +1,9 @@
 //! The `kmirror` binary: a thin layer over the engine crates. It parses the command line, loads
 //! configuration files, renders results and maps failures to documented exit codes.
 //!
-//! Exit codes: 0 success; 1 runtime failure; 2 bad command line; 3 invalid configuration;
+//! Exit codes: 0 success; 1 runtime failure; 2 bad command line; 3 invalid configuration (also
+//! one the clusters prove wrong before anything is written: a target schema registry that
+//! does not keep ids);
 //! 4 `plan --check` found warnings or ignored keys; 5 `verify` found differences; 6 `verify`
 //! found data still in flight and no difference; 7 `offsets apply --skip-active` left out
 //! groups with members on the target. Each code means one thing, so a script can branch on it.
@@ -35,6 +37,12 @@ fn main() -> ExitCode {
         Err(e) => {
             if let Some(c) = e.downcast_ref::<ConfigError>() {
                 eprintln!("{c}");
+                ExitCode::from(EXIT_CONFIG)
+            } else if let Some(c @ kmirror_mirror::engine::EngineError::Config { .. }) =
+                e.downcast_ref::<kmirror_mirror::engine::EngineError>()
+            {
+                // A setting the clusters proved wrong before anything was written.
+                eprintln!("1 configuration error:\n  error: {c}");
                 ExitCode::from(EXIT_CONFIG)
             } else if let Some(p @ PropertiesError::BadEscape { .. }) =
                 e.downcast_ref::<PropertiesError>()

@@ -1,7 +1,7 @@
 //! Which source topics a flow replicates, and under which remote name (mm2-compatibility §5.2): a topic
 //! is kept if the topic filter accepts it (or it is a heartbeats topic and
-//! `heartbeats.replication.enabled`), it is not internal, and it did not come from the flow's
-//! target (cycle detection). Pure: the engine passes in the topic names it listed.
+//! `heartbeats.replication.enabled`), it is not internal (nor the registry's `_schemas` while
+//! schemas are synced), and it did not come from the flow's target (cycle detection). Pure: the engine passes in the topic names it listed.
 
 use crate::config::model::FlowConfig;
 use serde::Serialize;
@@ -42,7 +42,7 @@ pub fn decide<'a>(
             let heartbeat = flow.heartbeats_replication && policy.is_heartbeats_topic(t);
             let skip = if !(flow.topics.accepts(t) || heartbeat) {
                 Some(Skip::Filtered)
-            } else if policy.is_internal_topic(t) {
+            } else if policy.is_internal_topic(t) || registry_topic(flow, t) {
                 Some(Skip::Internal)
             } else if policy.is_cycle(t, &flow.id.target) {
                 Some(Skip::Cycle)
@@ -59,6 +59,12 @@ pub fn decide<'a>(
             }
         })
         .collect()
+}
+
+/// With schema sync on, the source registry's own topic stays behind: its records name the
+/// source's ids, and the target registry gets the schemas through its API (docs/schemas.md).
+fn registry_topic(flow: &FlowConfig, topic: &str) -> bool {
+    flow.schemas.is_some() && topic == crate::config::model::SchemaSync::REGISTRY_TOPIC
 }
 
 #[cfg(test)]
@@ -152,6 +158,19 @@ mod tests {
         );
         let orders = got.iter().find(|d| d.0 == "orders").unwrap();
         assert_eq!(orders.1.as_deref(), Some("A.orders"));
+    }
+
+    #[test]
+    fn the_registry_topic_stays_behind_only_while_schemas_are_synced() {
+        let plain = flow("");
+        assert_eq!(table(&plain, &["_schemas"])[0].2, None);
+        let synced = flow(
+            "A.schema.registry.url = http://127.0.0.1:1\nB.schema.registry.url = http://127.0.0.1:2\n",
+        );
+        assert!(synced.schemas.is_some());
+        let got = table(&synced, &["_schemas", "orders"]);
+        assert_eq!(got[0].2, Some(Skip::Internal));
+        assert_eq!(got[1].2, None);
     }
 
     #[test]

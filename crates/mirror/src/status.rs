@@ -59,11 +59,28 @@ pub struct FlowStatus {
     pub transactions_committed: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub transactions_aborted: u64,
+    /// Schema sync (docs/schemas.md), when the flow syncs schemas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<SchemaStatus>,
+}
+
+/// A flow's schema sync: what it registered and rewrote, and what waits for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchemaStatus {
+    pub versions_registered: u64,
+    pub ids_translated: u64,
+    /// Wire-format payloads naming ids the source registry does not know (copied as they are).
+    pub ids_unknown: u64,
+    pub records_waiting: i64,
+    pub registry_errors: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+/// Every `kind` of `kmirror_schema_registry_errors_total` (docs/metrics.md).
+pub const SCHEMA_ERROR_KINDS: [&str; 4] = ["unreachable", "refused", "bad_answer", "target_lost"];
 
 /// One process sharing a flow: its share as the leader's assignment describes it.
 pub use crate::metrics::process::Share as MemberStatus;
@@ -121,6 +138,24 @@ pub fn flows(metrics: &Metrics) -> Vec<FlowStatus> {
                 exactly_once_slots: gauge(&metrics.exactly_once_slots),
                 transactions_committed: counter(&metrics.transactions_committed),
                 transactions_aborted: aborted,
+                schemas: metrics
+                    .schema_registrations
+                    .get(l)
+                    .map(|registered| SchemaStatus {
+                        versions_registered: registered.get(),
+                        ids_translated: counter(&metrics.schema_ids_translated),
+                        ids_unknown: counter(&metrics.schema_ids_unknown),
+                        records_waiting: gauge(&metrics.records_waiting_for_schema).unwrap_or(0),
+                        registry_errors: SCHEMA_ERROR_KINDS
+                            .iter()
+                            .filter_map(|k| {
+                                metrics
+                                    .schema_registry_errors
+                                    .get(&l.round(k))
+                                    .map(|c| c.get())
+                            })
+                            .sum(),
+                    }),
                 ..FlowStatus::default()
             }
         })
@@ -264,6 +299,18 @@ pub fn render(s: &Status) -> String {
                 .collect();
             let _ = writeln!(o, "  processes: {}", members.join(", "));
         }
+        if let Some(sc) = &f.schemas {
+            let waiting = if sc.records_waiting > 0 {
+                format!("{} records WAITING for a schema", sc.records_waiting)
+            } else {
+                "no record waiting for a schema".into()
+            };
+            let _ = writeln!(
+                o,
+                "  schemas: {} versions registered, {} ids translated, {} unknown ids copied as they are, {waiting}, registry errors {}",
+                sc.versions_registered, sc.ids_translated, sc.ids_unknown, sc.registry_errors
+            );
+        }
         if let Some(slots) = f.exactly_once_slots {
             let _ = writeln!(
                 o,
@@ -359,6 +406,50 @@ mod tests {
                 sum("kmirror_flow_connected", s, t)
             );
         }
+    }
+
+    #[test]
+    fn schema_figures_show_only_for_flows_that_sync_schemas_and_agree_with_the_exposition() {
+        let m = two_flows();
+        assert!(flows(&m).iter().all(|f| f.schemas.is_none()));
+        let ab = flow("A", "B");
+        m.schema_registrations.get_or_create(&ab).inc_by(3);
+        m.schema_ids_translated.get_or_create(&ab).inc_by(40);
+        m.schema_ids_unknown.get_or_create(&ab).inc_by(1);
+        m.records_waiting_for_schema.get_or_create(&ab).set(7);
+        m.schema_registry_errors
+            .get_or_create(&ab.round("unreachable"))
+            .inc_by(2);
+        m.schema_registry_errors
+            .get_or_create(&ab.round("target_lost"))
+            .inc();
+        let f = flows(&m);
+        let sc = f[0].schemas.clone().expect("A->B syncs schemas");
+        assert_eq!(
+            sc,
+            SchemaStatus {
+                versions_registered: 3,
+                ids_translated: 40,
+                ids_unknown: 1,
+                records_waiting: 7,
+                registry_errors: 3,
+            }
+        );
+        assert_eq!(
+            sc.registry_errors as f64,
+            m.sum("kmirror_schema_registry_errors_total", &[("source", "A")])
+        );
+        assert!(f[1].schemas.is_none());
+        let text = render(&Status {
+            ready: true,
+            reason: None,
+            uptime_seconds: 1.0,
+            flows: f,
+        });
+        assert!(
+            text.contains("schemas: 3 versions registered, 40 ids translated, 1 unknown ids copied as they are, 7 records WAITING for a schema, registry errors 3"),
+            "{text}"
+        );
     }
 
     #[test]

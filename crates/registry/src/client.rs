@@ -242,9 +242,14 @@ impl RegistryClient {
     /// Sets the mode of the registry or of one subject.
     pub async fn set_mode(&self, subject: Option<&str>, mode: Mode) -> Result<(), RegistryError> {
         let body = serde_json::json!({ "mode": mode });
-        let _: ModeAnswer = self
-            .send(Method::PUT, &scoped("/mode", subject), Some(body))
-            .await?;
+        // Confluent's registry puts a subject that has versions in IMPORT mode only when forced.
+        let force = if mode == Mode::Import {
+            "?force=true"
+        } else {
+            ""
+        };
+        let path = format!("{}{force}", scoped("/mode", subject));
+        let _: ModeAnswer = self.send(Method::PUT, &path, Some(body)).await?;
         Ok(())
     }
 

@@ -14,3 +14,4 @@ mod real_kafka_offsets;
 mod real_kafka_operate;
 mod real_kafka_topologies;
 mod real_kafka_verify;
+mod real_registry_mirror;

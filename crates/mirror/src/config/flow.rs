@@ -271,6 +271,12 @@ pub fn build(
     let producer_tuning = client::producer_tuning(&producer_map, diags);
     let max_decompressed_bytes =
         max_decompressed.unwrap_or_else(|| consumer_tuning.default_max_decompressed());
+    // A flow that only emits heartbeats copies no records, so no schemas either.
+    let schemas = if replication {
+        super::schemas::build(&id, p, diags)
+    } else {
+        None
+    };
     let start = match p.get("kmirror.start.position") {
         Some(s) => start_position(s, diags),
         None => match consumer_tuning.auto_offset_reset {
@@ -372,6 +378,7 @@ pub fn build(
         loop_prevention,
         max_decompressed_bytes,
         sharing,
+        schemas,
         clients: FlowClients {
             source_consumer: source_consumer?,
             consumer_tuning,

@@ -139,6 +139,11 @@ pub const CONNECTOR_KEYS: &[&str] = &[
     "kmirror.batch.max.decompressed.bytes",
     // kmirror's own: also copy consumer-group READ ACLs (MM2 copies topic ACLs only).
     "kmirror.sync.group.acls.enabled",
+    // kmirror's own: schema sync between the clusters' registries (docs/schemas.md).
+    "kmirror.schemas.enabled",
+    "kmirror.schemas.ids",
+    "kmirror.schemas.subjects",
+    "kmirror.schemas.refresh.interval.seconds",
     "replication.policy.class",
     "replication.policy.separator",
     "replication.policy.internal.topic.separator.enabled",

@@ -121,6 +121,7 @@ pub fn load(
         }
     }
 
+    unused_schema_keys(&all, &flows, &mut ignored);
     refuse_identity_both_ways(&flows, &all, &mut diags);
     flow::warn_identity_rings(&flows, &mut diags);
     flow::refuse_loops(&flows, &mut diags);
@@ -404,6 +405,52 @@ fn unused_here(f: &FlowConfig, p: &SettingMap, ignored: &mut Vec<IgnoredKey>) {
     }
 }
 
+/// Schema keys of flows that sync no schemas: listed with why. A top-level key counts as used
+/// when any flow syncs schemas; `kmirror.schemas.enabled` is moot only where the flow's clusters
+/// do not both name a registry (false there is a choice, not a slip).
+fn unused_schema_keys(all: &SettingMap, flows: &[FlowConfig], ignored: &mut Vec<IgnoredKey>) {
+    const KEYS: [&str; 4] = [
+        "kmirror.schemas.enabled",
+        "kmirror.schemas.ids",
+        "kmirror.schemas.subjects",
+        "kmirror.schemas.refresh.interval.seconds",
+    ];
+    let reason = "used only while a flow syncs schemas: both of its clusters name a schema registry (<alias>.schema.registry.url) and kmirror.schemas.enabled is not false";
+    let replicating = || flows.iter().filter(|f| f.replication);
+    let registries = |f: &FlowConfig| {
+        [&f.id.source, &f.id.target]
+            .iter()
+            .all(|a| all.contains_key(&format!("{a}.schema.registry.url")))
+    };
+    let used_by = |f: &FlowConfig, key: &str| {
+        if key == KEYS[0] {
+            registries(f)
+        } else {
+            f.schemas.is_some()
+        }
+    };
+    for (k, s) in all {
+        let (flow, key) = match k.split_once("->").and_then(|_| k.split_once(".kmirror.")) {
+            Some((flow, rest)) => (Some(flow), format!("kmirror.{rest}")),
+            None => (None, k.clone()),
+        };
+        if !KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let used = match flow {
+            Some(id) => replicating().any(|f| f.id.to_string() == id && used_by(f, &key)),
+            None => replicating().any(|f| used_by(f, &key)),
+        };
+        if !used && !ignored.iter().any(|i| i.origin == s.origin) {
+            ignored.push(IgnoredKey {
+                origin: s.origin.clone(),
+                reason: reason.into(),
+                did_you_mean: None,
+            });
+        }
+    }
+}
+
 /// Worker offset-storage keys that kmirror honours for its position topic.
 const POSITION_KEYS: &[&str] = &[
     "offset.storage.topic",
@@ -456,6 +503,9 @@ fn classify_top_key(k: &str) -> Classified {
 fn classify_cluster_key(k: &str) -> Classified {
     if let Some(c) = keys::classify_security_key(k) {
         return c;
+    }
+    if super::schemas::is_registry_key(k) {
+        return None;
     }
     // group.id names the exactly-once transactional ids, as the worker's group.id does in MM2.
     if k == "client.id"
@@ -552,7 +602,10 @@ pub fn classify_connector_key(k: &str) -> Classified {
     }
     for side in ["source.cluster.", "target.cluster."] {
         if let Some(rest) = k.strip_prefix(side) {
-            if rest == "exactly.once.source.support" || rest == "client.id" {
+            if rest == "exactly.once.source.support"
+                || rest == "client.id"
+                || super::schemas::is_registry_key(rest)
+            {
                 return None;
             }
             if let Some(c) = keys::classify_security_key(rest) {

@@ -16,6 +16,7 @@ pub mod oauth;
 pub mod preflight;
 pub mod properties;
 pub mod providers;
+pub mod schemas;
 mod tls;
 pub mod transforms;
 pub mod values;

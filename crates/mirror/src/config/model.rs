@@ -238,7 +238,60 @@ pub struct FlowConfig {
     /// `kmirror.sharing.*`: processes serving this flow share its partitions through a group
     /// on the target (docs/sharing.md).
     pub sharing: Sharing,
+    /// Schema sync, when both clusters name a registry (docs/schemas.md). Left out of what is
+    /// serialised when off, so members of an older version compare equal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<SchemaSync>,
     pub clients: FlowClients,
+}
+
+/// A flow's schema sync (docs/schemas.md, "Configuration").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SchemaSync {
+    pub source: RegistryAt,
+    pub target: RegistryAt,
+    /// `kmirror.schemas.ids`.
+    pub ids: IdsMode,
+    /// `kmirror.schemas.subjects`: subjects copied besides those of replicated topics.
+    pub subjects: PatternList,
+    /// `kmirror.schemas.refresh.interval.seconds` (default 30).
+    #[serde(serialize_with = "secs")]
+    pub refresh: Duration,
+}
+
+impl SchemaSync {
+    /// The registry's own topic (Confluent's `kafkastore.topic` default): left out of
+    /// replication while schemas are synced through the API.
+    pub const REGISTRY_TOPIC: &'static str = "_schemas";
+}
+
+/// `kmirror.schemas.ids`: whether the target registers schemas under the source's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdsMode {
+    Keep,
+    Translate,
+}
+
+/// One registry, shown with its URL's credentials masked and the kind of credentials only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryAt(pub kmirror_registry::RegistrySettings);
+
+impl Serialize for RegistryAt {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let r = &self.0;
+        let auth = match r.auth {
+            kmirror_registry::Auth::None => "none",
+            kmirror_registry::Auth::Basic { .. } => "basic",
+            kmirror_registry::Auth::Bearer(_) => "bearer",
+        };
+        let mut out = s.serialize_struct("RegistryAt", 3)?;
+        out.serialize_field("url", &kmirror_kafka::secret::redact_url(&r.url))?;
+        out.serialize_field("auth", auth)?;
+        out.serialize_field("tls", &r.tls)?;
+        out.end()
+    }
 }
 
 /// Names worked out from a flow's settings. Defined here, once, so that `plan` prints what the

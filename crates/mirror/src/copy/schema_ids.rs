@@ -4,8 +4,13 @@
 //! back (the send gate waits for the schema to reach the target), so no record is written with
 //! a wrong id.
 
+use super::batches::{Outgoing, PlanError};
+use crate::offsets::sync_rules::SourceOffsets;
 use bytes::Bytes;
-use kmirror_kafka::records::Record;
+use kmirror_kafka::batch::Codec;
+use kmirror_kafka::records::{
+    decode_batch_within, encode_within, BatchOptions, DecodeError, Record,
+};
 use kmirror_registry::{wire, SchemaId};
 use std::collections::BTreeSet;
 
@@ -80,9 +85,92 @@ pub fn translate(records: Vec<Record>, target: &dyn Fn(SchemaId) -> Target) -> T
     }
 }
 
+/// What became of one planned batch.
+#[derive(Debug)]
+pub enum Rewrite {
+    /// Send it as it was planned (no id changes): `passed` payloads named ids the source does
+    /// not know.
+    AsIs { passed: u64 },
+    /// Send these instead: the records with their ids rewritten, encoded with the batch's own
+    /// codec (as many batches as `max.request.size` needs), with their source offsets and tags.
+    Rewritten {
+        sends: Vec<Outgoing>,
+        translated: u64,
+        passed: u64,
+    },
+    /// Hold it: these ids are not on the target yet.
+    Waiting(BTreeSet<SchemaId>),
+}
+
+/// Looks at the ids in one planned batch (decoding at most `max_decompressed` bytes) and
+/// rewrites them through `target` when they differ. A batch that does not decode cannot be
+/// checked, so it is refused rather than sent with ids nobody looked at.
+pub fn rewrite(
+    (batch, ups, tag): &Outgoing,
+    target: &dyn Fn(SchemaId) -> Target,
+    max_decompressed: usize,
+    max_request: usize,
+) -> Result<Rewrite, PlanError> {
+    let records = decode_batch_within(batch, max_decompressed).map_err(|e| match e {
+        DecodeError::TooLarge { .. } => PlanError::Refused {
+            offset: batch.base_offset(),
+            message: format!("{e}; schema ids are checked in every batch: raise kmirror.batch.max.decompressed.bytes if batches this large are expected"),
+        },
+        DecodeError::Malformed(e) => PlanError::Corrupt {
+            offset: batch.base_offset(),
+            message: format!("{e} (schema ids cannot be checked)"),
+        },
+    })?;
+    match translate(records, target) {
+        Translated::AsIs { passed } => Ok(Rewrite::AsIs { passed }),
+        Translated::Waiting(ids) => Ok(Rewrite::Waiting(ids)),
+        Translated::Rewritten {
+            records,
+            translated,
+            passed,
+        } => {
+            let options = BatchOptions {
+                codec: batch.codec().unwrap_or(Codec::None),
+                ..BatchOptions::default()
+            };
+            let encoded =
+                encode_within(&records, &options, max_request).map_err(|e| PlanError::Refused {
+                    offset: batch.base_offset(),
+                    message: e.to_string(),
+                })?;
+            let mut sends = Vec::with_capacity(encoded.len());
+            for (b, range) in encoded {
+                let offsets: Vec<i64> = records[range].iter().map(|r| r.offset).collect();
+                let Some(&last) = offsets.last() else {
+                    continue;
+                };
+                let part = match ups {
+                    // The same records in the same order: still contiguous when they were.
+                    SourceOffsets::Contiguous { .. } => SourceOffsets::Contiguous {
+                        first: offsets[0],
+                        count: offsets.len() as i64,
+                    },
+                    SourceOffsets::Listed(_) => SourceOffsets::Listed(offsets),
+                };
+                sends.push((b, part, last));
+            }
+            // The planned tag may pass records compaction removed at the batch's end.
+            if let Some(l) = sends.last_mut() {
+                l.2 = *tag;
+            }
+            Ok(Rewrite::Rewritten {
+                sends,
+                translated,
+                passed,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kmirror_kafka::batch::RawBatch;
 
     fn framed(id: i32, body: &[u8]) -> Bytes {
         let mut v = vec![0];
@@ -169,5 +257,96 @@ mod tests {
             translate(records, &map),
             Translated::Waiting(BTreeSet::from([SchemaId(4)]))
         );
+    }
+
+    fn encoded(records: &[Record], codec: Codec) -> RawBatch {
+        let options = BatchOptions {
+            codec,
+            ..BatchOptions::default()
+        };
+        kmirror_kafka::records::encode_batch(records, &options).unwrap()
+    }
+
+    #[test]
+    fn a_planned_batch_is_rewritten_with_its_own_codec_and_keeps_its_offsets_and_tag() {
+        let records: Vec<Record> = (0..3)
+            .map(|i| record(40 + i, None, Some(framed(1, b"payload"))))
+            .collect();
+        let batch = encoded(&records, Codec::Lz4);
+        let planned = (
+            batch,
+            SourceOffsets::Contiguous {
+                first: 40,
+                count: 3,
+            },
+            45,
+        );
+        let Ok(Rewrite::Rewritten {
+            sends,
+            translated,
+            passed,
+        }) = rewrite(&planned, &map, 1 << 20, 1 << 20)
+        else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!((translated, passed), (3, 0));
+        assert_eq!(sends.len(), 1);
+        let (b, ups, tag) = &sends[0];
+        assert_eq!(b.codec(), Some(Codec::Lz4));
+        assert_eq!(
+            *ups,
+            SourceOffsets::Contiguous {
+                first: 40,
+                count: 3
+            }
+        );
+        assert_eq!(*tag, 45, "the planned tag, past what compaction removed");
+        let back = decode_batch_within(b, 1 << 20).unwrap();
+        assert!(back.iter().all(|r| r.value == Some(framed(11, b"payload"))));
+        assert_eq!(
+            back.iter().map(|r| r.timestamp).collect::<Vec<_>>(),
+            records.iter().map(|r| r.timestamp).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_planned_batch_without_changes_or_with_missing_schemas_is_not_re_encoded() {
+        let same = encoded(&[record(0, None, Some(framed(2, b"x")))], Codec::Gzip);
+        let planned = (same, SourceOffsets::Listed(vec![0]), 0);
+        assert!(matches!(
+            rewrite(&planned, &map, 1 << 20, 1 << 20),
+            Ok(Rewrite::AsIs { passed: 0 })
+        ));
+        let waiting = encoded(&[record(0, None, Some(framed(4, b"x")))], Codec::None);
+        let planned = (waiting, SourceOffsets::Listed(vec![0]), 0);
+        assert!(matches!(
+            rewrite(&planned, &map, 1 << 20, 1 << 20),
+            Ok(Rewrite::Waiting(ids)) if ids == BTreeSet::from([SchemaId(4)])
+        ));
+    }
+
+    #[test]
+    fn a_batch_too_large_to_check_is_refused_at_its_offset() {
+        let records: Vec<Record> = (0..50)
+            .map(|i| record(i, None, Some(framed(1, &[7u8; 1000]))))
+            .collect();
+        let planned = (
+            encoded(&records, Codec::Zstd),
+            SourceOffsets::Contiguous {
+                first: 0,
+                count: 50,
+            },
+            49,
+        );
+        match rewrite(&planned, &map, 10_000, 1 << 20) {
+            Err(PlanError::Refused { offset, message }) => {
+                assert_eq!(offset, 0);
+                assert!(
+                    message.contains("kmirror.batch.max.decompressed.bytes"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

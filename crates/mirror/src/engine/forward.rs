@@ -20,8 +20,9 @@ use super::slots::{Admit, Member, Outcome, Slot};
 use super::throttle::RateLimiter;
 use super::Shutdown;
 use crate::config::model::{FlowConfig, OnTruncation};
-use crate::copy::batches::{BatchPlanner, Mode, PlanError};
+use crate::copy::batches::{BatchPlanner, Mode, Outgoing, PlanError};
 use crate::copy::progress::{ChunkId, Held, Progress};
+use crate::copy::schema_ids::Rewrite;
 use crate::events::copy::{At, CopyFailed, PositionBeyondEnd, SourceTruncated, TransactionFailed};
 use crate::events::{Emitter, Event};
 use crate::metrics::{FlowLabels, Metrics};
@@ -35,6 +36,15 @@ use kmirror_kafka::producer::Acked;
 use kmirror_kafka::KafkaError;
 pub(super) use seams::{Feed, Sink};
 use std::sync::{Arc, Mutex};
+
+/// What the schema gate made of a planned batch.
+enum Checked {
+    Send(Vec<Outgoing>),
+    Wait(
+        Outgoing,
+        std::collections::BTreeSet<kmirror_registry::SchemaId>,
+    ),
+}
 
 /// Forwards one source partition to the same partition of its remote topic.
 pub(super) struct Forwarder<'a> {
@@ -56,6 +66,8 @@ pub(super) struct Forwarder<'a> {
     pub(super) lease: Option<&'a super::sharing::Shared>,
     /// Loop prevention: leaves out what kmirror copied into the source from the target.
     pub(super) loop_guard: Option<&'a super::loop_guard::LoopGuard>,
+    /// Schema sync: the target registry's ids of the ids records name (docs/schemas.md).
+    pub(super) schemas: Option<&'a super::schemas::IdMap>,
     /// Exactly-once: the slot whose transactions this partition writes in.
     pub(super) slot: Option<&'a Arc<Slot>>,
     pub(super) g: &'a Gauges,
@@ -328,7 +340,41 @@ impl Forwarder<'_> {
                     progress.skip(b.last_offset());
                     report(Vec::new(), acked_through, &mut progress);
                 }
-                for (batch, ups, tag) in planned.sends {
+                // The send gate for schemas: each batch goes once the schemas its records name
+                // are on the target, with their ids rewritten where the target's differ.
+                let sends = match self.schemas {
+                    None => planned.sends,
+                    Some(map) => {
+                        let mut checked = Vec::with_capacity(planned.sends.len());
+                        for out in planned.sends {
+                            let mut out = Some(out);
+                            while let Some(o) = out.take() {
+                                match self.schema_ids(map, o) {
+                                    Err(e) => {
+                                        flush_and_report!();
+                                        return Err(Failure::Stop(self.refused(e)));
+                                    }
+                                    Ok(Checked::Send(ready)) => checked.extend(ready),
+                                    Ok(Checked::Wait(o, ids)) => {
+                                        // What is in flight is acknowledged (and committed)
+                                        // first: the wait may be long.
+                                        flush_and_report!();
+                                        let n = o.0.record_count().max(0) as i64;
+                                        g.schema_waiting.inc_by(n);
+                                        let go = map.wait_for(&ids, self.stop).await;
+                                        g.schema_waiting.dec_by(n);
+                                        if !go {
+                                            return Ok(());
+                                        }
+                                        out = Some(o);
+                                    }
+                                }
+                            }
+                        }
+                        checked
+                    }
+                };
+                for (batch, ups, tag) in sends {
                     let size = batch.bytes().len() as u64;
                     // Exactly-once: into the open transaction, after the gate.
                     while let Some(m) = member.as_mut() {
@@ -411,6 +457,34 @@ impl Forwarder<'_> {
         }
         flush_and_report!();
         Ok(())
+    }
+
+    /// One planned batch through the schema gate: as it is, rewritten, or held for ids the
+    /// target lacks.
+    fn schema_ids(&self, map: &super::schemas::IdMap, out: Outgoing) -> Result<Checked, PlanError> {
+        let g = self.g;
+        let rewrite = crate::copy::schema_ids::rewrite(
+            &out,
+            &|id| map.target(id),
+            self.flow.max_decompressed_bytes,
+            self.flow.clients.producer_tuning.max_request_size as usize,
+        )?;
+        Ok(match rewrite {
+            Rewrite::AsIs { passed } => {
+                g.schema_unknown.inc_by(passed);
+                Checked::Send(vec![out])
+            }
+            Rewrite::Rewritten {
+                sends,
+                translated,
+                passed,
+            } => {
+                g.schema_unknown.inc_by(passed);
+                g.schema_translated.inc_by(translated);
+                Checked::Send(sends)
+            }
+            Rewrite::Waiting(ids) => Checked::Wait(out, ids),
+        })
     }
 
     /// Offset syncs and exact-translation runs of batches now copied.
@@ -634,6 +708,8 @@ mod tests {
         queued: VecDeque<(i64, RawBatch)>,
         /// (tag, records, codec) of every batch sent.
         sent: Vec<(i64, i32, Option<Codec>)>,
+        /// Every batch sent, as sent.
+        bodies: Vec<RawBatch>,
         fail_send: Option<(usize, fn() -> KafkaError)>,
     }
 
@@ -660,6 +736,7 @@ mod tests {
         ) -> impl Future<Output = Result<Vec<Acked>, KafkaError>> + Send {
             let n = self.sent.len();
             self.sent.push((tag, batch.record_count(), batch.codec()));
+            self.bodies.push(batch.clone());
             let result = match self.fail_send {
                 Some((i, e)) if i == n => Err(e()),
                 _ => {
@@ -733,6 +810,7 @@ mod tests {
         labels: FlowLabels,
         stop: Shutdown,
         g: Gauges,
+        schemas: Option<std::sync::Arc<crate::engine::schemas::IdMap>>,
     }
 
     impl Rig {
@@ -752,6 +830,7 @@ mod tests {
                 labels,
                 stop: Shutdown::default(),
                 g,
+                schemas: None,
             }
         }
 
@@ -770,6 +849,7 @@ mod tests {
                 stop: &self.stop,
                 lease: None,
                 loop_guard: None,
+                schemas: self.schemas.as_deref(),
                 slot: None,
                 g: &self.g,
             }
@@ -797,6 +877,87 @@ mod tests {
         fn batches(&self, mode: &str) -> f64 {
             self.metrics.sum("kmirror_batches_total", &[("mode", mode)])
         }
+    }
+
+    /// `n` records whose values are in the Confluent wire format with schema `id`.
+    fn framed_batch(base: i64, n: usize, id: i32, codec: Codec) -> RawBatch {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                // Deltas: the broker's base offset is set below.
+                offset: i as i64,
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(
+                    [&[0u8][..], &id.to_be_bytes(), &[b'x'; 64]].concat(),
+                )),
+                headers: vec![],
+            })
+            .collect();
+        let options = BatchOptions {
+            codec,
+            ..BatchOptions::default()
+        };
+        let b = encode_batch(&records, &options).unwrap();
+        let mut bytes = BytesMut::from(b.bytes().as_ref());
+        bytes[..8].copy_from_slice(&base.to_be_bytes());
+        RawBatch::new(bytes.freeze()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_batch_waits_for_its_schema_then_goes_with_the_targets_id_and_its_own_codec() {
+        use crate::engine::schemas::IdMap;
+        use kmirror_registry::SchemaId;
+        let mut rig = Rig::new("");
+        let map = std::sync::Arc::new(IdMap::default());
+        rig.schemas = Some(map.clone());
+        // Source id 1 is not on the target yet; id 2 is, under the same number.
+        map.publish_ids(&[(2, 2)]);
+        let waiting = rig.g.schema_waiting.clone();
+        let publisher = {
+            let map = map.clone();
+            tokio::spawn(async move {
+                // Published only once the partition waits: nothing may be sent before.
+                while waiting.get() == 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                let held = waiting.get();
+                map.publish_ids(&[(1, 11), (2, 2)]);
+                held
+            })
+        };
+        let mut sink = FakeSink::default();
+        let mut acked = None;
+        let events = vec![
+            data(vec![framed_batch(0, 3, 2, Codec::Gzip)], 3),
+            data(vec![framed_batch(3, 4, 1, Codec::Lz4)], 7),
+        ];
+        assert!(rig.run(events, &mut sink, 0, &mut acked).await.is_ok());
+        assert_eq!(
+            publisher.await.unwrap(),
+            4,
+            "the second batch's records waited"
+        );
+        assert_eq!(rig.g.schema_waiting.get(), 0);
+        assert_eq!(acked, Some(6));
+        assert_eq!(sink.bodies.len(), 2);
+        // Id 2 maps to itself: the batch went as fetched, byte for byte.
+        assert_eq!(
+            sink.bodies[0].bytes(),
+            framed_batch(0, 3, 2, Codec::Gzip).bytes()
+        );
+        // Id 1 became 11, re-encoded with the batch's own codec.
+        assert_eq!(sink.bodies[1].codec(), Some(Codec::Lz4));
+        let values = kmirror_kafka::records::decode_batch_within(&sink.bodies[1], 1 << 20).unwrap();
+        assert_eq!(values.len(), 4);
+        for r in &values {
+            let v = r.value.as_ref().unwrap();
+            assert_eq!(kmirror_registry::wire::schema_id(v), Some(SchemaId(11)));
+            assert_eq!(&v[5..], &[b'x'; 64][..]);
+        }
+        assert_eq!(
+            rig.metrics.sum("kmirror_schema_ids_translated_total", &[]),
+            4.0
+        );
     }
 
     #[tokio::test]

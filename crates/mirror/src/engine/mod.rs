@@ -20,6 +20,9 @@
 //! - Sharing: several processes divide a flow's partitions through Kafka's group coordinator
 //!   (`sharing`, docs/sharing.md); the control loop starts and stops partition tasks one by one
 //!   as assignments change.
+//! - Schemas (`schemas`, docs/schemas.md): with both clusters' registries named, a task keeps
+//!   the target registry up with the source's, and partitions wait for the schemas their records
+//!   name (ids translated when the target assigns its own).
 
 mod checkpoints;
 mod client_metrics;
@@ -37,6 +40,7 @@ mod positions;
 pub(crate) mod probe;
 pub(crate) mod remote_claims;
 pub mod remote_topics;
+pub(crate) mod schemas;
 pub mod sharing;
 mod slot_keeper;
 mod slots;
@@ -68,6 +72,11 @@ pub enum EngineError {
     /// The flow's group refused this process (docs/sharing.md).
     #[error("flow {flow}: {reason}")]
     Refused { flow: String, reason: String },
+    /// A setting the clusters prove wrong before anything is written (a target schema registry
+    /// that does not keep ids): the configuration must change, so the exit code is
+    /// configuration's (3).
+    #[error("flow {flow}: {message}")]
+    Config { flow: String, message: String },
     /// A bug: reported so that the process exits non-zero and a supervisor restarts it.
     #[error(
         "flow {flow}: {task} panicked: {message} (a bug in kmirror; please report it with the log)"

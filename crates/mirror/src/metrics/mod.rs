@@ -145,6 +145,14 @@ pub struct Metrics {
     pub producer_ids_registered: Family<FlowLabels, Counter>,
     pub loop_records_skipped: Family<FlowLabels, Counter>,
     pub checkpoints_both_ways: Family<FlowLabels, Gauge>,
+    /// Schema sync (docs/schemas.md): versions registered on the target, ids rewritten in
+    /// records, wire-format payloads whose id the source registry does not know, records held
+    /// back until their schemas are on the target, and registry failures by kind.
+    pub schema_registrations: Family<FlowLabels, Counter>,
+    pub schema_ids_translated: Family<FlowLabels, Counter>,
+    pub schema_ids_unknown: Family<FlowLabels, Counter>,
+    pub records_waiting_for_schema: Family<FlowLabels, Gauge>,
+    pub schema_registry_errors: Family<RoundLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -213,6 +221,11 @@ impl Metrics {
             producer_ids_registered: Family::default(),
             loop_records_skipped: Family::default(),
             checkpoints_both_ways: Family::default(),
+            schema_registrations: Family::default(),
+            schema_ids_translated: Family::default(),
+            schema_ids_unknown: Family::default(),
+            records_waiting_for_schema: Family::default(),
+            schema_registry_errors: Family::default(),
         };
         register_copy(&mut registry, &m);
         register_control(&mut registry, &m);

@@ -236,6 +236,7 @@ pub(crate) fn render_flow(o: &mut String, pf: &PlanFlow) {
                 "off: this process serves every partition (start only one per flow)".into()
             }
         );
+        render_schemas(o, f);
         let _ = writeln!(o, "  clients");
         let _ = writeln!(
             o,
@@ -275,6 +276,53 @@ pub(crate) fn render_flow(o: &mut String, pf: &PlanFlow) {
                 f.clients.target_producer.request_timeout.as_millis()
             );
     }
+}
+
+/// The flow's schema sync (docs/schemas.md): registries, subjects, ids and the wait for schemas.
+fn render_schemas(o: &mut String, f: &crate::config::model::FlowConfig) {
+    use crate::config::model::{IdsMode, RegistryAt, SchemaSync};
+    let Some(s) = &f.schemas else {
+        let _ = writeln!(
+            o,
+            "  schemas        off (set {}.schema.registry.url and {}.schema.registry.url to copy subjects and schema ids)",
+            f.id.source, f.id.target
+        );
+        return;
+    };
+    let show = |r: &RegistryAt| {
+        let auth = match r.0.auth {
+            kmirror_registry::Auth::None => "",
+            kmirror_registry::Auth::Basic { .. } => ", basic auth",
+            kmirror_registry::Auth::Bearer(_) => ", bearer token",
+        };
+        format!("{}{auth}", kmirror_kafka::secret::redact_url(&r.0.url))
+    };
+    let _ = writeln!(
+        o,
+        "  schemas        from {} to {}, every {} s",
+        show(&s.source),
+        show(&s.target),
+        s.refresh.as_secs()
+    );
+    let extra = if s.subjects.items().is_empty() {
+        String::new()
+    } else {
+        format!(", and subjects matching {}", s.subjects.items().join(", "))
+    };
+    let _ = writeln!(
+        o,
+        "    subjects     <topic>-key and <topic>-value of the replicated topics, named on the target as their topics are{extra}; every version in order, soft-deleted ones too; {} is not replicated",
+        SchemaSync::REGISTRY_TOPIC
+    );
+    let ids = match s.ids {
+        IdsMode::Keep => "keep: registered under the source's ids (IMPORT mode), checked before any record is written; a target that assigns its own ids stops the flow (set kmirror.schemas.ids = translate)",
+        IdsMode::Translate => "translate: the target assigns its own ids, and the id in every record key and value in the Confluent wire format is rewritten to it",
+    };
+    let _ = writeln!(o, "    ids          {ids}");
+    let _ = writeln!(
+        o,
+        "    records      a partition waits until the schemas its records name are on the target; nothing is written with an id the target lacks"
+    );
 }
 
 /// How `plan` describes `check.crcs`: turning it off is a risk the operator should see.

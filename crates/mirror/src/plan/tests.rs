@@ -84,3 +84,65 @@ fn plan_shows_both_msk_iam_forms_with_their_roles_and_an_oidc_endpoints_tls() {
         assert!(!json.contains(secret), "{secret} in:\n{json}");
     }
 }
+
+#[test]
+fn plan_explains_schema_sync_with_secrets_masked_and_no_key_left_ignored() {
+    let text = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+        A.schema.registry.url = https://sr-a:8081\n\
+        A.basic.auth.user.info = reader:sr-secret-1\n\
+        B.schema.registry.url = https://writer:sr-secret-2@sr-b:8081/apis/ccompat/v7\n\
+        B.schema.registry.ssl.endpoint.identification.algorithm =\n\
+        A->B.enabled = true\nA->B.kmirror.schemas.ids = translate\n\
+        kmirror.schemas.subjects = common\\\\..*\nkmirror.schemas.refresh.interval.seconds = 10\n";
+    let p = plan(text, &[]);
+    assert!(p.ignored.is_empty(), "{:?}", p.ignored);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    let shown = p.render_text();
+    for needle in [
+        "schemas        from https://sr-a:8081, basic auth to https://sr-b:8081/apis/ccompat/v7, every 10 s",
+        "<topic>-key and <topic>-value of the replicated topics, named on the target as their topics are, and subjects matching common\\..*",
+        "_schemas is not replicated",
+        "ids          translate: the target assigns its own ids",
+        "a partition waits until the schemas its records name are on the target",
+    ] {
+        assert!(shown.contains(needle), "missing {needle:?} in:\n{shown}");
+    }
+    // The reverse flow only emits heartbeats: no schemas.
+    assert_eq!(shown.matches("  schemas ").count(), 1, "{shown}");
+    let json = serde_json::to_value(&p).unwrap().to_string();
+    for secret in ["sr-secret-1", "sr-secret-2"] {
+        assert!(!shown.contains(secret), "{secret} in:\n{shown}");
+        assert!(!json.contains(secret), "{secret} in:\n{json}");
+    }
+    // Only the source names a registry: a warning, which makes `plan --check` exit 4.
+    let p = plan(
+        "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+         A.schema.registry.url = http://sr-a:8081\nA->B.enabled = true\n",
+        &[],
+    );
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(p.warnings[0].to_string().contains("B.schema.registry.url"));
+    assert!(p
+        .render_text()
+        .contains("schemas        off (set A.schema.registry.url and B.schema.registry.url"));
+    // Switched off on purpose: not an ignored key. Without registries, the flow keys are.
+    let off = plan(
+        "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+         A.schema.registry.url = http://sr-a:8081\nB.schema.registry.url = http://sr-b:8081\n\
+         A->B.enabled = true\nkmirror.schemas.enabled = false\n",
+        &[],
+    );
+    assert!(
+        off.ignored.is_empty() && off.warnings.is_empty(),
+        "{:?}",
+        off.ignored
+    );
+    assert!(off.render_text().contains("schemas        off"));
+    let none = plan(
+        "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+         A->B.enabled = true\nA->B.kmirror.schemas.ids = translate\n",
+        &[],
+    );
+    assert_eq!(none.ignored.len(), 1, "{:?}", none.ignored);
+    assert!(none.ignored[0].reason.contains("schema.registry.url"));
+}

@@ -26,6 +26,16 @@ pub trait Registry {
     async fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<i32>, RegistryError>;
     async fn version(&self, subject: &str, version: i32) -> Result<Registered, RegistryError>;
     async fn register(&self, subject: &str, schema: &Schema) -> Result<SchemaId, RegistryError>;
+    /// Registers under the given id and version (the subject in IMPORT mode).
+    async fn register_as(
+        &self,
+        subject: &str,
+        schema: &Schema,
+        id: SchemaId,
+        version: i32,
+    ) -> Result<SchemaId, RegistryError>;
+    async fn set_import(&self, subject: &str) -> Result<(), RegistryError>;
+    async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError>;
     async fn lookup(
         &self,
         subject: &str,
@@ -54,6 +64,24 @@ impl Registry for RegistryClient {
     }
     async fn register(&self, subject: &str, schema: &Schema) -> Result<SchemaId, RegistryError> {
         RegistryClient::register(self, subject, schema, None).await
+    }
+    async fn register_as(
+        &self,
+        subject: &str,
+        schema: &Schema,
+        id: SchemaId,
+        version: i32,
+    ) -> Result<SchemaId, RegistryError> {
+        RegistryClient::register(self, subject, schema, Some((id, version))).await
+    }
+    async fn set_import(&self, subject: &str) -> Result<(), RegistryError> {
+        RegistryClient::set_mode(self, Some(subject), kmirror_registry::Mode::Import).await
+    }
+    async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError> {
+        match RegistryClient::delete_mode(self, subject).await {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
     }
     async fn lookup(
         &self,
@@ -85,15 +113,49 @@ impl Registry for RegistryClient {
 
 /// Which subjects a pass copies, and their names on the target.
 pub struct Selection<'a> {
-    pub subjects: &'a dyn Fn(&str) -> bool,
+    pub subjects: &'a (dyn Fn(&str) -> bool + Sync),
+    /// `kmirror.schemas.ids = keep`: register under the source's ids and versions.
+    pub keep_ids: bool,
     /// The target's name of a source subject (the flow's replication policy for subjects
     /// derived from topic names).
-    pub rename: &'a dyn Fn(&str) -> String,
+    pub rename: &'a (dyn Fn(&str) -> String + Sync),
 }
 
 impl std::fmt::Debug for Selection<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Selection").finish_non_exhaustive()
+    }
+}
+
+/// What passes remember. A subject's version never changes once registered (only whether it
+/// is soft-deleted), so each is read from the source and looked up on the target once; later
+/// passes list versions and handle the new ones. Forgotten on the target side when the target
+/// registry lost its schemas (an in-memory registry restarted).
+#[derive(Debug, Default, Clone)]
+pub struct Known {
+    source: BTreeMap<VersionKey, Registered>,
+    target: BTreeMap<VersionKey, OnTarget>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OnTarget {
+    version: i32,
+    id: SchemaId,
+    deleted: bool,
+}
+
+impl Known {
+    /// Every source id synced so far, to its target id.
+    pub fn ids(&self) -> BTreeMap<SchemaId, SchemaId> {
+        self.target
+            .iter()
+            .filter_map(|(k, t)| Some((self.source.get(k)?.id, t.id)))
+            .collect()
+    }
+
+    /// The target lost what was registered: the next pass looks every version up again.
+    pub fn forget_target(&mut self) {
+        self.target.clear();
     }
 }
 
@@ -120,6 +182,12 @@ pub enum SyncError {
     Order(#[from] OrderError),
     #[error("target schema registry: {subject} has no version of a schema it has just registered")]
     Vanished { subject: String },
+    #[error("target schema registry does not keep the ids it is given: {subject} got id {got} for the source's {asked} in IMPORT mode: set kmirror.schemas.ids = translate")]
+    IdNotKept {
+        subject: String,
+        asked: SchemaId,
+        got: SchemaId,
+    },
 }
 
 /// A source version, and whether the source shows it as soft-deleted.
@@ -128,13 +196,15 @@ struct SourceVersion {
     deleted: bool,
 }
 
-/// One pass: reads the selected subjects of `source` and brings `target` up to them.
+/// One pass: reads the selected subjects of `source` and brings `target` up to them; `known`
+/// carries what earlier passes did.
 pub async fn sync_subjects<S: Registry, T: Registry>(
     source: &S,
     target: &T,
     selection: &Selection<'_>,
+    known: &mut Known,
 ) -> Result<Synced, SyncError> {
-    let fetched = read_source(source, selection)
+    let fetched = read_source(source, selection, known)
         .await
         .map_err(SyncError::Source)?;
     let graph: BTreeMap<VersionKey, Vec<VersionKey>> = fetched
@@ -154,68 +224,142 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
     // Target subjects whose compatibility this pass relaxed: their source subject, and the
     // target's own level before.
     let mut relaxed: BTreeMap<String, (String, Option<Compatibility>)> = BTreeMap::new();
-    for key in order {
-        let v = &fetched[&key];
-        let to = (selection.rename)(&key.0);
-        let schema = for_target(&v.registered.schema, selection, &on_target);
-        let target_version = match target
-            .lookup(&to, &schema)
-            .await
-            .map_err(SyncError::Target)?
-        {
-            Some(found) => {
-                done.ids.insert(v.registered.id, found.id);
-                done.present += 1;
-                found.version
-            }
-            None => {
-                if !relaxed.contains_key(&to) {
-                    let before = target.compatibility(&to).await.map_err(SyncError::Target)?;
+    // Target subjects put in IMPORT mode by this pass (keep).
+    let mut imported: BTreeSet<String> = BTreeSet::new();
+    let replayed: Result<(), SyncError> = async {
+        for key in order {
+            let v = &fetched[&key];
+            let to = (selection.rename)(&key.0);
+            if let Some(t) = known.target.get_mut(&key) {
+                if v.deleted && !t.deleted {
                     target
-                        .set_compatibility(&to, Compatibility::None)
+                        .delete_version(&to, t.version)
                         .await
                         .map_err(SyncError::Target)?;
-                    relaxed.insert(to.clone(), (key.0.clone(), before));
-                }
-                let id = target
-                    .register(&to, &schema)
-                    .await
-                    .map_err(SyncError::Target)?;
-                let found = target
-                    .lookup(&to, &schema)
-                    .await
-                    .map_err(SyncError::Target)?
-                    .ok_or_else(|| SyncError::Vanished {
-                        subject: to.clone(),
-                    })?;
-                done.ids.insert(v.registered.id, id);
-                done.registered += 1;
-                if v.deleted {
-                    target
-                        .delete_version(&to, found.version)
-                        .await
-                        .map_err(SyncError::Target)?;
+                    t.deleted = true;
                     done.soft_deleted += 1;
                 }
-                found.version
+                done.ids.insert(v.registered.id, t.id);
+                done.present += 1;
+                on_target.insert(key, t.version);
+                continue;
+            }
+            let schema = for_target(&v.registered.schema, selection, &on_target);
+            let (target_version, target_id) = match target
+                .lookup(&to, &schema)
+                .await
+                .map_err(SyncError::Target)?
+            {
+                Some(found) => {
+                    done.ids.insert(v.registered.id, found.id);
+                    done.present += 1;
+                    (found.version, found.id)
+                }
+                None => {
+                    if !relaxed.contains_key(&to) {
+                        let before = target.compatibility(&to).await.map_err(SyncError::Target)?;
+                        target
+                            .set_compatibility(&to, Compatibility::None)
+                            .await
+                            .map_err(SyncError::Target)?;
+                        relaxed.insert(to.clone(), (key.0.clone(), before));
+                    }
+                    let id = if selection.keep_ids {
+                        // IMPORT mode takes the source's id and version (docs/schemas.md,
+                        // "Keeping ids"); the subject's own mode is removed after the pass.
+                        if imported.insert(to.clone()) {
+                            target.set_import(&to).await.map_err(SyncError::Target)?;
+                        }
+                        let asked = v.registered.id;
+                        let got = target
+                            .register_as(&to, &schema, asked, key.1)
+                            .await
+                            .map_err(SyncError::Target)?;
+                        if got != asked {
+                            return Err(SyncError::IdNotKept {
+                                subject: to.clone(),
+                                asked,
+                                got,
+                            });
+                        }
+                        got
+                    } else {
+                        target
+                            .register(&to, &schema)
+                            .await
+                            .map_err(SyncError::Target)?
+                    };
+                    let found = target
+                        .lookup(&to, &schema)
+                        .await
+                        .map_err(SyncError::Target)?
+                        .ok_or_else(|| SyncError::Vanished {
+                            subject: to.clone(),
+                        })?;
+                    done.ids.insert(v.registered.id, id);
+                    done.registered += 1;
+                    if v.deleted {
+                        target
+                            .delete_version(&to, found.version)
+                            .await
+                            .map_err(SyncError::Target)?;
+                        done.soft_deleted += 1;
+                    }
+                    (found.version, id)
+                }
+            };
+            known.target.insert(
+                key.clone(),
+                OnTarget {
+                    version: target_version,
+                    id: target_id,
+                    deleted: v.deleted,
+                },
+            );
+            on_target.insert(key, target_version);
+        }
+        Ok(())
+    }
+    .await;
+    // Levels and modes are put back whether or not the replay got through.
+    let restored = restore(source, target, relaxed, imported).await;
+    replayed?;
+    restored?;
+    Ok(done)
+}
+
+/// Puts back what a pass changed on the target: each relaxed subject gets the source subject's
+/// own level, or the target's as it was (none: the subject follows the target registry's
+/// global level again); each subject put in IMPORT mode loses its own mode.
+async fn restore<S: Registry, T: Registry>(
+    source: &S,
+    target: &T,
+    relaxed: BTreeMap<String, (String, Option<Compatibility>)>,
+    imported: BTreeSet<String>,
+) -> Result<(), SyncError> {
+    let mut first = None;
+    for (to, (from, before)) in relaxed {
+        let level = match source.compatibility(&from).await {
+            Ok(l) => l,
+            Err(e) => {
+                first.get_or_insert(SyncError::Source(e));
+                continue;
             }
         };
-        on_target.insert(key, target_version);
-    }
-    for (to, (from, before)) in relaxed {
-        // The source subject's own level; without one, the target's as it was (none: the
-        // subject follows the target registry's global level again).
-        let level = source
-            .compatibility(&from)
-            .await
-            .map_err(SyncError::Source)?;
-        match level.or(before) {
+        let set = match level.or(before) {
             Some(level) => target.set_compatibility(&to, level).await,
             None => target.delete_compatibility(&to).await,
+        };
+        if let Err(e) = set {
+            first.get_or_insert(SyncError::Target(e));
         }
-        .map_err(SyncError::Target)?;
     }
-    Ok(done)
+    for to in imported {
+        if let Err(e) = target.delete_mode(&to).await {
+            first.get_or_insert(SyncError::Target(e));
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Ids that records name and the map lacks (a subject outside the selection, or registered
@@ -226,7 +370,9 @@ pub async fn sync_ids<S: Registry, T: Registry>(
     source: &S,
     target: &T,
     ids: &BTreeSet<SchemaId>,
-    rename: &dyn Fn(&str) -> String,
+    rename: &(dyn Fn(&str) -> String + Sync),
+    keep_ids: bool,
+    known: &mut Known,
 ) -> Result<(Synced, BTreeSet<SchemaId>), SyncError> {
     let mut subjects = BTreeSet::new();
     let mut unknown = BTreeSet::new();
@@ -241,9 +387,10 @@ pub async fn sync_ids<S: Registry, T: Registry>(
     }
     let selection = Selection {
         subjects: &|s| subjects.contains(s),
+        keep_ids,
         rename,
     };
-    let done = sync_subjects(source, target, &selection).await?;
+    let done = sync_subjects(source, target, &selection, known).await?;
     Ok((done, unknown))
 }
 
@@ -252,6 +399,7 @@ pub async fn sync_ids<S: Registry, T: Registry>(
 async fn read_source<S: Registry>(
     source: &S,
     selection: &Selection<'_>,
+    known: &mut Known,
 ) -> Result<BTreeMap<VersionKey, SourceVersion>, RegistryError> {
     let mut fetched = BTreeMap::new();
     let mut subjects = source.subjects(true).await?;
@@ -265,7 +413,15 @@ async fn read_source<S: Registry>(
             Err(e) => return Err(e),
         };
         for v in source.versions(&s, true).await? {
-            let registered = source.version(&s, v).await?;
+            let key = (s.clone(), v);
+            let registered = match known.source.get(&key) {
+                Some(r) => r.clone(),
+                None => {
+                    let r = source.version(&s, v).await?;
+                    known.source.insert(key, r.clone());
+                    r
+                }
+            };
             let deleted = !live.contains(&v);
             fetched.insert(
                 (s.clone(), v),
@@ -281,7 +437,14 @@ async fn read_source<S: Registry>(
         if fetched.contains_key(&key) {
             continue;
         }
-        let registered = source.version(&key.0, key.1).await?;
+        let registered = match known.source.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                let r = source.version(&key.0, key.1).await?;
+                known.source.insert(key.clone(), r.clone());
+                r
+            }
+        };
         let v = SourceVersion {
             registered,
             deleted: false,

@@ -3,7 +3,7 @@
 //! names; every source id maps to a target id whose schema is the source's; a second pass
 //! registers nothing.
 
-use kmirror_mirror::schemas::subjects::{sync_subjects, Selection};
+use kmirror_mirror::schemas::subjects::{sync_subjects, Known, Selection};
 use kmirror_registry::{
     Auth, Compatibility, Reference, RegistryClient, RegistrySettings, Schema, SchemaType,
 };
@@ -100,9 +100,12 @@ async fn a_registry_history_arrives_on_a_target_with_other_ids_and_a_second_pass
     };
     let selection = Selection {
         subjects: &|s: &str| s.ends_with("-value"),
+        keep_ids: false,
         rename: &rename,
     };
-    let done = sync_subjects(&source, &target, &selection).await.unwrap();
+    let done = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
     eprintln!("first pass: {done:?}");
     assert_eq!(
         (done.registered, done.present, done.soft_deleted),
@@ -144,7 +147,9 @@ async fn a_registry_history_arrives_on_a_target_with_other_ids_and_a_second_pass
         Some(Compatibility::Forward)
     );
 
-    let again = sync_subjects(&source, &target, &selection).await.unwrap();
+    let again = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
     assert_eq!(
         (again.registered, again.present, again.soft_deleted),
         (0, 5, 0)

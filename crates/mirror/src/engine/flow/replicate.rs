@@ -37,6 +37,7 @@ const CLIENT_METRICS: &str = "client metrics";
 const POSITIONS: &str = "positions";
 const OFFSET_SYNCS: &str = "offset syncs";
 const CHECKPOINTS: &str = "checkpoints";
+const SCHEMAS: &str = "schemas";
 
 /// What `replicate` starts from.
 pub(super) struct Clusters {
@@ -68,6 +69,28 @@ pub(super) async fn replicate(
         })?
     else {
         return Ok(());
+    };
+    // Schemas before any record: the registries answer, and a target that must keep ids does.
+    let schemas = match &flow.schemas {
+        None => None,
+        Some(sync) => {
+            let Some(registries) =
+                crate::engine::schemas::prepare(flow, sync, shutdown, metrics, labels).await?
+            else {
+                return Ok(());
+            };
+            let map = Arc::new(crate::engine::schemas::IdMap::default());
+            let task = crate::engine::schemas::SchemaTask {
+                flow: flow.clone(),
+                sync: sync.clone(),
+                registries,
+                map: map.clone(),
+                metrics: metrics.clone(),
+                labels: labels.clone(),
+            };
+            helpers.start(SCHEMAS, "schema sync", &name, |s| task.run(s));
+            Some(map)
+        }
     };
     let shared = sharing_state(flow);
     let board = Arc::new(Board::default());
@@ -147,6 +170,7 @@ pub(super) async fn replicate(
         loop_guard,
         own_copies,
         resume,
+        schemas,
         slots: slots.as_ref().map(|k| k.table.clone()),
         lease: shared.clone(),
         flow: flow.clone(),
@@ -255,7 +279,13 @@ pub(super) async fn replicate(
     drop(serving);
     helpers.stop(MEMBERSHIP).await;
     control.ctx.fetcher.shutdown().await;
-    for stage in [CLIENT_METRICS, POSITIONS, OFFSET_SYNCS, CHECKPOINTS] {
+    for stage in [
+        CLIENT_METRICS,
+        POSITIONS,
+        OFFSET_SYNCS,
+        CHECKPOINTS,
+        SCHEMAS,
+    ] {
         helpers.stop(stage).await;
     }
     match refused {

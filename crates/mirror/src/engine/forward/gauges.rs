@@ -1,6 +1,6 @@
 //! A partition's series, taken once when its task starts (a lookup takes the family's lock): the
 //! records, bytes, age, latency and lag `/status` adds up, the batch-mode counters, the flow's
-//! buffered bytes and the loop guard's skipped records.
+//! buffered bytes, the loop guard's skipped records and the schema gate's counts.
 
 use crate::metrics::{FlowLabels, Metrics, PartitionLabels};
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +17,9 @@ pub(crate) struct Gauges {
     pub(crate) merged_mode: Counter,
     pub(crate) buffered: Gauge,
     pub(crate) loop_skipped: Counter,
+    pub(crate) schema_translated: Counter,
+    pub(crate) schema_unknown: Counter,
+    pub(crate) schema_waiting: Gauge,
 }
 
 impl Gauges {
@@ -29,7 +32,13 @@ impl Gauges {
         let merged_mode = m.batches.get_or_create(&flow.mode("merged")).clone();
         let buffered = m.buffered_bytes.get_or_create(flow).clone();
         let loop_skipped = m.loop_records_skipped.get_or_create(flow).clone();
+        let schema_translated = m.schema_ids_translated.get_or_create(flow).clone();
+        let schema_unknown = m.schema_ids_unknown.get_or_create(flow).clone();
+        let schema_waiting = m.records_waiting_for_schema.get_or_create(flow).clone();
         Gauges {
+            schema_translated,
+            schema_unknown,
+            schema_waiting,
             loop_skipped,
             records: series.records,
             bytes: series.bytes,

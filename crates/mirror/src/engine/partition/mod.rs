@@ -59,6 +59,8 @@ pub(super) struct Context {
     pub(super) own_copies: Option<Arc<super::loop_guard::LoopGuard>>,
     /// The flow's partitions' transient failures, logged as one WARN line per quiet period.
     pub(super) interruptions: super::interruptions::Interruptions,
+    /// Schema sync: what the target registry has of the ids records name (the send gate).
+    pub(super) schemas: Option<Arc<super::schemas::IdMap>>,
 }
 
 impl Context {
@@ -152,6 +154,7 @@ impl PartitionTask {
             stop: &self.stop,
             lease: self.ctx.lease.as_deref(),
             loop_guard: self.ctx.loop_guard.as_deref(),
+            schemas: self.ctx.schemas.as_deref(),
             slot,
             g,
         }

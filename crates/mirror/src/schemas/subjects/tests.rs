@@ -19,6 +19,12 @@ struct State {
     /// Writes, in order.
     calls: Vec<String>,
     refuse_registrations: bool,
+    /// Versions read and looked up.
+    reads: usize,
+    /// Subjects in IMPORT mode.
+    import: BTreeSet<String>,
+    /// Takes IMPORT mode and still assigns its own ids (as Apicurio does).
+    assigns_own_ids: bool,
 }
 
 #[derive(Clone)]
@@ -113,7 +119,8 @@ impl Registry for Fake {
         Ok(v)
     }
     async fn version(&self, subject: &str, version: i32) -> Result<Registered, RegistryError> {
-        let s = self.state();
+        let mut s = self.state();
+        s.reads += 1;
         let e = s
             .subjects
             .get(subject)
@@ -152,7 +159,8 @@ impl Registry for Fake {
         subject: &str,
         schema: &Schema,
     ) -> Result<Option<Registered>, RegistryError> {
-        let s = self.state();
+        let mut s = self.state();
+        s.reads += 1;
         let found = s
             .subjects
             .get(subject)
@@ -198,6 +206,47 @@ impl Registry for Fake {
             return Err(refused(404, 40403, format!("Schema {id} not found")));
         }
         Ok(found)
+    }
+    async fn register_as(
+        &self,
+        subject: &str,
+        schema: &Schema,
+        id: SchemaId,
+        version: i32,
+    ) -> Result<SchemaId, RegistryError> {
+        let mut s = self.state();
+        s.calls
+            .push(format!("register {subject} as {id}/{version}"));
+        if !s.import.contains(subject) {
+            return Err(refused(
+                422,
+                42205,
+                format!("Subject {subject} is not in import mode"),
+            ));
+        }
+        if s.assigns_own_ids {
+            return Ok(add(&mut s, subject, schema));
+        }
+        let versions = s.subjects.entry(subject.to_string()).or_default();
+        versions.push(Entry {
+            version,
+            id,
+            schema: schema.clone(),
+            deleted: false,
+        });
+        Ok(id)
+    }
+    async fn set_import(&self, subject: &str) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("import {subject}"));
+        s.import.insert(subject.into());
+        Ok(())
+    }
+    async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("mode {subject} removed"));
+        s.import.remove(subject);
+        Ok(())
     }
     async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
         let mut s = self.state();
@@ -257,10 +306,13 @@ async fn a_history_with_references_arrives_in_order_with_ids_mapped_and_a_second
     target.seed("unrelated", &avro("Y"));
     let selection = Selection {
         subjects: &|s| s.starts_with("orders"),
+        keep_ids: false,
         rename: &prefixed,
     };
 
-    let done = sync_subjects(&source, &target, &selection).await.unwrap();
+    let done = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
     assert_eq!(
         (done.registered, done.present, done.soft_deleted),
         (3, 0, 0)
@@ -294,7 +346,9 @@ async fn a_history_with_references_arrives_in_order_with_ids_mapped_and_a_second
 
     // A restart: found, not registered again, the same ids.
     target.state().calls.clear();
-    let again = sync_subjects(&source, &target, &selection).await.unwrap();
+    let again = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
     assert_eq!((again.registered, again.present), (0, 3));
     assert_eq!(again.ids, done.ids);
     assert!(
@@ -314,9 +368,12 @@ async fn a_soft_deleted_version_is_registered_then_deleted_on_the_target() {
     target.seed("t-value", &avro("Elsewhere"));
     let selection = Selection {
         subjects: &|_| true,
+        keep_ids: false,
         rename: &|s| s.to_string(),
     };
-    let done = sync_subjects(&source, &target, &selection).await.unwrap();
+    let done = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
     assert_eq!((done.registered, done.soft_deleted), (2, 1));
     let on_target = target.entries("t-value");
     let states: Vec<(i32, bool)> = on_target.iter().map(|e| (e.version, e.deleted)).collect();
@@ -335,9 +392,10 @@ async fn a_refusing_target_ends_the_pass_naming_the_side() {
     target.state().refuse_registrations = true;
     let selection = Selection {
         subjects: &|_| true,
+        keep_ids: false,
         rename: &|s| s.to_string(),
     };
-    let e = sync_subjects(&source, &target, &selection)
+    let e = sync_subjects(&source, &target, &selection, &mut Known::default())
         .await
         .unwrap_err();
     assert!(matches!(e, SyncError::Target(_)), "{e}");
@@ -355,10 +413,134 @@ async fn ids_named_by_records_bring_their_subjects_and_unknown_ids_are_told_apar
     let target = Fake::default();
     target.seed("local", &avro("L"));
     let ids = BTreeSet::from([outside, SchemaId(999)]);
-    let (done, unknown) = sync_ids(&source, &target, &ids, &prefixed).await.unwrap();
+    let (done, unknown) = sync_ids(
+        &source,
+        &target,
+        &ids,
+        &prefixed,
+        false,
+        &mut Known::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(unknown, BTreeSet::from([SchemaId(999)]));
     assert_eq!(done.registered, 1);
     assert_eq!(done.ids[&outside], target.entries("other-subject")[0].id);
     // Only the subject that holds a named id.
     assert!(target.entries("A.selected-value").is_empty());
+}
+
+#[tokio::test]
+async fn later_passes_read_and_look_up_only_new_versions_and_follow_new_soft_deletes() {
+    let source = Fake::default();
+    let first = source.seed("t-value", &avro("V1"));
+    let target = Fake::default();
+    target.seed("local", &avro("L"));
+    let selection = Selection {
+        subjects: &|_| true,
+        keep_ids: false,
+        rename: &|s| s.to_string(),
+    };
+    let mut known = Known::default();
+    sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    let (sr, tr) = (source.state().reads, target.state().reads);
+    assert!(sr >= 1 && tr >= 1);
+
+    // Nothing new: listed, not read nor looked up again.
+    let idle = sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    assert_eq!((idle.registered, idle.present), (0, 1));
+    assert_eq!((source.state().reads, target.state().reads), (sr, tr));
+
+    // A new version: read once, registered; the first soft-deleted since: deleted on the target.
+    let second = source.seed("t-value", &avro("V2"));
+    source.state().subjects.get_mut("t-value").unwrap()[0].deleted = true;
+    let next = sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    assert_eq!((next.registered, next.soft_deleted), (1, 1));
+    assert_eq!(source.state().reads, sr + 1);
+    let on_target = target.entries("t-value");
+    assert_eq!(
+        on_target.iter().map(|e| e.deleted).collect::<Vec<_>>(),
+        vec![true, false]
+    );
+    let ids = known.ids();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[&first], on_target[0].id);
+    assert_eq!(ids[&second], on_target[1].id);
+
+    // The target lost its schemas: forgotten, the next pass looks up and registers again.
+    known.forget_target();
+    *target.state() = State::default();
+    let again = sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    assert_eq!(again.registered, 2);
+}
+
+#[tokio::test]
+async fn keeping_ids_registers_under_the_sources_ids_and_versions_in_import_mode_then_removes_it() {
+    let source = Fake::default();
+    source.seed("skip", &avro("Skip"));
+    let v1 = source.seed("t-value", &avro("V1"));
+    let v2 = source.seed("t-value", &avro("V2"));
+    let target = Fake::default();
+    let selection = Selection {
+        subjects: &|s| s == "t-value",
+        keep_ids: true,
+        rename: &prefixed,
+    };
+    let done = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
+    assert_eq!(done.registered, 2);
+    assert_eq!(done.ids, BTreeMap::from([(v1, v1), (v2, v2)]));
+    let on_target: Vec<(i32, SchemaId)> = target
+        .entries("A.t-value")
+        .iter()
+        .map(|e| (e.version, e.id))
+        .collect();
+    assert_eq!(on_target, vec![(1, v1), (2, v2)]);
+    assert!(target.state().import.is_empty(), "IMPORT mode removed");
+    let calls = target.state().calls.clone();
+    assert_eq!(
+        calls,
+        vec![
+            "level A.t-value None".to_string(),
+            "import A.t-value".into(),
+            format!("register A.t-value as {v1}/1"),
+            format!("register A.t-value as {v2}/2"),
+            "level A.t-value removed".into(),
+            "mode A.t-value removed".into(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_target_that_assigns_its_own_ids_under_keep_stops_the_pass_and_is_put_back() {
+    let source = Fake::default();
+    source.seed("pad", &avro("Pad"));
+    source.seed("t-value", &avro("V1"));
+    let target = Fake::default();
+    target.state().assigns_own_ids = true;
+    let selection = Selection {
+        subjects: &|s| s == "t-value",
+        keep_ids: true,
+        rename: &|s| s.to_string(),
+    };
+    let e = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SyncError::IdNotKept { .. }), "{e}");
+    assert!(
+        e.to_string().contains("kmirror.schemas.ids = translate"),
+        "{e}"
+    );
+    // Level and mode put back even though the pass failed.
+    let s = target.state();
+    assert!(s.import.is_empty() && s.levels.is_empty(), "{:?}", s.calls);
 }

@@ -1,0 +1,289 @@
+//! Schemas migrate with their topics (docs/schemas.md), between two real clusters and two real
+//! registries (Apicurio's Confluent API), with records written and read by Confluent's own
+//! Python serializers:
+//! - translate: the target registry holds other schemas first, so its ids differ; a consumer on
+//!   the target decodes every copied key and value through the target registry, and the subject
+//!   is there under the flow's name with every version;
+//! - live: a version registered while kmirror runs reaches the target, with its records, within
+//!   the refresh interval;
+//! - restart: nothing is registered again;
+//! - keep against a registry that assigns its own ids: exit 3 naming the key, the target
+//!   registry as it was.
+
+use kmirror_registry::{Auth, RegistryClient, RegistrySettings, Schema, SchemaType};
+use kmirror_testkit::{
+    eventually, logged_metrics_address, scrape_metrics, AvroRecords, Cluster, KillOnDrop, Registry,
+    Security,
+};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const KEY: &str = r#"{"type":"record","name":"OrderKey","namespace":"demo","fields":[{"name":"id","type":"long"}]}"#;
+
+/// The value schema's versions: each adds a field with a default (BACKWARD compatible).
+fn order(version: usize) -> String {
+    let extra: String = (1..version)
+        .map(|v| format!(r#",{{"name":"note{v}","type":"string","default":""}}"#))
+        .collect();
+    format!(
+        r#"{{"type":"record","name":"Order","namespace":"demo","fields":[{{"name":"id","type":"long"}},{{"name":"name","type":"string"}}{extra}]}}"#
+    )
+}
+
+fn client(r: &Registry) -> RegistryClient {
+    RegistryClient::new(&RegistrySettings {
+        url: r.url().into(),
+        auth: Auth::None,
+        tls: None,
+        timeout: Duration::from_secs(10),
+    })
+    .unwrap()
+}
+
+fn config(
+    dir: &Path,
+    a: &Cluster,
+    b: &Cluster,
+    ra: &Registry,
+    rb: &Registry,
+    ids: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(format!("mm2-{ids}.properties"));
+    std::fs::write(
+        &path,
+        format!(
+            "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+             A.schema.registry.url = {}\nB.schema.registry.url = {}\n\
+             A->B.enabled = true\nA->B.topics = orders\nA->B.kmirror.schemas.ids = {ids}\n\
+             kmirror.schemas.refresh.interval.seconds = 3\n\
+             replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
+             checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
+            a.bootstrap(),
+            b.bootstrap(),
+            ra.url(),
+            rb.url()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run(config: &Path, log: &Path) -> (KillOnDrop, String) {
+    let p = KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("run")
+            .arg(config)
+            .args(["--metrics-address", "127.0.0.1:0", "--log-format", "json"]),
+        log,
+    );
+    (p, logged_metrics_address(log))
+}
+
+fn metric(address: &str, name: &str) -> f64 {
+    scrape_metrics(address).map_or(-1.0, |body| {
+        kmirror_mirror::metrics::sum_samples(&body, name, &[])
+    })
+}
+
+/// Every record read on the target decodes to the source's key and value; returns the value
+/// schema ids seen.
+fn check_decoded(records: &[serde_json::Value], count: u64) -> std::collections::BTreeSet<i64> {
+    assert_eq!(records.len() as u64, count);
+    let mut ids: Vec<i64> = records
+        .iter()
+        .map(|r| r["value"]["id"].as_i64().unwrap_or(-1))
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..count as i64).collect::<Vec<_>>());
+    for r in records {
+        let id = r["value"]["id"].as_i64().unwrap();
+        assert_eq!(r["value"]["name"], format!("record-{id}"), "{r}");
+        assert_eq!(r["key"]["id"], id, "{r}");
+    }
+    records
+        .iter()
+        .filter_map(|r| r["value_schema_id"].as_i64())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_translated() {
+    let (ca, cb, ra, rb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("sr-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("sr-b", Security::Plaintext).unwrap());
+        let ra = s.spawn(|| Registry::start("sr-src").unwrap());
+        let rb = s.spawn(|| Registry::start("sr-dst").unwrap());
+        (
+            a.join().unwrap(),
+            b.join().unwrap(),
+            ra.join().unwrap(),
+            rb.join().unwrap(),
+        )
+    });
+    let target = client(&rb);
+    // Schemas of the target's own first: its ids run ahead of the source's.
+    for i in 0..7 {
+        let local = Schema {
+            schema_type: SchemaType::Avro,
+            schema: format!(
+                r#"{{"type":"record","name":"Local{i}","namespace":"local","fields":[{{"name":"x","type":"int"}}]}}"#
+            ),
+            references: vec![],
+        };
+        target.register("local-value", &local, None).await.unwrap();
+    }
+    ca.create_topic("orders", 2).unwrap();
+    let source_records = AvroRecords {
+        bootstrap: ca.bootstrap(),
+        registry: ra.url(),
+        topic: "orders",
+    };
+    source_records
+        .produce(&order(1), Some(KEY), 0, 30, 2)
+        .unwrap();
+    source_records
+        .produce(&order(2), Some(KEY), 30, 30, 2)
+        .unwrap();
+    let source_ids = check_decoded(
+        &source_records.consume(60, Duration::from_secs(60)).unwrap(),
+        60,
+    );
+    assert_eq!(source_ids.len(), 2, "two value schemas on the source");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &ca, &cb, &ra, &rb, "translate");
+    let log = dir.path().join("kmirror.log");
+    let (kmirror, address) = run(&cfg, &log);
+    let on_target = AvroRecords {
+        bootstrap: cb.bootstrap(),
+        registry: rb.url(),
+        topic: "A.orders",
+    };
+    eventually(90, "60 records on the target", || async {
+        metric(&address, "kmirror_record_count_total") >= 60.0
+    })
+    .await;
+    let target_ids = check_decoded(&on_target.consume(60, Duration::from_secs(60)).unwrap(), 60);
+    assert_eq!(target_ids.len(), 2);
+    assert!(
+        target_ids.is_disjoint(&source_ids),
+        "the target's ids differ: {source_ids:?} -> {target_ids:?}"
+    );
+    assert_eq!(
+        target.versions("A.orders-value", false).await.unwrap(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        target.versions("A.orders-key", false).await.unwrap(),
+        vec![1]
+    );
+    // Keys and values: 60 records, each id rewritten.
+    assert_eq!(
+        metric(&address, "kmirror_schema_ids_translated_total"),
+        120.0
+    );
+    assert_eq!(metric(&address, "kmirror_records_waiting_for_schema"), 0.0);
+    assert_eq!(metric(&address, "kmirror_schema_registrations_total"), 3.0);
+
+    // Live: a third version registered by a producer while kmirror runs.
+    let t0 = Instant::now();
+    source_records
+        .produce(&order(3), Some(KEY), 60, 20, 2)
+        .unwrap();
+    eventually(
+        30,
+        "the third version and its records on the target",
+        || async { metric(&address, "kmirror_record_count_total") >= 80.0 },
+    )
+    .await;
+    let live = t0.elapsed();
+    assert!(live < Duration::from_secs(20), "took {live:?}");
+    assert_eq!(
+        target.versions("A.orders-value", false).await.unwrap(),
+        vec![1, 2, 3]
+    );
+    let all = check_decoded(&on_target.consume(80, Duration::from_secs(60)).unwrap(), 80);
+    assert_eq!(all.len(), 3);
+    println!("a new schema version and its records crossed in {live:?}");
+
+    // Restart: nothing registered again, new records still translated.
+    assert!(kmirror.terminate().success());
+    let log2 = dir.path().join("kmirror-2.log");
+    let (_kmirror, address) = run(&cfg, &log2);
+    source_records
+        .produce(&order(3), Some(KEY), 80, 10, 2)
+        .unwrap();
+    eventually(60, "records after the restart", || async {
+        metric(&address, "kmirror_schema_ids_translated_total") >= 20.0
+    })
+    .await;
+    check_decoded(&on_target.consume(90, Duration::from_secs(60)).unwrap(), 90);
+    assert_eq!(metric(&address, "kmirror_schema_registrations_total"), 0.0);
+    let status = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["status", "--address", &address])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("schemas: 0 versions registered, 20 ids translated"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_leaves_it_as_found() {
+    let (ca, cb, ra, rb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("keep-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("keep-b", Security::Plaintext).unwrap());
+        let ra = s.spawn(|| Registry::start("keep-src").unwrap());
+        let rb = s.spawn(|| Registry::start("keep-dst").unwrap());
+        (
+            a.join().unwrap(),
+            b.join().unwrap(),
+            ra.join().unwrap(),
+            rb.join().unwrap(),
+        )
+    });
+    ca.create_topic("orders", 1).unwrap();
+    AvroRecords {
+        bootstrap: ca.bootstrap(),
+        registry: ra.url(),
+        topic: "orders",
+    }
+    .produce(&order(1), None, 0, 5, 1)
+    .unwrap();
+    let target = client(&rb);
+    let before = (
+        target.subjects(true).await.unwrap(),
+        target.mode(None).await.unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &ca, &cb, &ra, &rb, "keep");
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("run")
+        .arg(&cfg)
+        .args(["--metrics-address", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("kmirror.schemas.ids = translate"),
+        "{stderr}"
+    );
+    let after = (
+        target.subjects(true).await.unwrap(),
+        target.mode(None).await.unwrap(),
+    );
+    assert_eq!(before, after);
+    // Nothing written: the remote topic was never created.
+    let topics = cb
+        .tool(
+            "topics",
+            &["--bootstrap-server", cb.bootstrap(), "--list"],
+            None,
+        )
+        .unwrap();
+    assert!(topics.lines().all(|t| t.trim() != "A.orders"), "{topics}");
+}
