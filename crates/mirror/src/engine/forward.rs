@@ -359,11 +359,7 @@ impl Forwarder<'_> {
                                         // What is in flight is acknowledged (and committed)
                                         // first: the wait may be long.
                                         flush_and_report!();
-                                        let n = o.0.record_count().max(0) as i64;
-                                        g.schema_waiting.inc_by(n);
-                                        let go = map.wait_for(&ids, self.stop).await;
-                                        g.schema_waiting.dec_by(n);
-                                        if !go {
+                                        if !self.wait_for_schemas(map, &ids, &o).await {
                                             return Ok(());
                                         }
                                         out = Some(o);
@@ -485,6 +481,21 @@ impl Forwarder<'_> {
             }
             Rewrite::Waiting(ids) => Checked::Wait(out, ids),
         })
+    }
+
+    /// Waits (shown in `kmirror_records_waiting_for_schema`) until the schema task has looked
+    /// for `ids`; false when the partition stops first.
+    async fn wait_for_schemas(
+        &self,
+        map: &super::schemas::IdMap,
+        ids: &std::collections::BTreeSet<kmirror_registry::SchemaId>,
+        held: &Outgoing,
+    ) -> bool {
+        let n = held.0.record_count().max(0) as i64;
+        self.g.schema_waiting.inc_by(n);
+        let go = map.wait_for(ids, self.stop).await;
+        self.g.schema_waiting.dec_by(n);
+        go
     }
 
     /// Offset syncs and exact-translation runs of batches now copied.

@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use register::{register_control, register_copy, register_runtime};
+use register::{register_control, register_copy, register_runtime, register_schemas};
 
 /// One partition's series that `/status` adds up per flow: the same atomics the exposition
 /// shows, so the two cannot disagree.
@@ -230,6 +230,7 @@ impl Metrics {
         register_copy(&mut registry, &m);
         register_control(&mut registry, &m);
         register_runtime(&mut registry, &m);
+        register_schemas(&mut registry, &m);
         Metrics { registry, ..m }
     }
 

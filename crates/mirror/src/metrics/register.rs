@@ -1,5 +1,5 @@
-//! Each family's name and help as Prometheus shows them, registered in three groups: the copy's
-//! series, the control work's, the runtime's.
+//! Each family's name and help as Prometheus shows them, registered in four groups: the copy's
+//! series, the control work's, the runtime's, schema sync's.
 
 use super::Metrics;
 use prometheus_client::registry::Registry;
@@ -236,31 +236,6 @@ pub(crate) fn register_runtime(registry: &mut Registry, m: &Metrics) {
         m.loop_records_skipped.clone(),
     );
     registry.register(
-        "schema_registrations",
-        "Schema versions registered on the target registry",
-        m.schema_registrations.clone(),
-    );
-    registry.register(
-        "schema_ids_translated",
-        "Schema ids rewritten to the target registry's in record keys and values",
-        m.schema_ids_translated.clone(),
-    );
-    registry.register(
-        "schema_ids_unknown",
-        "Record keys and values that start like the Confluent wire format but name an id the source registry does not know (copied as they are)",
-        m.schema_ids_unknown.clone(),
-    );
-    registry.register(
-        "records_waiting_for_schema",
-        "Records held back until the schemas they name are on the target registry",
-        m.records_waiting_for_schema.clone(),
-    );
-    registry.register(
-        "schema_registry_errors",
-        "Schema registry calls that failed, by kind: unreachable, refused, bad_answer, target_lost",
-        m.schema_registry_errors.clone(),
-    );
-    registry.register(
         "checkpoints_both_ways",
         "1 while this flow emits no checkpoints and syncs no group offsets because its target also copies into its source under identity names",
         m.checkpoints_both_ways.clone(),
@@ -304,5 +279,34 @@ pub(crate) fn register_runtime(registry: &mut Registry, m: &Metrics) {
         "partitions_revoked",
         "Partitions this process handed over in rebalances (sharing)",
         m.partitions_revoked.clone(),
+    );
+}
+
+/// Schema sync's series (docs/schemas.md).
+pub(crate) fn register_schemas(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "schema_registrations",
+        "Schema versions registered on the target registry",
+        m.schema_registrations.clone(),
+    );
+    registry.register(
+        "schema_ids_translated",
+        "Schema ids rewritten to the target registry's in record keys and values",
+        m.schema_ids_translated.clone(),
+    );
+    registry.register(
+        "schema_ids_unknown",
+        "Record keys and values that start like the Confluent wire format but name an id the source registry does not know (copied as they are)",
+        m.schema_ids_unknown.clone(),
+    );
+    registry.register(
+        "records_waiting_for_schema",
+        "Records held back until the schemas they name are on the target registry",
+        m.records_waiting_for_schema.clone(),
+    );
+    registry.register(
+        "schema_registry_errors",
+        "Schema registry calls that failed, by kind: unreachable, refused, bad_answer, target_lost",
+        m.schema_registry_errors.clone(),
     );
 }
