@@ -56,6 +56,24 @@ impl Registry {
         self.signal("resume")
     }
 
+    /// Stops the registry and starts it again on the same port: in memory, it comes back empty,
+    /// as a registry without storage does after a crash.
+    pub fn restart_empty(&self) -> Result<(), HarnessError> {
+        let what = format!("kafka-harness stop {}", self.name);
+        check(&what, run(&what, harness(&["stop", &self.name]), None)?)?;
+        let what = format!("kafka-harness registry start {}", self.name);
+        let port = self.port.to_string();
+        check(
+            &what,
+            run(
+                &what,
+                harness(&["registry", "start", &self.name, &port]),
+                None,
+            )?,
+        )?;
+        Ok(())
+    }
+
     fn signal(&self, how: &str) -> Result<(), HarnessError> {
         let what = format!("kafka-harness registry {how} {}", self.name);
         check(

@@ -55,8 +55,8 @@ fn config(
         format!(
             "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
              A.schema.registry.url = {}\nB.schema.registry.url = {}\n\
-             A->B.enabled = true\nA->B.topics = orders\nA->B.kmirror.schemas.ids = {ids}\n\
-             kmirror.schemas.refresh.interval.seconds = 3\n\
+             A->B.enabled = true\nA->B.topics = orders, payments\nA->B.kmirror.schemas.ids = {ids}\n\
+             kmirror.schemas.refresh.interval.seconds = 3\nrefresh.topics.interval.seconds = 2\n\
              replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
              checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
             a.bootstrap(),
@@ -81,8 +81,12 @@ fn run(config: &Path, log: &Path) -> (KillOnDrop, String) {
 }
 
 fn metric(address: &str, name: &str) -> f64 {
+    metric_with(address, name, &[])
+}
+
+fn metric_with(address: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     scrape_metrics(address).map_or(-1.0, |body| {
-        kmirror_mirror::metrics::sum_samples(&body, name, &[])
+        kmirror_mirror::metrics::sum_samples(&body, name, labels)
     })
 }
 
@@ -229,6 +233,69 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
         text.contains("schemas: 0 versions registered, 20 ids translated"),
         "{text}"
     );
+
+    // The target registry hangs: records naming a new version wait, none is written; it answers
+    // again: they go.
+    rb.pause().unwrap();
+    let before = metric(&address, "kmirror_record_count_total");
+    source_records
+        .produce(&order(4), Some(KEY), 90, 10, 2)
+        .unwrap();
+    eventually(30, "records waiting for their schema", || async {
+        metric(&address, "kmirror_records_waiting_for_schema") > 0.0
+    })
+    .await;
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(metric(&address, "kmirror_record_count_total"), before);
+    rb.resume().unwrap();
+    eventually(
+        60,
+        "the waiting records after the registry answered",
+        || async { metric(&address, "kmirror_record_count_total") >= before + 10.0 },
+    )
+    .await;
+    assert_eq!(metric(&address, "kmirror_records_waiting_for_schema"), 0.0);
+    check_decoded(
+        &on_target.consume(100, Duration::from_secs(60)).unwrap(),
+        100,
+    );
+
+    // The target registry restarts empty: noticed, everything registered again before records
+    // that name known schemas go on (a new topic whose value schema the source already has
+    // under the same id).
+    rb.restart_empty().unwrap();
+    eventually(
+        30,
+        "the empty target registry noticed and filled again",
+        || async {
+            let lost = [("kind", "target_lost")];
+            metric_with(&address, "kmirror_schema_registry_errors_total", &lost) >= 1.0
+                && target
+                    .versions("A.orders-value", false)
+                    .await
+                    .map_or(0, |v| v.len())
+                    == 4
+        },
+    )
+    .await;
+    ca.create_topic("payments", 1).unwrap();
+    AvroRecords {
+        bootstrap: ca.bootstrap(),
+        registry: ra.url(),
+        topic: "payments",
+    }
+    .produce(&order(4), Some(KEY), 0, 10, 1)
+    .unwrap();
+    let payments = AvroRecords {
+        bootstrap: cb.bootstrap(),
+        registry: rb.url(),
+        topic: "A.payments",
+    };
+    eventually(60, "A.payments copied", || async {
+        metric(&address, "kmirror_record_count_total") >= before + 20.0
+    })
+    .await;
+    check_decoded(&payments.consume(10, Duration::from_secs(60)).unwrap(), 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 /// How soon a pass that failed is tried again (a partition waiting for a schema waits that long
 /// at most after the registry is back).
@@ -87,6 +88,10 @@ impl IdMap {
 
     fn take_wanted(&self) -> BTreeSet<SchemaId> {
         std::mem::take(&mut self.state().wanted)
+    }
+
+    fn ask_again(&self, ids: &BTreeSet<SchemaId>) {
+        self.state().wanted.extend(ids.iter().copied());
     }
 
     /// Sets what a pass found and wakes the partitions that wait.
@@ -171,43 +176,51 @@ impl SchemaTask {
             .inc_by(0);
         let refresh = self.sync.refresh;
         let mut known = Known::default();
-        let mut due = tokio::time::Instant::now();
+        let mut due = Instant::now();
+        // After a failure, nothing is asked of the registries before this (a partition asking
+        // again at once must not turn a registry that is down into a busy loop).
+        let mut retry_at: Option<Instant> = None;
         loop {
-            let now = tokio::time::Instant::now();
-            let mut failed = false;
-            if now >= due {
+            let now = Instant::now();
+            if retry_at.is_some_and(|t| now >= t) {
+                retry_at = None;
+            }
+            if retry_at.is_none() && now >= due {
                 match self.pass(&mut known).await {
                     Ok(()) => due = now + refresh,
                     Err(e) => {
-                        failed = true;
                         self.failed(&e);
+                        retry_at = Some(now + RETRY);
                         due = now + RETRY;
                     }
                 }
             }
-            let wanted: BTreeSet<SchemaId> = self
-                .map
-                .take_wanted()
-                .into_iter()
-                .filter(|id| matches!(self.map.target(*id), Target::Pending))
-                .collect();
-            if !wanted.is_empty() && !failed {
-                match self.named(&mut known, &wanted).await {
-                    Ok(()) => {}
-                    Err(e) => {
+            if retry_at.is_none() {
+                let asked = self.map.take_wanted();
+                let missing: BTreeSet<SchemaId> = asked
+                    .iter()
+                    .copied()
+                    .filter(|id| matches!(self.map.target(*id), Target::Pending))
+                    .collect();
+                if !missing.is_empty() {
+                    if let Err(e) = self.named(&mut known, &missing).await {
                         self.failed(&e);
-                        due = due.min(now + RETRY);
+                        // Asked again after the wait; the partitions keep waiting meanwhile.
+                        self.map.ask_again(&missing);
+                        retry_at = Some(now + RETRY);
                     }
                 }
+                if !asked.is_empty() && retry_at.is_none() {
+                    // Waiting partitions look again (found by a pass since they asked, or
+                    // not in the source registry at all).
+                    self.map.publish(&known, &BTreeSet::new());
+                }
             }
-            if failed || !wanted.is_empty() {
-                // Waiting partitions look again (and ask again if still missing).
-                self.map.publish(&known, &BTreeSet::new());
-            }
+            let wake = retry_at.map_or(due, |t| t.min(due));
             tokio::select! {
                 _ = stop.wait() => return,
-                _ = tokio::time::sleep_until(due) => {}
-                _ = self.map.wanted.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.map.wanted.notified(), if retry_at.is_none() => {}
             }
         }
     }
