@@ -44,6 +44,11 @@ fn main() -> ExitCode {
                 // A setting the clusters proved wrong before anything was written.
                 eprintln!("1 configuration error:\n  error: {c}");
                 ExitCode::from(EXIT_CONFIG)
+            } else if let Some(c @ kmirror_mirror::legacy::LegacyError::Config(_)) =
+                e.downcast_ref::<kmirror_mirror::legacy::LegacyError>()
+            {
+                eprintln!("1 configuration error:\n  error: {c}");
+                ExitCode::from(EXIT_CONFIG)
             } else if let Some(p @ PropertiesError::BadEscape { .. }) =
                 e.downcast_ref::<PropertiesError>()
             {

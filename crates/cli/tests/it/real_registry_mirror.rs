@@ -8,7 +8,8 @@
 //!   the refresh interval;
 //! - restart: nothing is registered again;
 //! - keep against a registry that assigns its own ids: exit 3 naming the key, the target
-//!   registry as it was.
+//!   registry as it was;
+//! - MM1 mode, the registries named in its consumer and producer files: the same translation.
 
 use kmirror_registry::{Auth, RegistryClient, RegistrySettings, Schema, SchemaType};
 use kmirror_testkit::{
@@ -299,7 +300,7 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_leaves_it_as_found() {
+async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_mm1_mode_translates() {
     let (ca, cb, ra, rb) = std::thread::scope(|s| {
         let a = s.spawn(|| Cluster::start("keep-a", Security::Plaintext).unwrap());
         let b = s.spawn(|| Cluster::start("keep-b", Security::Plaintext).unwrap());
@@ -353,4 +354,91 @@ async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_leaves_it_
         )
         .unwrap();
     assert!(topics.lines().all(|t| t.trim() != "A.orders"), "{topics}");
+
+    // MM1 mode, same clusters: the registries named in its two client files, ids translated.
+    for i in 0..3 {
+        let local = Schema {
+            schema_type: SchemaType::Avro,
+            schema: format!(
+                r#"{{"type":"record","name":"Mm1Local{i}","fields":[{{"name":"x","type":"int"}}]}}"#
+            ),
+            references: vec![],
+        };
+        target.register("local-value", &local, None).await.unwrap();
+    }
+    let consumer = dir.path().join("consumer.properties");
+    std::fs::write(
+        &consumer,
+        format!(
+            "bootstrap.servers={}\ngroup.id=mm1-schemas\nauto.offset.reset=earliest\nschema.registry.url={}\nkmirror.schemas.ids=translate\n",
+            ca.bootstrap(),
+            ra.url()
+        ),
+    )
+    .unwrap();
+    let producer = dir.path().join("producer.properties");
+    std::fs::write(
+        &producer,
+        format!(
+            "bootstrap.servers={}\nschema.registry.url={}\n",
+            cb.bootstrap(),
+            rb.url()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--consumer.config",
+        consumer.to_str().unwrap(),
+        "--producer.config",
+        producer.to_str().unwrap(),
+        "--whitelist",
+        "orders",
+    ];
+    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("legacy")
+        .args(args)
+        .arg("--plan")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        shown.contains("ids translated in every record") && !shown.contains("ignored"),
+        "{shown}"
+    );
+    let log = dir.path().join("legacy.log");
+    let _mm1 = KillOnDrop::spawn(
+        Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("legacy")
+            .args(args),
+        &log,
+    );
+    let copied = AvroRecords {
+        bootstrap: cb.bootstrap(),
+        registry: rb.url(),
+        topic: "orders",
+    }
+    .consume(5, Duration::from_secs(90))
+    .unwrap_or_else(|e| panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default()));
+    let mut ids: Vec<i64> = copied
+        .iter()
+        .map(|r| r["value"]["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+    for r in &copied {
+        let id = r["value"]["id"].as_i64().unwrap();
+        assert_eq!(r["value"]["name"], format!("record-{id}"));
+    }
+    let source_id = client(&ra).subjects_of(kmirror_registry::SchemaId(1)).await;
+    assert!(source_id.is_ok(), "the source's schema has id 1");
+    assert!(
+        copied
+            .iter()
+            .all(|r| r["value_schema_id"].as_i64() != Some(1)),
+        "ids translated: {copied:?}"
+    );
+    assert_eq!(
+        target.versions("orders-value", false).await.unwrap(),
+        vec![1]
+    );
 }

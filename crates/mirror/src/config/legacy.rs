@@ -73,6 +73,10 @@ pub struct LegacyConfig {
     /// Fetched bytes per second for the whole process; `None`: no limit.
     pub rate_limit: Option<u64>,
     pub transforms: Chain,
+    /// Schema sync (docs/schemas.md): the consumer file's registry is the source's, the
+    /// producer file's the target's; `kmirror.schemas.*` in the consumer file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schemas: Option<super::model::SchemaSync>,
     pub ignored: Vec<IgnoredKey>,
     pub diagnostics: Diagnostics,
 }
@@ -212,7 +216,12 @@ pub fn load(
         consumer,
         env,
         &mut diags,
-        &[keys::CONSUMER_KEYS, LEGACY_CONSUMER_KEYS].concat(),
+        &[
+            keys::CONSUMER_KEYS,
+            LEGACY_CONSUMER_KEYS,
+            &super::schemas::FLOW_KEYS,
+        ]
+        .concat(),
         &mut ignored,
     );
     // Each fetched chunk is sent as soon as it is encoded: `linger.ms` is listed as ignored
@@ -293,6 +302,7 @@ pub fn load(
             );
         }
     }
+    let schemas = schemas(&cmap, &pmap, &producer.source, &mut diags, &mut ignored);
     let transforms = match &args.transforms {
         Some(p) => super::transforms::parse(&super::values::settings_of(p), &mut diags),
         None => Chain::default(),
@@ -329,11 +339,53 @@ pub fn load(
             loop_prevention,
             rate_limit,
             transforms,
+            schemas,
             ignored,
             diagnostics: diags,
         }),
         _ => Err(ConfigError(diags)),
     }
+}
+
+/// Schema sync in MM1 mode: each file's registry keys (as the Confluent serializers in those
+/// clients would read them), `kmirror.schemas.*` from the consumer file. Those keys are listed
+/// as ignored when no sync results.
+fn schemas(
+    cmap: &SettingMap,
+    pmap: &SettingMap,
+    producer_file: &str,
+    diags: &mut Diagnostics,
+    ignored: &mut Vec<IgnoredKey>,
+) -> Option<super::model::SchemaSync> {
+    let mut map = SettingMap::new();
+    for (side, m) in [("source.cluster.", cmap), ("target.cluster.", pmap)] {
+        for (k, v) in m.iter().filter(|(k, _)| super::schemas::is_registry_key(k)) {
+            map.insert(format!("{side}{k}"), v.clone());
+        }
+    }
+    for k in super::schemas::FLOW_KEYS {
+        if let Some(v) = cmap.get(k) {
+            map.insert(k.to_string(), v.clone());
+        }
+    }
+    let hint = format!("schema.registry.url in {producer_file}");
+    let sync = super::schemas::build_with("MM1 mode", &hint, &map, diags);
+    let both = ["source.cluster.", "target.cluster."]
+        .iter()
+        .all(|side| map.contains_key(&format!("{side}schema.registry.url")));
+    if sync.is_none() {
+        for k in super::schemas::FLOW_KEYS {
+            let moot = k != "kmirror.schemas.enabled" || !both;
+            if let (Some(v), true) = (cmap.get(k), moot) {
+                ignored.push(IgnoredKey {
+                    origin: v.origin.clone(),
+                    reason: "used only while schemas are synced: both the consumer and the producer file name a schema registry (schema.registry.url) and kmirror.schemas.enabled is not false".into(),
+                    did_you_mean: None,
+                });
+            }
+        }
+    }
+    sync
 }
 
 /// Consumer keys that only MM1 mode reads (it is a member of an ordinary consumer group).
@@ -364,7 +416,10 @@ fn resolve(
         if p.key.starts_with("config.providers") {
             continue;
         }
-        if !keys::is_client_key(&p.key) && !honoured.contains(&p.key.as_str()) {
+        if !keys::is_client_key(&p.key)
+            && !honoured.contains(&p.key.as_str())
+            && !super::schemas::is_registry_key(&p.key)
+        {
             let (reason, hint) = match keys::ignored_client_key(&p.key) {
                 Some(r) => (r.to_string(), None),
                 None => (

@@ -32,6 +32,25 @@ pub fn is_registry_key(key: &str) -> bool {
 /// The flow's schema sync, or None when it is off. A registry named on the source only is a
 /// warning (records would reach the target with ids its consumers cannot resolve).
 pub fn build(id: &FlowId, p: &SettingMap, diags: &mut Diagnostics) -> Option<SchemaSync> {
+    let hint = format!("{}.schema.registry.url", id.target);
+    build_with(&id.to_string(), &hint, p, diags)
+}
+
+/// The flow's keys in `kmirror.schemas.*`.
+pub const FLOW_KEYS: [&str; 4] = [
+    "kmirror.schemas.enabled",
+    "kmirror.schemas.ids",
+    "kmirror.schemas.subjects",
+    "kmirror.schemas.refresh.interval.seconds",
+];
+
+/// [`build`] for a flow named `flow`, whose target registry is set with `target_hint`.
+pub fn build_with(
+    flow: &str,
+    target_hint: &str,
+    p: &SettingMap,
+    diags: &mut Diagnostics,
+) -> Option<SchemaSync> {
     let mut r = Reader::new(p, diags);
     let enabled = r.bool("kmirror.schemas.enabled", true);
     let ids = match r.choice("kmirror.schemas.ids", "keep", &["keep", "translate"]) {
@@ -48,8 +67,8 @@ pub fn build(id: &FlowId, p: &SettingMap, diags: &mut Diagnostics) -> Option<Sch
         1,
         i32::MAX as i64,
     ) as u64);
-    let source = registry(p, "source.cluster.", id.source.as_str(), diags);
-    let target = registry(p, "target.cluster.", id.target.as_str(), diags);
+    let source = registry(p, "source.cluster.", "the source", diags);
+    let target = registry(p, "target.cluster.", "the target", diags);
     match (source, target) {
         (Some(source), Some(target)) if enabled => Some(SchemaSync {
             source,
@@ -66,8 +85,7 @@ pub fn build(id: &FlowId, p: &SettingMap, diags: &mut Diagnostics) -> Option<Sch
                 origin,
                 None,
                 format!(
-                    "{id}: only the source names a schema registry, so its schemas are not copied and the target's consumers cannot resolve the schema ids in copied records: set {}.schema.registry.url, or kmirror.schemas.enabled = false",
-                    id.target
+                    "{flow}: only the source names a schema registry, so its schemas are not copied and the target's consumers cannot resolve the schema ids in copied records: set {target_hint}, or kmirror.schemas.enabled = false"
                 ),
             );
             None
@@ -142,7 +160,7 @@ fn auth(r: &mut Reader<'_>, alias: &str) -> Auth {
             r.diags.error(
                 Some(&s.origin),
                 None,
-                format!("{alias} sets both basic.auth.user.info and bearer.auth.token: a registry takes one kind of credentials"),
+                format!("{alias} registry has both basic.auth.user.info and bearer.auth.token: a registry takes one kind of credentials"),
             );
             Auth::None
         }

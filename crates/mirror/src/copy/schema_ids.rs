@@ -32,23 +32,41 @@ pub enum Translated {
     /// No id changes (none in the wire format, or each maps to the same number): the batch goes
     /// as it was planned, untouched.
     AsIs { passed: u64 },
-    /// The records, each id replaced; offsets, timestamps, headers and everything after the id
-    /// unchanged.
-    Rewritten {
-        records: Vec<Record>,
-        translated: u64,
-        passed: u64,
-    },
-    /// Source ids the target does not have yet.
+    /// Each id replaced; offsets, timestamps, headers and everything after the id unchanged.
+    Rewritten { translated: u64, passed: u64 },
+    /// Source ids the target does not have yet: nothing was changed.
     Waiting(BTreeSet<SchemaId>),
 }
 
-/// Translates the ids of `records` through `target`.
-pub fn translate(records: Vec<Record>, target: &dyn Fn(SchemaId) -> Target) -> Translated {
+/// Translates the ids of `records` in place through `target`, or changes nothing when an id is
+/// not on the target yet.
+pub fn translate(records: &mut [Record], target: &dyn Fn(SchemaId) -> Target) -> Translated {
     let mut waiting = BTreeSet::new();
-    let (mut translated, mut passed) = (0u64, 0u64);
-    let mut out = Vec::with_capacity(records.len());
-    for mut r in records {
+    let mut passed = 0u64;
+    let mut changes = 0usize;
+    for r in records.iter() {
+        for payload in [&r.key, &r.value].into_iter().flatten() {
+            let Some(from) = wire::schema_id(payload) else {
+                continue;
+            };
+            match target(from) {
+                Target::Id(to) if to == from => {}
+                Target::Id(_) => changes += 1,
+                Target::NoSchema => passed += 1,
+                Target::Pending => {
+                    waiting.insert(from);
+                }
+            }
+        }
+    }
+    if !waiting.is_empty() {
+        return Translated::Waiting(waiting);
+    }
+    if changes == 0 {
+        return Translated::AsIs { passed };
+    }
+    let mut translated = 0u64;
+    for r in records.iter_mut() {
         for payload in [&mut r.key, &mut r.value] {
             let Some(bytes) = payload.as_ref() else {
                 continue;
@@ -56,33 +74,17 @@ pub fn translate(records: Vec<Record>, target: &dyn Fn(SchemaId) -> Target) -> T
             let Some(from) = wire::schema_id(bytes) else {
                 continue;
             };
-            match target(from) {
-                Target::Id(to) if to == from => {}
-                Target::Id(to) => {
+            if let Target::Id(to) = target(from) {
+                if to != from {
                     if let Some(rewritten) = wire::with_schema_id(bytes, to) {
                         *payload = Some(Bytes::from(rewritten));
                         translated += 1;
                     }
                 }
-                Target::NoSchema => passed += 1,
-                Target::Pending => {
-                    waiting.insert(from);
-                }
             }
         }
-        out.push(r);
     }
-    if !waiting.is_empty() {
-        Translated::Waiting(waiting)
-    } else if translated == 0 {
-        Translated::AsIs { passed }
-    } else {
-        Translated::Rewritten {
-            records: out,
-            translated,
-            passed,
-        }
-    }
+    Translated::Rewritten { translated, passed }
 }
 
 /// What became of one planned batch.
@@ -111,7 +113,7 @@ pub fn rewrite(
     max_decompressed: usize,
     max_request: usize,
 ) -> Result<Rewrite, PlanError> {
-    let records = decode_batch_within(batch, max_decompressed).map_err(|e| match e {
+    let mut records = decode_batch_within(batch, max_decompressed).map_err(|e| match e {
         DecodeError::TooLarge { .. } => PlanError::Refused {
             offset: batch.base_offset(),
             message: format!("{e}; schema ids are checked in every batch: raise kmirror.batch.max.decompressed.bytes if batches this large are expected"),
@@ -121,14 +123,10 @@ pub fn rewrite(
             message: format!("{e} (schema ids cannot be checked)"),
         },
     })?;
-    match translate(records, target) {
+    match translate(&mut records, target) {
         Translated::AsIs { passed } => Ok(Rewrite::AsIs { passed }),
         Translated::Waiting(ids) => Ok(Rewrite::Waiting(ids)),
-        Translated::Rewritten {
-            records,
-            translated,
-            passed,
-        } => {
+        Translated::Rewritten { translated, passed } => {
             let options = BatchOptions {
                 codec: batch.codec().unwrap_or(Codec::None),
                 ..BatchOptions::default()
@@ -211,12 +209,8 @@ mod tests {
             ),
             record(10, None, None),
         ];
-        let Translated::Rewritten {
-            records: out,
-            translated,
-            passed,
-        } = translate(records.clone(), &map)
-        else {
+        let mut out = records.clone();
+        let Translated::Rewritten { translated, passed } = translate(&mut out, &map) else {
             panic!("expected a rewrite")
         };
         assert_eq!((translated, passed), (2, 0));
@@ -243,7 +237,9 @@ mod tests {
             ),
             record(2, None, Some(framed(3, b"not a schema of the source"))),
         ];
-        assert_eq!(translate(records, &map), Translated::AsIs { passed: 1 });
+        let mut out = records.clone();
+        assert_eq!(translate(&mut out, &map), Translated::AsIs { passed: 1 });
+        assert_eq!(out, records);
     }
 
     #[test]
@@ -253,10 +249,12 @@ mod tests {
             record(1, Some(framed(4, b"k")), Some(framed(4, b"b"))),
             record(2, None, Some(framed(3, b"c"))),
         ];
+        let mut out = records.clone();
         assert_eq!(
-            translate(records, &map),
+            translate(&mut out, &map),
             Translated::Waiting(BTreeSet::from([SchemaId(4)]))
         );
+        assert_eq!(out, records, "nothing changed while waiting");
     }
 
     fn encoded(records: &[Record], codec: Codec) -> RawBatch {

@@ -115,14 +115,14 @@ pub(crate) struct Registries {
 /// starts. Unreachable registries are tried again until `stop`; a target that does not keep
 /// ids is a configuration error (exit 3), and the target is left as it was found.
 pub(crate) async fn prepare(
-    flow: &FlowConfig,
+    flow: &str,
     sync: &SchemaSync,
     stop: &Shutdown,
     metrics: &Metrics,
     labels: &FlowLabels,
 ) -> Result<Option<Registries>, EngineError> {
     let config = |message: String| EngineError::Config {
-        flow: flow.id.to_string(),
+        flow: flow.to_string(),
         message,
     };
     let source = RegistryClient::new(&sync.source.0).map_err(|e| config(e.to_string()))?;
@@ -135,7 +135,7 @@ pub(crate) async fn prepare(
     loop {
         match probe_ids(&target, nonce).await {
             Ok(Probe::Keeps) => {
-                tracing::info!(flow = %flow.id, registry = target.shown(), "target schema registry keeps the ids it is given");
+                tracing::info!(flow, registry = target.shown(), "target schema registry keeps the ids it is given");
                 return Ok(Some(Registries { source, target }));
             }
             Ok(Probe::NotKept(e)) => return Err(config(e.to_string())),
@@ -143,7 +143,7 @@ pub(crate) async fn prepare(
                 count_error(metrics, labels, &e);
                 let wait = super::backoff(attempt);
                 attempt += 1;
-                tracing::warn!(flow = %flow.id, error = %e, retry_in_s = wait.as_secs(), "cannot check that the target schema registry keeps ids; retrying");
+                tracing::warn!(flow, error = %e, retry_in_s = wait.as_secs(), "cannot check that the target schema registry keeps ids; retrying");
                 if stop.sleep(wait).await {
                     return Ok(None);
                 }
@@ -159,8 +159,10 @@ pub(crate) async fn prepare(
 
 /// The schema task: keeps the target registry up with the source's.
 pub(crate) struct SchemaTask {
-    pub(crate) flow: FlowConfig,
+    /// The flow's name, for logs.
+    pub(crate) flow: String,
     pub(crate) sync: SchemaSync,
+    pub(crate) subjects: Subjects,
     pub(crate) registries: Registries,
     pub(crate) map: Arc<IdMap>,
     pub(crate) metrics: Arc<Metrics>,
@@ -230,9 +232,9 @@ impl SchemaTask {
         let reg = &self.registries;
         self.check_target(known).await?;
         let selection = Selection {
-            subjects: &|s| selected(&self.flow, &self.sync, s),
+            subjects: &*self.subjects.selected,
             keep_ids: self.sync.ids == IdsMode::Keep,
-            rename: &|s| target_subject(&self.flow, s),
+            rename: &*self.subjects.rename,
         };
         let done = sync_subjects(&reg.source, &reg.target, &selection, known).await?;
         self.registered(done.registered);
@@ -243,12 +245,19 @@ impl SchemaTask {
     /// The subjects of ids that records name and the map lacks.
     async fn named(&self, known: &mut Known, ids: &BTreeSet<SchemaId>) -> Result<(), SyncError> {
         let reg = &self.registries;
-        let rename = |s: &str| target_subject(&self.flow, s);
         let keep = self.sync.ids == IdsMode::Keep;
-        let (done, unknown) = sync_ids(&reg.source, &reg.target, ids, &rename, keep, known).await?;
+        let (done, unknown) = sync_ids(
+            &reg.source,
+            &reg.target,
+            ids,
+            &*self.subjects.rename,
+            keep,
+            known,
+        )
+        .await?;
         self.registered(done.registered);
         if !unknown.is_empty() {
-            tracing::warn!(flow = %self.flow.id, ids = ?unknown, "records start like the Confluent wire format but name ids the source schema registry does not know; copied as they are");
+            tracing::warn!(flow = %self.flow, ids = ?unknown, "records start like the Confluent wire format but name ids the source schema registry does not know; copied as they are");
         }
         self.map.publish(known, &unknown);
         Ok(())
@@ -264,7 +273,7 @@ impl SchemaTask {
         match self.registries.target.schema(probe).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => {
-                tracing::warn!(flow = %self.flow.id, registry = self.registries.target.shown(), id = probe.0, "the target schema registry no longer has a schema kmirror registered (restarted empty?): registering again before any more records are written");
+                tracing::warn!(flow = %self.flow, registry = self.registries.target.shown(), id = probe.0, "the target schema registry no longer has a schema kmirror registered (restarted empty?): registering again before any more records are written");
                 self.metrics
                     .schema_registry_errors
                     .get_or_create(&self.labels.round("target_lost"))
@@ -279,7 +288,7 @@ impl SchemaTask {
 
     fn registered(&self, n: u64) {
         if n > 0 {
-            tracing::info!(flow = %self.flow.id, versions = n, "schema versions registered on the target");
+            tracing::info!(flow = %self.flow, versions = n, "schema versions registered on the target");
             self.metrics
                 .schema_registrations
                 .get_or_create(&self.labels)
@@ -301,7 +310,7 @@ impl SchemaTask {
                     .inc();
             }
         }
-        tracing::warn!(flow = %self.flow.id, error = %e, retry_in_s = RETRY.as_secs(), "schema sync failed; partitions that need a missing schema wait");
+        tracing::warn!(flow = %self.flow, error = %e, retry_in_s = RETRY.as_secs(), "schema sync failed; partitions that need a missing schema wait");
     }
 }
 
@@ -329,6 +338,37 @@ fn remote_topic(flow: &FlowConfig, topic: &str) -> Option<String> {
     crate::discovery::decide(flow, [topic])
         .pop()
         .and_then(|d| d.remote)
+}
+
+/// Which source subjects a flow copies, and their names on the target.
+pub(crate) struct Subjects {
+    pub(crate) selected: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    pub(crate) rename: Box<dyn Fn(&str) -> String + Send + Sync>,
+}
+
+impl Subjects {
+    /// MM2 mode: the subjects of the topics the flow replicates, named after their remote
+    /// topics, and those `kmirror.schemas.subjects` names.
+    pub(crate) fn of_flow(flow: &FlowConfig, sync: &SchemaSync) -> Subjects {
+        let (f, s) = (flow.clone(), sync.clone());
+        let g = flow.clone();
+        Subjects {
+            selected: Box::new(move |subject| selected(&f, &s, subject)),
+            rename: Box::new(move |subject| target_subject(&g, subject)),
+        }
+    }
+
+    /// MM1 mode: topics keep their names, so subjects do; those of the topics `--include`
+    /// matches, and those `kmirror.schemas.subjects` names.
+    pub(crate) fn same_names(topics: crate::filter::PatternList, sync: &SchemaSync) -> Subjects {
+        let extra = sync.subjects.clone();
+        Subjects {
+            selected: Box::new(move |subject| {
+                topic_of(subject).is_some_and(|t| topics.matches(t)) || extra.matches(subject)
+            }),
+            rename: Box::new(|subject| subject.to_string()),
+        }
+    }
 }
 
 /// A subject of a replicated topic, or one `kmirror.schemas.subjects` names.

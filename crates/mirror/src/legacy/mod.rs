@@ -73,6 +73,10 @@ pub enum LegacyError {
     },
     #[error("a stream task panicked: {0}")]
     Panicked(String),
+    /// A setting the clusters prove wrong before anything is written (a target schema registry
+    /// that does not keep ids): exit 3, as a configuration error.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// How MM1 mode names its one flow in logs.
@@ -244,8 +248,39 @@ pub async fn run(
     let loop_guard = cfg
         .loop_prevention
         .then(|| loop_guard(&source, &target, &metrics, &labels));
+    // Schemas before any record (docs/schemas.md), as in MM2 mode.
+    let schemas = match &cfg.schemas {
+        None => None,
+        Some(sync) => {
+            let prepared =
+                crate::engine::schemas::prepare(FLOW, sync, &shutdown, &metrics, &labels).await;
+            let registries = match prepared {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(()),
+                Err(crate::engine::EngineError::Config { message, .. }) => {
+                    return Err(LegacyError::Config(message))
+                }
+                Err(e) => return Err(LegacyError::Config(e.to_string())),
+            };
+            let map = Arc::new(crate::engine::schemas::IdMap::default());
+            let task = crate::engine::schemas::SchemaTask {
+                flow: FLOW.into(),
+                sync: sync.clone(),
+                subjects: crate::engine::schemas::Subjects::same_names(cfg.topics.clone(), sync),
+                registries,
+                map: map.clone(),
+                metrics: metrics.clone(),
+                labels: labels.clone(),
+            };
+            Some((
+                map,
+                helpers.spawn("schema sync", FLOW, task.run(shutdown.clone())),
+            ))
+        }
+    };
     let shared = Arc::new(Shared {
         loop_guard,
+        schemas: schemas.as_ref().map(|(m, _)| m.clone()),
         cfg: cfg.clone(),
         source: source.clone(),
         fetcher: fetcher.clone(),
@@ -299,6 +334,9 @@ pub async fn run(
     // Their panics were caught inside (`Supervisor::spawn`): these handles end without one.
     let _ = discovery.await;
     let _ = probe.await;
+    if let Some((_, task)) = schemas {
+        let _ = task.await;
+    }
     let _ = stop_on_panic.await;
     if let Some((task, message)) = helpers.failure() {
         first_error.get_or_insert(LegacyError::Panicked(format!("{task}: {message}")));

@@ -91,6 +91,28 @@ pub fn text(cfg: &LegacyConfig) -> String {
     for t in cfg.transforms.describe() {
         let _ = writeln!(out, "  transform     {t}");
     }
+    let _ = match &cfg.schemas {
+        Some(sc) => writeln!(
+            out,
+            "  schemas       from {} to {}, ids {}, every {} s: subjects of the copied topics (same names){}; a stream waits until the schemas its records name are on the target",
+            kmirror_kafka::secret::redact_url(&sc.source.0.url),
+            kmirror_kafka::secret::redact_url(&sc.target.0.url),
+            match sc.ids {
+                crate::config::model::IdsMode::Keep => "kept (IMPORT mode, checked first)",
+                crate::config::model::IdsMode::Translate => "translated in every record",
+            },
+            sc.refresh.as_secs(),
+            if sc.subjects.items().is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", sc.subjects.items().join(", "))
+            }
+        ),
+        None => writeln!(
+            out,
+            "  schemas       off (schema.registry.url in both the consumer and the producer file copies subjects and schema ids)"
+        ),
+    };
     for i in &cfg.ignored {
         let hint = i
             .did_you_mean

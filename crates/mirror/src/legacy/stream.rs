@@ -70,6 +70,8 @@ pub(super) struct Shared {
     pub(super) limiter: Option<Arc<RateLimiter>>,
     /// `--loop.prevention`: the copy core's loop filter over what kmirror copied from the target.
     pub(super) loop_guard: Option<Arc<LoopGuard>>,
+    /// Schema sync: what the target registry has of the ids records name (the send gate).
+    pub(super) schemas: Option<Arc<crate::engine::schemas::IdMap>>,
     /// Each stream's partitions of its last assignment: `kmirror_topics` and
     /// `kmirror_partitions` count this process's share, not the group's.
     pub(super) shares: std::sync::Mutex<BTreeMap<u32, Vec<Key>>>,
@@ -459,6 +461,44 @@ impl Copier {
     }
 
     /// Sends what was fetched from position `i`, then moves the position past it.
+    /// The send gate for schemas: waits until every id the chunk's records name is on the
+    /// target registry, then rewrites those that differ. False when stopped while waiting.
+    async fn schema_ids(
+        &self,
+        map: &crate::engine::schemas::IdMap,
+        records: &mut Vec<(String, Record)>,
+    ) -> bool {
+        use crate::copy::schema_ids::{translate, Translated};
+        let (topics, mut recs): (Vec<String>, Vec<Record>) =
+            std::mem::take(records).into_iter().unzip();
+        let m = &self.sh.metrics;
+        let l = &self.sh.labels;
+        let go = loop {
+            match translate(&mut recs, &|id| map.target(id)) {
+                Translated::AsIs { passed } => {
+                    m.schema_ids_unknown.get_or_create(l).inc_by(passed);
+                    break true;
+                }
+                Translated::Rewritten { translated, passed } => {
+                    m.schema_ids_unknown.get_or_create(l).inc_by(passed);
+                    m.schema_ids_translated.get_or_create(l).inc_by(translated);
+                    break true;
+                }
+                Translated::Waiting(ids) => {
+                    let waiting = m.records_waiting_for_schema.get_or_create(l).clone();
+                    waiting.inc_by(recs.len() as i64);
+                    let go = map.wait_for(&ids, &self.sh.shutdown).await;
+                    waiting.dec_by(recs.len() as i64);
+                    if !go {
+                        break false;
+                    }
+                }
+            }
+        };
+        *records = topics.into_iter().zip(recs).collect();
+        go
+    }
+
     async fn copy(&mut self, i: usize, f: &PartitionFetch) -> Result<(), LegacyError> {
         let cfg = self.sh.cfg.clone();
         let tuning = &cfg.consumer_tuning;
@@ -508,6 +548,13 @@ impl Copier {
         let Some(end) = f.batches.last().map(|b| (b.last_offset() + 1).max(next)) else {
             return Ok(());
         };
+        if let Some(map) = &self.sh.schemas {
+            if !self.schema_ids(map, &mut records).await {
+                // Stopping while waiting: nothing of this chunk was sent or committed.
+                self.stopping = true;
+                return Ok(());
+            }
+        }
         let series = self.positions[i].series.clone();
         let log_end = match tuning.isolation_level {
             IsolationLevel::ReadCommitted => f.last_stable_offset,

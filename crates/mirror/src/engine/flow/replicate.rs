@@ -75,14 +75,15 @@ pub(super) async fn replicate(
         None => None,
         Some(sync) => {
             let Some(registries) =
-                crate::engine::schemas::prepare(flow, sync, shutdown, metrics, labels).await?
+                crate::engine::schemas::prepare(&name, sync, shutdown, metrics, labels).await?
             else {
                 return Ok(());
             };
             let map = Arc::new(crate::engine::schemas::IdMap::default());
             let task = crate::engine::schemas::SchemaTask {
-                flow: flow.clone(),
+                flow: name.clone(),
                 sync: sync.clone(),
+                subjects: crate::engine::schemas::Subjects::of_flow(flow, sync),
                 registries,
                 map: map.clone(),
                 metrics: metrics.clone(),
