@@ -443,6 +443,54 @@ fn resolve(
 mod tests {
     use super::*;
 
+    fn load_files(consumer: &str, producer: &str) -> Result<LegacyConfig, ConfigError> {
+        let c = Properties::parse(
+            &format!("bootstrap.servers = a:9092\ngroup.id = g\n{consumer}"),
+            "consumer.properties",
+        )
+        .unwrap();
+        let p = Properties::parse(
+            &format!("bootstrap.servers = b:9092\n{producer}"),
+            "producer.properties",
+        )
+        .unwrap();
+        let args = LegacyArgs {
+            include: Some("orders".into()),
+            ..LegacyArgs::default()
+        };
+        load(&c, &p, &args, &crate::config::providers::SystemEnvironment)
+    }
+
+    #[test]
+    fn schema_registries_come_from_the_client_files() {
+        let c = load_files(
+            "schema.registry.url = http://sr-a:8081\nbasic.auth.user.info = u:sr-secret\nkmirror.schemas.ids = translate\nkmirror.schemas.refresh.interval.seconds = 5\n",
+            "schema.registry.url = http://sr-b:8081\nschema.registry.ssl.endpoint.identification.algorithm =\n",
+        )
+        .unwrap();
+        assert!(c.ignored.is_empty(), "{:?}", c.ignored);
+        let s = c.schemas.expect("both files name a registry");
+        assert_eq!(s.ids, super::super::model::IdsMode::Translate);
+        assert_eq!(s.refresh, Duration::from_secs(5));
+        assert_eq!(s.target.0.url, "http://sr-b:8081");
+        // Only the consumer's: a warning naming the producer file; kmirror's keys listed as
+        // ignored (they have no effect).
+        let c = load_files(
+            "schema.registry.url = http://sr-a:8081\nkmirror.schemas.ids = translate\n",
+            "",
+        )
+        .unwrap();
+        assert!(c.schemas.is_none());
+        let warnings: Vec<String> = c.diagnostics.warnings().map(|w| w.to_string()).collect();
+        assert!(
+            warnings.len() == 1
+                && warnings[0].contains("schema.registry.url in producer.properties"),
+            "{warnings:?}"
+        );
+        assert_eq!(c.ignored.len(), 1, "{:?}", c.ignored);
+        assert_eq!(c.ignored[0].origin.key, "kmirror.schemas.ids");
+    }
+
     #[test]
     fn mm1_whitelist_rewriting() {
         assert_eq!(

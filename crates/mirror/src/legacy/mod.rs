@@ -134,6 +134,10 @@ fn matching(cfg: &LegacyConfig, source: &KafkaCluster) -> TopicSet {
             .filter(|t| t.error.is_none() && !t.partitions.is_empty())
             .filter(|t| !(cfg.exclude_internal_topics && t.is_internal))
             .filter(|t| cfg.topics.matches(&t.name))
+            // With schema sync, the registry's own topic stays behind (docs/schemas.md).
+            .filter(|t| {
+                cfg.schemas.is_none() || t.name != crate::config::model::SchemaSync::REGISTRY_TOPIC
+            })
             .map(|t| (t.name.clone(), t.partitions.len() as i32))
             .collect::<BTreeMap<_, _>>(),
     )
