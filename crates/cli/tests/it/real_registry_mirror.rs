@@ -7,10 +7,16 @@
 //! - live: a version registered while kmirror runs reaches the target, with its records, within
 //!   the refresh interval;
 //! - restart: nothing is registered again;
+//! - a hung target registry holds records back, one restarted empty is noticed and filled
+//!   again, and a value that only looks like the wire format passes as it is;
 //! - keep against a registry that assigns its own ids: exit 3 naming the key, the target
 //!   registry as it was;
 //! - MM1 mode, the registries named in its consumer and producer files: the same translation.
 
+use bytes::Bytes;
+use kmirror_kafka::cluster::KafkaCluster;
+use kmirror_kafka::records::{decode_batch_within, encode_batch, BatchOptions, Record};
+use kmirror_kafka::IsolationLevel;
 use kmirror_registry::{Auth, RegistryClient, RegistrySettings, Schema, SchemaType};
 use kmirror_testkit::{
     eventually, logged_metrics_address, scrape_metrics, AvroRecords, Cluster, KillOnDrop, Registry,
@@ -56,7 +62,7 @@ fn config(
         format!(
             "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
              A.schema.registry.url = {}\nB.schema.registry.url = {}\n\
-             A->B.enabled = true\nA->B.topics = orders, payments\nA->B.kmirror.schemas.ids = {ids}\n\
+             A->B.enabled = true\nA->B.topics = orders, payments, raw\nA->B.kmirror.schemas.ids = {ids}\n\
              kmirror.schemas.refresh.interval.seconds = 3\nrefresh.topics.interval.seconds = 2\n\
              replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
              checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
@@ -297,6 +303,60 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
     })
     .await;
     check_decoded(&payments.consume(10, Duration::from_secs(60)).unwrap(), 10);
+
+    // A value that only looks like the wire format (a zero byte, then an id the source registry
+    // does not know) passes as it is, counted, next to a plain one.
+    ca.create_topic("raw", 1).unwrap();
+    let lookalike = Bytes::from_static(b"\x00\x7f\xff\xff\x00not avro");
+    let values = [lookalike.clone(), Bytes::from_static(b"{\"plain\": true}")];
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            offset: i as i64,
+            timestamp: 1_765_000_000_000,
+            key: None,
+            value: Some(v.clone()),
+            headers: vec![],
+        })
+        .collect();
+    let batch = encode_batch(&records, &BatchOptions::default()).unwrap();
+    let a = KafkaCluster::connect(ca.client_settings(None))
+        .await
+        .unwrap();
+    a.produce("raw", 0, &batch).await.unwrap();
+    eventually(60, "the look-alike counted", || async {
+        metric(&address, "kmirror_schema_ids_unknown_total") >= 1.0
+    })
+    .await;
+    let b = KafkaCluster::connect(cb.client_settings(None))
+        .await
+        .unwrap();
+    let mut copied = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while copied.len() < 2 && Instant::now() < deadline {
+        let _ = b.refresh_metadata(None).await;
+        if let Ok(f) = b
+            .fetch(
+                "A.raw",
+                0,
+                0,
+                1 << 20,
+                Duration::from_millis(500),
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+        {
+            copied = f
+                .batches
+                .iter()
+                .flat_map(|b| decode_batch_within(b, 1 << 20).unwrap())
+                .filter_map(|r| r.value)
+                .collect();
+        }
+    }
+    assert_eq!(copied, values.to_vec());
+    assert_eq!(metric(&address, "kmirror_schema_ids_unknown_total"), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
