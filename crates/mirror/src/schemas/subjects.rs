@@ -7,6 +7,9 @@
 //! - While a subject's history replays its compatibility is NONE on the target (a history that
 //!   a later level would refuse was accepted when it was written); then the source's own level
 //!   of the subject is applied.
+//! - Last, the source's global level and mode and each subject's own mode are set on the target,
+//!   so a READONLY mode does not lock the pass out; a read-only target subject is opened for a
+//!   new version and closed again.
 //! - A version soft-deleted on the source is registered and then soft-deleted on the target:
 //!   the target shows what the source shows, and old records that name it still translate.
 //! - The result maps every source id to its target id, for the records that carry them.
@@ -15,7 +18,7 @@
 
 use super::order::{registration_order, OrderError, VersionKey};
 use kmirror_registry::{
-    Compatibility, Registered, RegistryClient, RegistryError, Schema, SchemaId,
+    Compatibility, Mode, Registered, RegistryClient, RegistryError, Schema, SchemaId,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +39,12 @@ pub trait Registry {
     ) -> Result<SchemaId, RegistryError>;
     async fn set_import(&self, subject: &str) -> Result<(), RegistryError>;
     async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError>;
+    /// The registry's mode (`subject` None), or a subject's own (None when it has none).
+    async fn mode(&self, subject: Option<&str>) -> Result<Option<Mode>, RegistryError>;
+    async fn set_mode(&self, subject: Option<&str>, mode: Mode) -> Result<(), RegistryError>;
+    /// The registry's global compatibility level.
+    async fn global_compatibility(&self) -> Result<Option<Compatibility>, RegistryError>;
+    async fn set_global_compatibility(&self, level: Compatibility) -> Result<(), RegistryError>;
     async fn lookup(
         &self,
         subject: &str,
@@ -75,13 +84,25 @@ impl Registry for RegistryClient {
         RegistryClient::register(self, subject, schema, Some((id, version))).await
     }
     async fn set_import(&self, subject: &str) -> Result<(), RegistryError> {
-        RegistryClient::set_mode(self, Some(subject), kmirror_registry::Mode::Import).await
+        RegistryClient::set_mode(self, Some(subject), Mode::Import).await
     }
     async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError> {
         match RegistryClient::delete_mode(self, subject).await {
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
+    }
+    async fn mode(&self, subject: Option<&str>) -> Result<Option<Mode>, RegistryError> {
+        RegistryClient::mode(self, subject).await
+    }
+    async fn set_mode(&self, subject: Option<&str>, mode: Mode) -> Result<(), RegistryError> {
+        RegistryClient::set_mode(self, subject, mode).await
+    }
+    async fn global_compatibility(&self) -> Result<Option<Compatibility>, RegistryError> {
+        RegistryClient::compatibility(self, None).await
+    }
+    async fn set_global_compatibility(&self, level: Compatibility) -> Result<(), RegistryError> {
+        RegistryClient::set_compatibility(self, None, level).await
     }
     async fn lookup(
         &self,
@@ -226,6 +247,8 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
     let mut relaxed: BTreeMap<String, (String, Option<Compatibility>)> = BTreeMap::new();
     // Target subjects put in IMPORT mode by this pass (keep).
     let mut imported: BTreeSet<String> = BTreeSet::new();
+    // Read-only target subjects opened for this pass, with their own mode before.
+    let mut unlocked: BTreeMap<String, Option<Mode>> = BTreeMap::new();
     let replayed: Result<(), SyncError> = async {
         for key in order {
             let v = &fetched[&key];
@@ -257,6 +280,20 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
                 }
                 None => {
                     if !relaxed.contains_key(&to) {
+                        // A read-only subject (the source's READONLY copied by an earlier pass)
+                        // takes the new version and is read-only again afterwards.
+                        let own = target.mode(Some(&to)).await.map_err(SyncError::Target)?;
+                        let effective = match own {
+                            Some(m) => Some(m),
+                            None => target.mode(None).await.map_err(SyncError::Target)?,
+                        };
+                        if effective == Some(Mode::ReadOnly) {
+                            target
+                                .set_mode(Some(&to), Mode::ReadWrite)
+                                .await
+                                .map_err(SyncError::Target)?;
+                            unlocked.insert(to.clone(), own);
+                        }
                         let before = target.compatibility(&to).await.map_err(SyncError::Target)?;
                         target
                             .set_compatibility(&to, Compatibility::None)
@@ -322,10 +359,70 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
     }
     .await;
     // Levels and modes are put back whether or not the replay got through.
-    let restored = restore(source, target, relaxed, imported).await;
+    let restored = restore(source, target, relaxed, imported, unlocked).await;
     replayed?;
     restored?;
+    // Last, so a READONLY mode does not lock this pass out.
+    let subjects: BTreeSet<&String> = fetched.keys().map(|(s, _)| s).collect();
+    copy_settings(source, target, selection, subjects).await?;
     Ok(done)
+}
+
+/// The source's global compatibility level and mode, and each copied subject's own mode, on
+/// the target (IMPORT is kmirror's to set, never copied).
+async fn copy_settings<S: Registry, T: Registry>(
+    source: &S,
+    target: &T,
+    selection: &Selection<'_>,
+    subjects: BTreeSet<&String>,
+) -> Result<(), SyncError> {
+    let level = source
+        .global_compatibility()
+        .await
+        .map_err(SyncError::Source)?;
+    if let Some(level) = level {
+        if target
+            .global_compatibility()
+            .await
+            .map_err(SyncError::Target)?
+            != Some(level)
+        {
+            target
+                .set_global_compatibility(level)
+                .await
+                .map_err(SyncError::Target)?;
+        }
+    }
+    let global = source.mode(None).await.map_err(SyncError::Source)?;
+    for subject in subjects {
+        let Some(mode) = source
+            .mode(Some(subject))
+            .await
+            .map_err(SyncError::Source)?
+        else {
+            continue;
+        };
+        // A registry that answers every subject with the global mode has none of its own.
+        if Some(mode) == global || mode == Mode::Import {
+            continue;
+        }
+        let to = (selection.rename)(subject);
+        if target.mode(Some(&to)).await.map_err(SyncError::Target)? != Some(mode) {
+            target
+                .set_mode(Some(&to), mode)
+                .await
+                .map_err(SyncError::Target)?;
+        }
+    }
+    if let Some(mode) = global.filter(|m| *m != Mode::Import) {
+        if target.mode(None).await.map_err(SyncError::Target)? != Some(mode) {
+            target
+                .set_mode(None, mode)
+                .await
+                .map_err(SyncError::Target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Puts back what a pass changed on the target: each relaxed subject gets the source subject's
@@ -336,6 +433,7 @@ async fn restore<S: Registry, T: Registry>(
     target: &T,
     relaxed: BTreeMap<String, (String, Option<Compatibility>)>,
     imported: BTreeSet<String>,
+    unlocked: BTreeMap<String, Option<Mode>>,
 ) -> Result<(), SyncError> {
     let mut first = None;
     for (to, (from, before)) in relaxed {
@@ -356,6 +454,15 @@ async fn restore<S: Registry, T: Registry>(
     }
     for to in imported {
         if let Err(e) = target.delete_mode(&to).await {
+            first.get_or_insert(SyncError::Target(e));
+        }
+    }
+    for (to, before) in unlocked {
+        let put_back = match before {
+            Some(mode) => target.set_mode(Some(&to), mode).await,
+            None => target.delete_mode(&to).await,
+        };
+        if let Err(e) = put_back {
             first.get_or_insert(SyncError::Target(e));
         }
     }

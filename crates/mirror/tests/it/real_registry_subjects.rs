@@ -1,7 +1,7 @@
 //! Subject sync between two real registries (Apicurio, its Confluent API): a history with a
 //! reference and a soft-deleted version arrives on a target whose ids differ, under the flow's
-//! names; every source id maps to a target id whose schema is the source's; a second pass
-//! registers nothing.
+//! names, with the source's global level and a subject's read-only mode; every source id maps
+//! to a target id whose schema is the source's; a second pass registers nothing.
 
 use kmirror_mirror::schemas::subjects::{sync_subjects, Known, Selection};
 use kmirror_registry::{
@@ -90,6 +90,15 @@ async fn a_registry_history_arrives_on_a_target_with_other_ids_and_a_second_pass
         .set_compatibility(Some("orders-value"), Compatibility::Forward)
         .await
         .unwrap();
+    source
+        .set_compatibility(None, Compatibility::BackwardTransitive)
+        .await
+        .unwrap();
+    // Read-only on the source once its history is written: copied last on the target.
+    source
+        .set_mode(Some("gone-value"), kmirror_registry::Mode::ReadOnly)
+        .await
+        .unwrap();
 
     let rename = |s: &str| {
         if s.ends_with("-value") {
@@ -145,6 +154,19 @@ async fn a_registry_history_arrives_on_a_target_with_other_ids_and_a_second_pass
     assert_eq!(
         target.compatibility(Some("A.orders-value")).await.unwrap(),
         Some(Compatibility::Forward)
+    );
+
+    assert_eq!(
+        target.compatibility(None).await.unwrap(),
+        Some(Compatibility::BackwardTransitive)
+    );
+    assert_eq!(
+        target.mode(Some("A.gone-value")).await.unwrap(),
+        Some(kmirror_registry::Mode::ReadOnly)
+    );
+    assert_eq!(
+        target.mode(None).await.unwrap(),
+        Some(kmirror_registry::Mode::ReadWrite)
     );
 
     let again = sync_subjects(&source, &target, &selection, &mut Known::default())

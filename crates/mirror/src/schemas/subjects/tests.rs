@@ -21,8 +21,10 @@ struct State {
     refuse_registrations: bool,
     /// Versions read and looked up.
     reads: usize,
-    /// Subjects in IMPORT mode.
-    import: BTreeSet<String>,
+    /// Subjects' own modes, and the registry's.
+    modes: BTreeMap<String, Mode>,
+    global_mode: Option<Mode>,
+    global_level: Option<Compatibility>,
     /// Takes IMPORT mode and still assigns its own ids (as Apicurio does).
     assigns_own_ids: bool,
 }
@@ -138,6 +140,14 @@ impl Registry for Fake {
         if s.refuse_registrations {
             return Err(refused(403, 40301, "not allowed".into()));
         }
+        let mode = s.modes.get(subject).copied().or(s.global_mode);
+        if mode == Some(Mode::ReadOnly) {
+            return Err(refused(
+                422,
+                42205,
+                format!("Subject {subject} is in read-only mode"),
+            ));
+        }
         for r in &schema.references {
             let known = s
                 .subjects
@@ -217,7 +227,7 @@ impl Registry for Fake {
         let mut s = self.state();
         s.calls
             .push(format!("register {subject} as {id}/{version}"));
-        if !s.import.contains(subject) {
+        if s.modes.get(subject) != Some(&Mode::Import) {
             return Err(refused(
                 422,
                 42205,
@@ -239,13 +249,41 @@ impl Registry for Fake {
     async fn set_import(&self, subject: &str) -> Result<(), RegistryError> {
         let mut s = self.state();
         s.calls.push(format!("import {subject}"));
-        s.import.insert(subject.into());
+        s.modes.insert(subject.into(), Mode::Import);
         Ok(())
     }
     async fn delete_mode(&self, subject: &str) -> Result<(), RegistryError> {
         let mut s = self.state();
         s.calls.push(format!("mode {subject} removed"));
-        s.import.remove(subject);
+        s.modes.remove(subject);
+        Ok(())
+    }
+    async fn mode(&self, subject: Option<&str>) -> Result<Option<Mode>, RegistryError> {
+        let s = self.state();
+        Ok(match subject {
+            Some(subject) => s.modes.get(subject).copied(),
+            None => s.global_mode,
+        })
+    }
+    async fn set_mode(&self, subject: Option<&str>, mode: Mode) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls
+            .push(format!("mode {} {mode:?}", subject.unwrap_or("(global)")));
+        match subject {
+            Some(subject) => {
+                s.modes.insert(subject.into(), mode);
+            }
+            None => s.global_mode = Some(mode),
+        }
+        Ok(())
+    }
+    async fn global_compatibility(&self) -> Result<Option<Compatibility>, RegistryError> {
+        Ok(self.state().global_level)
+    }
+    async fn set_global_compatibility(&self, level: Compatibility) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        s.calls.push(format!("level (global) {level:?}"));
+        s.global_level = Some(level);
         Ok(())
     }
     async fn delete_version(&self, subject: &str, version: i32) -> Result<(), RegistryError> {
@@ -505,7 +543,7 @@ async fn keeping_ids_registers_under_the_sources_ids_and_versions_in_import_mode
         .map(|e| (e.version, e.id))
         .collect();
     assert_eq!(on_target, vec![(1, v1), (2, v2)]);
-    assert!(target.state().import.is_empty(), "IMPORT mode removed");
+    assert!(target.state().modes.is_empty(), "IMPORT mode removed");
     let calls = target.state().calls.clone();
     assert_eq!(
         calls,
@@ -542,5 +580,71 @@ async fn a_target_that_assigns_its_own_ids_under_keep_stops_the_pass_and_is_put_
     );
     // Level and mode put back even though the pass failed.
     let s = target.state();
-    assert!(s.import.is_empty() && s.levels.is_empty(), "{:?}", s.calls);
+    assert!(s.modes.is_empty() && s.levels.is_empty(), "{:?}", s.calls);
+}
+
+#[tokio::test]
+async fn global_level_and_modes_follow_the_source_and_read_only_does_not_lock_later_passes_out() {
+    let source = Fake::default();
+    source.seed("t-value", &avro("V1"));
+    source.seed("u-value", &avro("U1"));
+    {
+        let mut s = source.state();
+        s.global_level = Some(Compatibility::Full);
+        s.global_mode = Some(Mode::ReadWrite);
+        s.modes.insert("t-value".into(), Mode::ReadOnly);
+        // As a registry that answers each subject with the global mode shows it.
+        s.modes.insert("u-value".into(), Mode::ReadWrite);
+    }
+    let target = Fake::default();
+    let selection = Selection {
+        subjects: &|_| true,
+        keep_ids: false,
+        rename: &|s| s.to_string(),
+    };
+    let mut known = Known::default();
+    sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    {
+        let t = target.state();
+        assert_eq!(t.global_level, Some(Compatibility::Full));
+        assert_eq!(t.global_mode, Some(Mode::ReadWrite));
+        assert_eq!(
+            t.modes,
+            BTreeMap::from([("t-value".to_string(), Mode::ReadOnly)])
+        );
+        // Read-only only after its history was registered.
+        let calls = &t.calls;
+        let last_register = calls
+            .iter()
+            .rposition(|c| c.starts_with("register t-value"));
+        let read_only = calls.iter().position(|c| c == "mode t-value ReadOnly");
+        assert!(last_register < read_only, "{calls:?}");
+    }
+
+    // A new version on the source: the read-only target subject takes it, and is read-only again.
+    source.seed("t-value", &avro("V2"));
+    target.state().calls.clear();
+    let next = sync_subjects(&source, &target, &selection, &mut known)
+        .await
+        .unwrap();
+    assert_eq!(next.registered, 1);
+    let t = target.state();
+    assert_eq!(
+        t.modes.get("t-value"),
+        Some(&Mode::ReadOnly),
+        "{:?}",
+        t.calls
+    );
+    assert_eq!(
+        t.calls
+            .iter()
+            .filter(|c| c.starts_with("mode t-value"))
+            .count(),
+        2,
+        "{:?}",
+        t.calls
+    );
+    assert_eq!(t.subjects["t-value"].len(), 2);
 }
