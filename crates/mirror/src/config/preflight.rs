@@ -1,4 +1,5 @@
-//! Checks made before anything connects: the files TLS settings name exist. A missing truststore
+//! Checks made before anything connects: the files TLS settings name exist (the clusters' and
+//! the schema registries'). A missing truststore
 //! found here is one clear configuration error naming the flow and the path, instead of a TLS
 //! failure per connection attempt later.
 
@@ -12,13 +13,20 @@ pub fn tls_files(cfg: &MirrorConfig) -> Result<(), ConfigError> {
     let mut missing = Vec::new();
     for f in &cfg.flows {
         let c = &f.clients;
-        for client in [
+        let registries = f
+            .schemas
+            .iter()
+            .flat_map(|s| [&s.source.0.tls, &s.target.0.tls]);
+        let clients = [
             &c.source_consumer,
             &c.source_admin,
             &c.target_producer,
             &c.target_admin,
-        ] {
-            let Some(tls) = &client.tls else { continue };
+        ]
+        .into_iter()
+        .map(|c| &c.tls);
+        for tls in clients.chain(registries) {
+            let Some(tls) = tls else { continue };
             let mut paths: Vec<PathBuf> = Vec::new();
             match &tls.trust {
                 TrustMaterial::PemFile { path } | TrustMaterial::Pkcs12File { path, .. } => {
@@ -88,5 +96,21 @@ mod tests {
         let present = dir.path().join("ca.pem");
         std::fs::write(&present, "not checked here").unwrap();
         assert!(tls_files(&config(present.to_str().unwrap())).is_ok());
+    }
+
+    #[test]
+    fn a_missing_registry_truststore_is_named_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("registry-ca.pem");
+        let text = format!(
+            "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\nA->B.enabled = true\n\
+             A.schema.registry.url = https://sr-a:8081\nB.schema.registry.url = http://sr-b:8081\n\
+             A.schema.registry.ssl.truststore.type = PEM\nA.schema.registry.ssl.truststore.location = {}\n",
+            missing.display()
+        );
+        let props = Properties::parse(&text, "mm2.properties").unwrap();
+        let cfg = mm2::load(&props, &[], &SystemEnvironment).unwrap();
+        let e = tls_files(&cfg).unwrap_err().to_string();
+        assert!(e.contains(&missing.display().to_string()), "{e}");
     }
 }

@@ -295,7 +295,11 @@ fn render_schemas(o: &mut String, f: &crate::config::model::FlowConfig) {
             kmirror_registry::Auth::Basic { .. } => ", basic auth",
             kmirror_registry::Auth::Bearer(_) => ", bearer token",
         };
-        format!("{}{auth}", kmirror_kafka::secret::redact_url(&r.0.url))
+        let tls = match &r.0.tls {
+            Some(t) => format!(" (TLS {})", super::describe_tls(t)),
+            None => String::new(),
+        };
+        format!("{}{auth}{tls}", kmirror_kafka::secret::redact_url(&r.0.url))
     };
     let _ = writeln!(
         o,

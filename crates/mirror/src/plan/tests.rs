@@ -99,7 +99,7 @@ fn plan_explains_schema_sync_with_secrets_masked_and_no_key_left_ignored() {
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     let shown = p.render_text();
     for needle in [
-        "schemas        from https://sr-a:8081, basic auth to https://sr-b:8081/apis/ccompat/v7, every 10 s",
+        "schemas        from https://sr-a:8081, basic auth to https://sr-b:8081/apis/ccompat/v7 (TLS trust=system roots hostname-verification=OFF), every 10 s",
         "<topic>-key and <topic>-value of the replicated topics, named on the target as their topics are, and subjects matching common\\..*",
         "_schemas is not replicated",
         "ids          translate: the target assigns its own ids",
