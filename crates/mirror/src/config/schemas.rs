@@ -111,13 +111,18 @@ fn registry(
     let mut r = Reader::new(&own, diags);
     let value = url.value.trim().to_string();
     if !(value.starts_with("http://") || value.starts_with("https://")) || value.contains(',') {
+        // Not shown: without a scheme, credentials in it would not be recognised and masked.
         r.diags.error(
             Some(&url.origin),
-            Some(&url.value),
+            None,
             "expected one http:// or https:// URL (kmirror asks one registry address per cluster)",
         );
     }
-    let auth = auth(&mut r, alias);
+    let in_url = value
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or_default().contains('@'))
+        .unwrap_or(false);
+    let auth = auth(&mut r, alias, in_url);
     // `schema.registry.ssl.*` read as the Kafka keys are.
     let ssl: SettingMap = own
         .iter()
@@ -142,7 +147,7 @@ fn registry(
 
 /// `basic.auth.*` or `bearer.auth.*`, with the credential sources the Confluent clients name
 /// (the others need code kmirror does not run: an SASL inheritance or a custom provider).
-fn auth(r: &mut Reader<'_>, alias: &str) -> Auth {
+fn auth(r: &mut Reader<'_>, alias: &str, in_url: bool) -> Auth {
     let basic = r.get("basic.auth.user.info");
     let bearer = r.get("bearer.auth.token");
     let basic_source = r.choice(
@@ -155,6 +160,22 @@ fn auth(r: &mut Reader<'_>, alias: &str) -> Auth {
         "STATIC_TOKEN",
         &["STATIC_TOKEN"],
     );
+    if let (Some(s), true) = (basic.or(bearer), in_url) {
+        r.diags.error(
+            Some(&s.origin),
+            None,
+            format!("{alias} registry has credentials in its URL and in this key: give them once (basic.auth.credentials.source = URL for the URL's)"),
+        );
+        return Auth::None;
+    }
+    if let (Some(s), "URL") = (basic, basic_source) {
+        r.diags.error(
+            Some(&s.origin),
+            None,
+            "not used with basic.auth.credentials.source = URL (the credentials come from the URL): remove it, or set USER_INFO",
+        );
+        return Auth::None;
+    }
     match (basic, bearer) {
         (Some(_), Some(s)) => {
             r.diags.error(
@@ -308,6 +329,27 @@ mod tests {
                     ("source.cluster.bearer.auth.token", "s3cret"),
                 ],
                 "one kind of credentials",
+            ),
+            (
+                vec![(
+                    "source.cluster.schema.registry.url",
+                    "u:s3cret@registry:8081",
+                )],
+                "one http:// or https:// URL",
+            ),
+            (
+                vec![
+                    ("source.cluster.schema.registry.url", "http://u:s3cret@a:1"),
+                    ("source.cluster.basic.auth.user.info", "u:s3cret"),
+                ],
+                "give them once",
+            ),
+            (
+                vec![
+                    ("source.cluster.basic.auth.credentials.source", "URL"),
+                    ("source.cluster.basic.auth.user.info", "u:s3cret"),
+                ],
+                "not used with basic.auth.credentials.source = URL",
             ),
             (vec![("kmirror.schemas.ids", "copy")], "keep, translate"),
             (

@@ -5,7 +5,6 @@
 //! a wrong id.
 
 use super::batches::{Outgoing, PlanError};
-use crate::offsets::sync_rules::SourceOffsets;
 use bytes::Bytes;
 use kmirror_kafka::batch::Codec;
 use kmirror_kafka::records::{
@@ -113,16 +112,29 @@ pub fn rewrite(
     max_decompressed: usize,
     max_request: usize,
 ) -> Result<Rewrite, PlanError> {
+    // A merged or re-encoded batch numbers its records from 0: the source offsets are the
+    // planned ones, by position.
+    let at = ups.bounds().map_or(batch.base_offset(), |(first, _)| first);
     let mut records = decode_batch_within(batch, max_decompressed).map_err(|e| match e {
         DecodeError::TooLarge { .. } => PlanError::Refused {
-            offset: batch.base_offset(),
+            offset: at,
             message: format!("{e}; schema ids are checked in every batch: raise kmirror.batch.max.decompressed.bytes if batches this large are expected"),
         },
         DecodeError::Malformed(e) => PlanError::Corrupt {
-            offset: batch.base_offset(),
+            offset: at,
             message: format!("{e} (schema ids cannot be checked)"),
         },
     })?;
+    if records.len() as i64 != ups.len() {
+        return Err(PlanError::Corrupt {
+            offset: at,
+            message: format!(
+                "the batch holds {} records where {} were planned (schema ids cannot be checked)",
+                records.len(),
+                ups.len()
+            ),
+        });
+    }
     match translate(&mut records, target) {
         Translated::AsIs { passed } => Ok(Rewrite::AsIs { passed }),
         Translated::Waiting(ids) => Ok(Rewrite::Waiting(ids)),
@@ -133,22 +145,16 @@ pub fn rewrite(
             };
             let encoded =
                 encode_within(&records, &options, max_request).map_err(|e| PlanError::Refused {
-                    offset: batch.base_offset(),
+                    offset: at,
                     message: e.to_string(),
                 })?;
             let mut sends = Vec::with_capacity(encoded.len());
             for (b, range) in encoded {
-                let offsets: Vec<i64> = records[range].iter().map(|r| r.offset).collect();
-                let Some(&last) = offsets.last() else {
+                let Some(part) = ups.slice(range) else {
                     continue;
                 };
-                let part = match ups {
-                    // The same records in the same order: still contiguous when they were.
-                    SourceOffsets::Contiguous { .. } => SourceOffsets::Contiguous {
-                        first: offsets[0],
-                        count: offsets.len() as i64,
-                    },
-                    SourceOffsets::Listed(_) => SourceOffsets::Listed(offsets),
+                let Some((_, last)) = part.bounds() else {
+                    continue;
                 };
                 sends.push((b, part, last));
             }
@@ -168,6 +174,7 @@ pub fn rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offsets::sync_rules::SourceOffsets;
     use kmirror_kafka::batch::RawBatch;
 
     fn framed(id: i32, body: &[u8]) -> Bytes {
@@ -267,8 +274,9 @@ mod tests {
 
     #[test]
     fn a_planned_batch_is_rewritten_with_its_own_codec_and_keeps_its_offsets_and_tag() {
+        // Numbered from 0, as a merged or re-encoded batch is; the plan knows the source offsets.
         let records: Vec<Record> = (0..3)
-            .map(|i| record(40 + i, None, Some(framed(1, b"payload"))))
+            .map(|i| record(i, None, Some(framed(1, b"payload"))))
             .collect();
         let batch = encoded(&records, Codec::Lz4);
         let planned = (
@@ -305,6 +313,37 @@ mod tests {
             back.iter().map(|r| r.timestamp).collect::<Vec<_>>(),
             records.iter().map(|r| r.timestamp).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_rewrite_split_by_max_request_size_keeps_each_parts_planned_offsets() {
+        let records: Vec<Record> = (0..6)
+            .map(|i| record(i, None, Some(framed(1, &[b'x'; 300]))))
+            .collect();
+        let planned = (
+            encoded(&records, Codec::None),
+            SourceOffsets::Listed(vec![100, 101, 103, 104, 107, 108]),
+            110,
+        );
+        let Ok(Rewrite::Rewritten { sends, .. }) = rewrite(&planned, &map, 1 << 20, 1000) else {
+            panic!("expected a rewrite")
+        };
+        assert!(sends.len() > 1, "split: {}", sends.len());
+        let mut all = Vec::new();
+        for (i, (b, ups, tag)) in sends.iter().enumerate() {
+            let SourceOffsets::Listed(v) = ups else {
+                panic!("{ups:?}")
+            };
+            assert_eq!(v.len() as i32, b.record_count());
+            let last = if i + 1 == sends.len() {
+                110
+            } else {
+                *v.last().unwrap()
+            };
+            assert_eq!(*tag, last);
+            all.extend(v.iter().copied());
+        }
+        assert_eq!(all, vec![100, 101, 103, 104, 107, 108]);
     }
 
     #[test]

@@ -94,11 +94,16 @@ impl IdMap {
         self.state().wanted.extend(ids.iter().copied());
     }
 
-    /// Sets what a pass found and wakes the partitions that wait.
-    fn publish(&self, known: &Known, unknown: &BTreeSet<SchemaId>) {
+    /// Sets what was found and wakes the partitions that wait. `fresh`: ids earlier found
+    /// unknown to the source are forgotten, so a record naming one asks again (a registry
+    /// follower behind its leader may have answered 404 for a new id).
+    fn publish(&self, known: &Known, unknown: &BTreeSet<SchemaId>, fresh: bool) {
         {
             let mut s = self.state();
             s.ids = known.ids().into_iter().collect();
+            if fresh {
+                s.unknown.clear();
+            }
             s.unknown.extend(unknown.iter().copied());
         }
         self.changed.send_modify(|v| *v += 1);
@@ -148,6 +153,11 @@ pub(crate) async fn prepare(
                     return Ok(None);
                 }
             }
+            Err(e) if matches!(e, RegistryError::Refused { status: 401 | 403, .. }) => {
+                return Err(config(format!(
+                    "{e}: the target schema registry refused kmirror's credentials or permissions (basic.auth.* or bearer.auth.* of the target)"
+                )))
+            }
             Err(e) => {
                 return Err(config(format!(
                     "{e}: kmirror.schemas.ids = keep needs IMPORT mode on the target registry (set kmirror.schemas.ids = translate otherwise)"
@@ -179,43 +189,49 @@ impl SchemaTask {
         let refresh = self.sync.refresh;
         let mut known = Known::default();
         let mut due = Instant::now();
-        // After a failure, nothing is asked of the registries before this (a partition asking
-        // again at once must not turn a registry that is down into a busy loop).
+        // After a failure, or ids the source named and the target still lacks, partitions'
+        // asks wait until this (a partition asking again at once must not turn a registry that
+        // is down into a busy loop).
         let mut retry_at: Option<Instant> = None;
         loop {
-            let now = Instant::now();
-            if retry_at.is_some_and(|t| now >= t) {
+            if retry_at.is_some_and(|t| Instant::now() >= t) {
                 retry_at = None;
             }
-            if retry_at.is_none() && now >= due {
-                match self.pass(&mut known).await {
-                    Ok(()) => due = now + refresh,
+            if Instant::now() >= due {
+                let result = self.pass(&mut known).await;
+                // What the pass confirmed is usable even when it stopped half-way (one subject
+                // the target refuses must not hold back every other): the map only holds
+                // versions the target answered for. Unknown ids are looked up again.
+                self.map.publish(&known, &BTreeSet::new(), true);
+                match result {
+                    Ok(()) => due = Instant::now() + refresh,
                     Err(e) => {
                         self.failed(&e);
-                        retry_at = Some(now + RETRY);
-                        due = now + RETRY;
+                        due = Instant::now() + RETRY;
                     }
                 }
             }
             if retry_at.is_none() {
                 let asked = self.map.take_wanted();
-                let missing: BTreeSet<SchemaId> = asked
-                    .iter()
-                    .copied()
-                    .filter(|id| matches!(self.map.target(*id), Target::Pending))
-                    .collect();
+                let missing = self.pending(&asked);
                 if !missing.is_empty() {
-                    if let Err(e) = self.named(&mut known, &missing).await {
-                        self.failed(&e);
+                    let unknown = match self.named(&mut known, &missing).await {
+                        Ok(unknown) => unknown,
+                        Err(e) => {
+                            self.failed(&e);
+                            BTreeSet::new()
+                        }
+                    };
+                    self.map.publish(&known, &unknown, false);
+                    let still = self.pending(&missing);
+                    if !still.is_empty() {
                         // Asked again after the wait; the partitions keep waiting meanwhile.
-                        self.map.ask_again(&missing);
-                        retry_at = Some(now + RETRY);
+                        self.map.ask_again(&still);
+                        retry_at = Some(Instant::now() + RETRY);
                     }
-                }
-                if !asked.is_empty() && retry_at.is_none() {
-                    // Waiting partitions look again (found by a pass since they asked, or
-                    // not in the source registry at all).
-                    self.map.publish(&known, &BTreeSet::new());
+                } else if !asked.is_empty() {
+                    // Found by a pass since they asked: the waiting partitions look again.
+                    self.map.publish(&known, &BTreeSet::new(), false);
                 }
             }
             let wake = retry_at.map_or(due, |t| t.min(due));
@@ -225,6 +241,14 @@ impl SchemaTask {
                 _ = self.map.wanted.notified(), if retry_at.is_none() => {}
             }
         }
+    }
+
+    /// Of `ids`, those the map has no answer for.
+    fn pending(&self, ids: &BTreeSet<SchemaId>) -> BTreeSet<SchemaId> {
+        ids.iter()
+            .copied()
+            .filter(|id| matches!(self.map.target(*id), Target::Pending))
+            .collect()
     }
 
     /// A full pass over the selected subjects.
@@ -238,12 +262,16 @@ impl SchemaTask {
         };
         let done = sync_subjects(&reg.source, &reg.target, &selection, known).await?;
         self.registered(done.registered);
-        self.map.publish(known, &BTreeSet::new());
         Ok(())
     }
 
-    /// The subjects of ids that records name and the map lacks.
-    async fn named(&self, known: &mut Known, ids: &BTreeSet<SchemaId>) -> Result<(), SyncError> {
+    /// The subjects of ids that records name and the map lacks; returns the ids the source
+    /// registry does not know.
+    async fn named(
+        &self,
+        known: &mut Known,
+        ids: &BTreeSet<SchemaId>,
+    ) -> Result<BTreeSet<SchemaId>, SyncError> {
         let reg = &self.registries;
         let keep = self.sync.ids == IdsMode::Keep;
         let (done, unknown) = sync_ids(
@@ -259,8 +287,7 @@ impl SchemaTask {
         if !unknown.is_empty() {
             tracing::warn!(flow = %self.flow, ids = ?unknown, "records start like the Confluent wire format but name ids the source schema registry does not know; copied as they are");
         }
-        self.map.publish(known, &unknown);
-        Ok(())
+        Ok(unknown)
     }
 
     /// An in-memory target registry that restarted has lost what was registered: records must
@@ -279,7 +306,7 @@ impl SchemaTask {
                     .get_or_create(&self.labels.round("target_lost"))
                     .inc();
                 known.forget_target();
-                self.map.publish(known, &BTreeSet::new());
+                self.map.publish(known, &BTreeSet::new(), true);
                 Ok(())
             }
             Err(e) => Err(SyncError::Target(e)),
@@ -423,7 +450,7 @@ mod tests {
         };
         map.wanted.notified().await;
         assert_eq!(map.take_wanted(), BTreeSet::from([SchemaId(5)]));
-        map.publish(&Known::default(), &BTreeSet::from([SchemaId(5)]));
+        map.publish(&Known::default(), &BTreeSet::from([SchemaId(5)]), false);
         assert!(waiter.await.unwrap());
         assert_eq!(map.target(SchemaId(5)), Target::NoSchema);
         // Stopped while waiting: false.

@@ -110,6 +110,52 @@ enum Control {
     Revoke(oneshot::Sender<()>),
 }
 
+/// What the schema gate of a chunk came to.
+enum Gate {
+    Go,
+    Stopped,
+    /// A revocation is coming: the chunk stays unsent.
+    Revoked,
+}
+
+/// Raised by the membership before it asks the copier to give its partitions back, so a chunk
+/// waiting for a schema stops waiting; lowered once the revocation is answered. While raised,
+/// the copier takes no more fetched chunks.
+#[derive(Debug, Default)]
+pub(super) struct Revoking {
+    pending: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Revoking {
+    pub(super) fn raise(&self) {
+        self.pending
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    fn lower(&self) {
+        self.pending
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_raised(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn raised(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_raised() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// Runs one stream until shutdown (or a failure that stops the process).
 pub(super) async fn run(shared: Arc<Shared>, index: u32) -> Result<(), LegacyError> {
     let (tx, rx) = mpsc::channel(2);
@@ -119,8 +165,10 @@ pub(super) async fn run(shared: Arc<Shared>, index: u32) -> Result<(), LegacyErr
         shared.cfg.session_timeout,
         shared.cfg.rebalance_timeout,
     )));
-    let copier = tokio::spawn(Copier::new(shared.clone(), index, lease.clone()).run(rx));
-    let membership = membership(&shared, index, tx, &lease).await;
+    let revoking = Arc::new(Revoking::default());
+    let copier =
+        tokio::spawn(Copier::new(shared.clone(), index, lease.clone(), revoking.clone()).run(rx));
+    let membership = membership(&shared, index, tx, &lease, &revoking).await;
     shared.record_share(index, &[]);
     let copied = copier
         .await
@@ -164,10 +212,17 @@ struct Copier {
     cancelled: bool,
     /// The send gate: fetched data is taken only while the stream's membership holds it.
     lease: Arc<Mutex<Lease>>,
+    /// A revocation is coming (see [`Revoking`]).
+    revoking: Arc<Revoking>,
 }
 
 impl Copier {
-    fn new(sh: Arc<Shared>, index: u32, lease: Arc<Mutex<Lease>>) -> Copier {
+    fn new(
+        sh: Arc<Shared>,
+        index: u32,
+        lease: Arc<Mutex<Lease>>,
+        revoking: Arc<Revoking>,
+    ) -> Copier {
         let codec = Codec::from(sh.cfg.producer_tuning.compression);
         Copier {
             sh,
@@ -182,6 +237,7 @@ impl Copier {
             stopping: false,
             cancelled: false,
             lease,
+            revoking,
         }
     }
 
@@ -201,6 +257,7 @@ impl Copier {
             let a = match msg {
                 Control::Assigned(a) => a,
                 Control::Revoke(ack) => {
+                    self.revoking.lower();
                     let _ = ack.send(());
                     continue;
                 }
@@ -219,6 +276,7 @@ impl Copier {
                         Some(Control::Revoke(ack)) => {
                             forwarders.abort_all();
                             self.finish().await?;
+                            self.revoking.lower();
                             let _ = ack.send(());
                             break;
                         }
@@ -239,7 +297,7 @@ impl Copier {
                     // Woken from a pause past its session, the stream takes nothing fetched
                     // until a heartbeat says whether its partitions are still its own.
                     _ = tokio::time::sleep(LEASE_RECHECK), if !self.stopping && !self.may_send() => {}
-                    Some((i, event)) = events.recv(), if !self.stopping && self.may_send() => {
+                    Some((i, event)) = events.recv(), if !self.stopping && self.may_send() && !self.revoking.is_raised() => {
                         let stop = self.sh.shutdown.clone();
                         tokio::select! {
                             biased;
@@ -325,6 +383,7 @@ impl Copier {
                         return Ok(false);
                     }
                     if let Ok(Control::Revoke(ack)) = rx.try_recv() {
+                        self.revoking.lower();
                         let _ = ack.send(());
                         return Ok(false);
                     }
@@ -460,14 +519,13 @@ impl Copier {
         Ok(())
     }
 
-    /// Sends what was fetched from position `i`, then moves the position past it.
     /// The send gate for schemas: waits until every id the chunk's records name is on the
-    /// target registry, then rewrites those that differ. False when stopped while waiting.
+    /// target registry, then rewrites those that differ.
     async fn schema_ids(
         &self,
         map: &crate::engine::schemas::IdMap,
         records: &mut Vec<(String, Record)>,
-    ) -> bool {
+    ) -> Gate {
         use crate::copy::schema_ids::{translate, Translated};
         let (topics, mut recs): (Vec<String>, Vec<Record>) =
             std::mem::take(records).into_iter().unzip();
@@ -477,20 +535,27 @@ impl Copier {
             match translate(&mut recs, &|id| map.target(id)) {
                 Translated::AsIs { passed } => {
                     m.schema_ids_unknown.get_or_create(l).inc_by(passed);
-                    break true;
+                    break Gate::Go;
                 }
                 Translated::Rewritten { translated, passed } => {
                     m.schema_ids_unknown.get_or_create(l).inc_by(passed);
                     m.schema_ids_translated.get_or_create(l).inc_by(translated);
-                    break true;
+                    break Gate::Go;
                 }
                 Translated::Waiting(ids) => {
                     let waiting = m.records_waiting_for_schema.get_or_create(l).clone();
                     waiting.inc_by(recs.len() as i64);
-                    let go = map.wait_for(&ids, &self.sh.shutdown).await;
+                    // A rebalance does not wait for a registry: the chunk is left unsent and
+                    // its position unmoved, so whoever owns the partition next copies it.
+                    let outcome = tokio::select! {
+                        go = map.wait_for(&ids, &self.sh.shutdown) => {
+                            if go { None } else { Some(Gate::Stopped) }
+                        }
+                        _ = self.revoking.raised() => Some(Gate::Revoked),
+                    };
                     waiting.dec_by(recs.len() as i64);
-                    if !go {
-                        break false;
+                    if let Some(o) = outcome {
+                        break o;
                     }
                 }
             }
@@ -499,6 +564,7 @@ impl Copier {
         go
     }
 
+    /// Sends what was fetched from position `i`, then moves the position past it.
     async fn copy(&mut self, i: usize, f: &PartitionFetch) -> Result<(), LegacyError> {
         let cfg = self.sh.cfg.clone();
         let tuning = &cfg.consumer_tuning;
@@ -549,10 +615,15 @@ impl Copier {
             return Ok(());
         };
         if let Some(map) = &self.sh.schemas {
-            if !self.schema_ids(map, &mut records).await {
+            match self.schema_ids(map, &mut records).await {
+                Gate::Go => {}
                 // Stopping while waiting: nothing of this chunk was sent or committed.
-                self.stopping = true;
-                return Ok(());
+                Gate::Stopped => {
+                    self.stopping = true;
+                    return Ok(());
+                }
+                // No later chunk is taken before the revocation is answered (see `serve`).
+                Gate::Revoked => return Ok(()),
             }
         }
         let series = self.positions[i].series.clone();

@@ -26,7 +26,26 @@ pub enum SourceOffsets {
 }
 
 impl SourceOffsets {
-    fn len(&self) -> i64 {
+    /// The offsets of records `range` (in batch order), None past the end.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Option<SourceOffsets> {
+        if range.end as i64 > self.len() || range.is_empty() {
+            return None;
+        }
+        Some(match self {
+            SourceOffsets::Contiguous { first, .. } => SourceOffsets::Contiguous {
+                first: first + range.start as i64,
+                count: range.len() as i64,
+            },
+            SourceOffsets::Listed(v) => SourceOffsets::Listed(v[range].to_vec()),
+        })
+    }
+
+    /// The first record's offset and the last one's.
+    pub fn bounds(&self) -> Option<(i64, i64)> {
+        (self.len() > 0).then(|| (self.at(0), self.at(self.len() - 1)))
+    }
+
+    pub(crate) fn len(&self) -> i64 {
         match self {
             SourceOffsets::Contiguous { count, .. } => *count,
             SourceOffsets::Listed(v) => v.len() as i64,

@@ -225,7 +225,20 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
     selection: &Selection<'_>,
     known: &mut Known,
 ) -> Result<Synced, SyncError> {
-    let fetched = read_source(source, selection, known)
+    let mut subjects = source.subjects(true).await.map_err(SyncError::Source)?;
+    subjects.retain(|s| (selection.subjects)(s));
+    sync_listed(source, target, subjects, selection, known).await
+}
+
+/// A pass over `subjects` (selected already).
+async fn sync_listed<S: Registry, T: Registry>(
+    source: &S,
+    target: &T,
+    subjects: Vec<String>,
+    selection: &Selection<'_>,
+    known: &mut Known,
+) -> Result<Synced, SyncError> {
+    let fetched = read_source(source, subjects, known)
         .await
         .map_err(SyncError::Source)?;
     let graph: BTreeMap<VersionKey, Vec<VersionKey>> = fetched
@@ -276,6 +289,22 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
                 Some(found) => {
                     done.ids.insert(v.registered.id, found.id);
                     done.present += 1;
+                    // Soft-deleted on the source while nothing watched (before a restart): the
+                    // target's version follows.
+                    if v.deleted {
+                        let live = match target.versions(&to, false).await {
+                            Ok(live) => live,
+                            Err(e) if e.is_not_found() => Vec::new(),
+                            Err(e) => return Err(SyncError::Target(e)),
+                        };
+                        if live.contains(&found.version) {
+                            target
+                                .delete_version(&to, found.version)
+                                .await
+                                .map_err(SyncError::Target)?;
+                            done.soft_deleted += 1;
+                        }
+                    }
                     (found.version, found.id)
                 }
                 None => {
@@ -368,8 +397,15 @@ pub async fn sync_subjects<S: Registry, T: Registry>(
     Ok(done)
 }
 
+/// Whether a source mode is copied: not IMPORT (kmirror's own tool while it registers), nor
+/// READONLY_OVERRIDE, which would also override the subject mode kmirror opens a read-only
+/// subject with, and so lock every later pass out.
+fn copied_mode(mode: Mode) -> bool {
+    matches!(mode, Mode::ReadWrite | Mode::ReadOnly)
+}
+
 /// The source's global compatibility level and mode, and each copied subject's own mode, on
-/// the target (IMPORT is kmirror's to set, never copied).
+/// the target (see [`copied_mode`]).
 async fn copy_settings<S: Registry, T: Registry>(
     source: &S,
     target: &T,
@@ -403,7 +439,7 @@ async fn copy_settings<S: Registry, T: Registry>(
             continue;
         };
         // A registry that answers every subject with the global mode has none of its own.
-        if Some(mode) == global || mode == Mode::Import {
+        if Some(mode) == global || !copied_mode(mode) {
             continue;
         }
         let to = (selection.rename)(subject);
@@ -414,7 +450,7 @@ async fn copy_settings<S: Registry, T: Registry>(
                 .map_err(SyncError::Target)?;
         }
     }
-    if let Some(mode) = global.filter(|m| *m != Mode::Import) {
+    if let Some(mode) = global.filter(|m| copied_mode(*m)) {
         if target.mode(None).await.map_err(SyncError::Target)? != Some(mode) {
             target
                 .set_mode(None, mode)
@@ -497,7 +533,10 @@ pub async fn sync_ids<S: Registry, T: Registry>(
         keep_ids,
         rename,
     };
-    let done = sync_subjects(source, target, &selection, known).await?;
+    // The subjects the source named, not filtered through its listing (Apicurio lists at most
+    // 1,000).
+    let listed: Vec<String> = subjects.iter().cloned().collect();
+    let done = sync_listed(source, target, listed, &selection, known).await?;
     Ok((done, unknown))
 }
 
@@ -505,13 +544,12 @@ pub async fn sync_ids<S: Registry, T: Registry>(
 /// to, transitively (a referenced subject is copied whether or not it is selected).
 async fn read_source<S: Registry>(
     source: &S,
-    selection: &Selection<'_>,
+    mut subjects: Vec<String>,
     known: &mut Known,
 ) -> Result<BTreeMap<VersionKey, SourceVersion>, RegistryError> {
     let mut fetched = BTreeMap::new();
-    let mut subjects = source.subjects(true).await?;
-    subjects.retain(|s| (selection.subjects)(s));
     subjects.sort();
+    subjects.dedup();
     for s in subjects {
         let live: BTreeSet<i32> = match source.versions(&s, false).await {
             Ok(v) => v.into_iter().collect(),

@@ -36,6 +36,7 @@ pub(super) async fn membership(
     index: u32,
     tx: mpsc::Sender<Control>,
     lease: &Mutex<Lease>,
+    revoking: &super::Revoking,
 ) -> Result<(), LegacyError> {
     let renewed = |sent: Instant| {
         lease
@@ -131,6 +132,8 @@ pub(super) async fn membership(
             }
         }
         let (ack, done) = oneshot::channel();
+        // A chunk waiting for a schema gives way (the copier answers after lowering it).
+        revoking.raise();
         if tx.send(Control::Revoke(ack)).await.is_ok() {
             let _ = done.await;
         }

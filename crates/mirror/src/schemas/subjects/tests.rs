@@ -27,6 +27,8 @@ struct State {
     global_level: Option<Compatibility>,
     /// Takes IMPORT mode and still assigns its own ids (as Apicurio does).
     assigns_own_ids: bool,
+    /// Lists at most this many subjects.
+    max_listed: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -99,7 +101,9 @@ impl Registry for Fake {
             .subjects
             .iter()
             .filter(|(_, v)| v.iter().any(|e| deleted || !e.deleted));
-        Ok(listed.map(|(k, _)| k.clone()).collect())
+        // As Apicurio caps its listing (apicurio.ccompat.max-subjects).
+        let cap = s.max_listed.unwrap_or(usize::MAX);
+        Ok(listed.map(|(k, _)| k.clone()).take(cap).collect())
     }
     async fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<i32>, RegistryError> {
         let s = self.state();
@@ -647,4 +651,59 @@ async fn global_level_and_modes_follow_the_source_and_read_only_does_not_lock_la
         t.calls
     );
     assert_eq!(t.subjects["t-value"].len(), 2);
+}
+
+#[tokio::test]
+async fn a_version_soft_deleted_while_nothing_watched_is_deleted_on_the_target_after_a_restart() {
+    let source = Fake::default();
+    source.seed("t-value", &avro("Old"));
+    source.seed("t-value", &avro("New"));
+    let target = Fake::default();
+    let selection = Selection {
+        subjects: &|_| true,
+        keep_ids: false,
+        rename: &|s| s.to_string(),
+    };
+    sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
+    assert!(target.entries("t-value").iter().all(|e| !e.deleted));
+    // kmirror down; the source soft-deletes version 1; kmirror starts again (nothing known).
+    source.state().subjects.get_mut("t-value").unwrap()[0].deleted = true;
+    let again = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
+    assert_eq!((again.registered, again.soft_deleted), (0, 1));
+    let states: Vec<bool> = target
+        .entries("t-value")
+        .iter()
+        .map(|e| e.deleted)
+        .collect();
+    assert_eq!(states, vec![true, false]);
+    // And once deleted, not again.
+    let third = sync_subjects(&source, &target, &selection, &mut Known::default())
+        .await
+        .unwrap();
+    assert_eq!(third.soft_deleted, 0);
+}
+
+#[tokio::test]
+async fn an_id_in_a_subject_the_source_does_not_list_is_still_found() {
+    let source = Fake::default();
+    source.seed("a-value", &avro("A"));
+    let beyond = source.seed("z-value", &avro("Z"));
+    source.state().max_listed = Some(1);
+    let target = Fake::default();
+    let (done, unknown) = sync_ids(
+        &source,
+        &target,
+        &BTreeSet::from([beyond]),
+        &|s| s.to_string(),
+        false,
+        &mut Known::default(),
+    )
+    .await
+    .unwrap();
+    assert!(unknown.is_empty());
+    assert_eq!(done.ids[&beyond], target.entries("z-value")[0].id);
 }
