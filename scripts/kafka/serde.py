@@ -9,6 +9,8 @@ write and read them (the Confluent wire format: a zero byte, the schema id, the 
       those take their defaults), the key the id as a string, or, with --key-schema, an Avro
       record {"id": <id>}; record i goes to partition i % P.
   serde.py consume --bootstrap HOST:PORT --registry URL --topic T --count N [--timeout S]
+  (both take --client-config FILE: a Java client properties file's security keys, SASL
+   PLAIN/SCRAM as the harness writes them)
       reads N records from the start and prints one JSON line each: partition, offset, key,
       value, and the schema ids the key and value carry; exits 1 with fewer within S seconds.
 
@@ -17,6 +19,7 @@ Run through `kafka-harness.sh serde ...`, which keeps the client in a virtualenv
 
 import argparse
 import json
+import re
 import struct
 import sys
 import time
@@ -39,6 +42,32 @@ def schema_id(payload):
 SERDE_CONF = {"subject.name.strategy.type": "TOPIC"}
 
 
+def client_settings(a):
+    """The Kafka connection: --bootstrap, plus the security keys of a Java client file
+    (--client-config, as the harness writes them: security.protocol, SASL PLAIN or SCRAM through
+    sasl.jaas.config) in librdkafka's names."""
+    conf = {"bootstrap.servers": a.bootstrap}
+    if not a.client_config:
+        return conf
+    props = {}
+    with open(a.client_config) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                props[k.strip()] = v.strip()
+    if "security.protocol" in props:
+        conf["security.protocol"] = props["security.protocol"]
+    if "sasl.mechanism" in props:
+        conf["sasl.mechanism"] = props["sasl.mechanism"]
+    jaas = props.get("sasl.jaas.config", "")
+    for key, name in (("sasl.username", "username"), ("sasl.password", "password")):
+        m = re.search(name + r'="([^"]*)"', jaas)
+        if m:
+            conf[key] = m.group(1)
+    return conf
+
+
 def registry_client(url):
     return SchemaRegistryClient({"url": url, "timeout": 30})
 
@@ -51,7 +80,7 @@ def produce(a):
     if a.key_schema:
         with open(a.key_schema) as f:
             key_ser = AvroSerializer(registry, f.read(), conf=SERDE_CONF)
-    p = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 5, "acks": "all"})
+    p = Producer({**client_settings(a), "linger.ms": 5, "acks": "all"})
     failed = []
     for i in range(a.start, a.start + a.count):
         key = {"id": i} if a.key_schema else str(i)
@@ -77,7 +106,7 @@ def consume(a):
     key_de = AvroDeserializer(registry, conf=SERDE_CONF)
     c = Consumer(
         {
-            "bootstrap.servers": a.bootstrap,
+            **client_settings(a),
             "group.id": f"serde-{time.time_ns()}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -133,6 +162,7 @@ def main():
         s.add_argument("--registry", required=True)
         s.add_argument("--topic", required=True)
         s.add_argument("--count", type=int, required=True)
+        s.add_argument("--client-config", help="a Java client properties file (security keys)")
     pp = sub.choices["produce"]
     pp.add_argument("--schema", required=True)
     pp.add_argument("--key-schema")

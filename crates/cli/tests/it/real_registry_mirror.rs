@@ -7,8 +7,9 @@
 //! - live: a version registered while kmirror runs reaches the target, with its records, within
 //!   the refresh interval;
 //! - restart: nothing is registered again;
-//! - a hung target registry holds records back, one restarted empty is noticed and filled
-//!   again, and a value that only looks like the wire format passes as it is;
+//! - a target registry hung for 30 s holds back the records that need it, not a topic without
+//!   schemas, and `status` shows the wait; one restarted empty is noticed and filled again; a
+//!   value that only looks like the wire format passes as it is;
 //! - keep against a registry that assigns its own ids: exit 3 naming the key, the target
 //!   registry as it was;
 //! - MM1 mode, the registries named in its consumer and producer files: the same translation.
@@ -62,7 +63,7 @@ fn config(
         format!(
             "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
              A.schema.registry.url = {}\nB.schema.registry.url = {}\n\
-             A->B.enabled = true\nA->B.topics = orders, payments, raw\nA->B.kmirror.schemas.ids = {ids}\n\
+             A->B.enabled = true\nA->B.topics = orders, payments, raw, plain\nA->B.kmirror.schemas.ids = {ids}\n\
              kmirror.schemas.refresh.interval.seconds = 3\nrefresh.topics.interval.seconds = 2\n\
              replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
              checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
@@ -241,9 +242,12 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
         "{text}"
     );
 
-    // The target registry hangs: records naming a new version wait, none is written; it answers
-    // again: they go.
+    // The target registry hangs for 30 s in the middle of the copy: records naming a new version
+    // wait and none of them is written, a topic without schemas goes on, and `status` shows the
+    // wait. It answers again: they go.
+    ca.create_topic("plain", 1).unwrap();
     rb.pause().unwrap();
+    let paused = Instant::now();
     let before = metric(&address, "kmirror_record_count_total");
     source_records
         .produce(&order(4), Some(KEY), 90, 10, 2)
@@ -252,13 +256,32 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
         metric(&address, "kmirror_records_waiting_for_schema") > 0.0
     })
     .await;
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(metric(&address, "kmirror_record_count_total"), before);
+    let lines: Vec<String> = (0..50).map(|i| format!("plain-{i}")).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    assert!(ca.produce_lines("plain", &lines, None).unwrap().status.success());
+    eventually(
+        30,
+        "the topic without schemas copied while the registry hangs",
+        || async { metric(&address, "kmirror_record_count_total") >= before + 50.0 },
+    )
+    .await;
+    let status = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["status", "--address", &address])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("records WAITING for a schema"), "{text}");
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(paused.elapsed()));
+    assert_eq!(
+        metric(&address, "kmirror_record_count_total"),
+        before + 50.0,
+        "nothing naming the new version was written while the registry hung"
+    );
     rb.resume().unwrap();
     eventually(
         60,
         "the waiting records after the registry answered",
-        || async { metric(&address, "kmirror_record_count_total") >= before + 10.0 },
+        || async { metric(&address, "kmirror_record_count_total") >= before + 60.0 },
     )
     .await;
     assert_eq!(metric(&address, "kmirror_records_waiting_for_schema"), 0.0);
@@ -285,6 +308,7 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
         },
     )
     .await;
+    let before = metric(&address, "kmirror_record_count_total");
     ca.create_topic("payments", 1).unwrap();
     AvroRecords {
         bootstrap: ca.bootstrap(),
@@ -299,7 +323,7 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
         topic: "A.payments",
     };
     eventually(60, "A.payments copied", || async {
-        metric(&address, "kmirror_record_count_total") >= before + 20.0
+        metric(&address, "kmirror_record_count_total") >= before + 10.0
     })
     .await;
     check_decoded(&payments.consume(10, Duration::from_secs(60)).unwrap(), 10);
