@@ -258,7 +258,11 @@ async fn avro_topics_arrive_decodable_through_the_target_registry_with_ids_trans
     .await;
     let lines: Vec<String> = (0..50).map(|i| format!("plain-{i}")).collect();
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    assert!(ca.produce_lines("plain", &lines, None).unwrap().status.success());
+    assert!(ca
+        .produce_lines("plain", &lines, None)
+        .unwrap()
+        .status
+        .success());
     eventually(
         30,
         "the topic without schemas copied while the registry hangs",

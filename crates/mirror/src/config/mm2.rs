@@ -429,6 +429,35 @@ fn unused_schema_keys(all: &SettingMap, flows: &[FlowConfig], ignored: &mut Vec<
             f.schemas.is_some()
         }
     };
+    // A cluster's registry keys act only through a flow that has a registry on both ends (and
+    // one switched off with kmirror.schemas.enabled = false is a choice, not a slip).
+    let registry_used = |alias: &str| {
+        replicating().any(|f| {
+            registries(f) && (f.id.source.as_str() == alias || f.id.target.as_str() == alias)
+        })
+    };
+    for (k, s) in all {
+        if k.contains("->") {
+            continue;
+        }
+        let Some((alias, key)) = k.split_once('.') else {
+            continue;
+        };
+        let is_cluster = flows
+            .iter()
+            .any(|f| f.id.source.as_str() == alias || f.id.target.as_str() == alias);
+        if is_cluster
+            && super::schemas::is_registry_key(key)
+            && !registry_used(alias)
+            && !ignored.iter().any(|i| i.origin == s.origin)
+        {
+            ignored.push(IgnoredKey {
+                origin: s.origin.clone(),
+                reason: format!("no flow syncs schemas with cluster {alias}: a replicating flow needs a registry on both of its clusters"),
+                did_you_mean: None,
+            });
+        }
+    }
     for (k, s) in all {
         let (flow, key) = match k.split_once("->").and_then(|_| k.split_once(".kmirror.")) {
             Some((flow, rest)) => (Some(flow), format!("kmirror.{rest}")),

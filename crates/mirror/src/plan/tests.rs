@@ -122,6 +122,12 @@ fn plan_explains_schema_sync_with_secrets_masked_and_no_key_left_ignored() {
     );
     assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
     assert!(p.warnings[0].to_string().contains("B.schema.registry.url"));
+    // The source's URL acts in no flow: listed too, with why.
+    assert_eq!(p.ignored.len(), 1, "{:?}", p.ignored);
+    assert_eq!(p.ignored[0].origin.key, "A.schema.registry.url");
+    assert!(p.ignored[0]
+        .reason
+        .contains("no flow syncs schemas with cluster A"));
     assert!(p
         .render_text()
         .contains("schemas        off (set A.schema.registry.url and B.schema.registry.url"));
