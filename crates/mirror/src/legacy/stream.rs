@@ -118,9 +118,10 @@ enum Gate {
     Revoked,
 }
 
-/// Raised by the membership before it asks the copier to give its partitions back, so a chunk
-/// waiting for a schema stops waiting; lowered once the revocation is answered. While raised,
-/// the copier takes no more fetched chunks.
+/// Raised by the membership just before it asks the copier to give its partitions back, so a
+/// chunk waiting for a schema stops waiting; lowered once the revocation is answered. A copier
+/// that left a chunk unsent this way takes no fetched chunk until the revocation came
+/// (`Copier::abandoned`), so no later chunk of the partition passes the unsent one.
 #[derive(Debug, Default)]
 pub(super) struct Revoking {
     pending: std::sync::atomic::AtomicBool,
@@ -214,6 +215,9 @@ struct Copier {
     lease: Arc<Mutex<Lease>>,
     /// A revocation is coming (see [`Revoking`]).
     revoking: Arc<Revoking>,
+    /// A chunk was left unsent for the coming revocation: no fetched chunk is taken until it is
+    /// answered.
+    abandoned: bool,
 }
 
 impl Copier {
@@ -238,6 +242,7 @@ impl Copier {
             cancelled: false,
             lease,
             revoking,
+            abandoned: false,
         }
     }
 
@@ -258,6 +263,7 @@ impl Copier {
                 Control::Assigned(a) => a,
                 Control::Revoke(ack) => {
                     self.revoking.lower();
+                    self.abandoned = false;
                     let _ = ack.send(());
                     continue;
                 }
@@ -277,6 +283,7 @@ impl Copier {
                             forwarders.abort_all();
                             self.finish().await?;
                             self.revoking.lower();
+                            self.abandoned = false;
                             let _ = ack.send(());
                             break;
                         }
@@ -297,7 +304,7 @@ impl Copier {
                     // Woken from a pause past its session, the stream takes nothing fetched
                     // until a heartbeat says whether its partitions are still its own.
                     _ = tokio::time::sleep(LEASE_RECHECK), if !self.stopping && !self.may_send() => {}
-                    Some((i, event)) = events.recv(), if !self.stopping && self.may_send() && !self.revoking.is_raised() => {
+                    Some((i, event)) = events.recv(), if !self.stopping && !self.abandoned && self.may_send() => {
                         let stop = self.sh.shutdown.clone();
                         tokio::select! {
                             biased;
@@ -384,6 +391,7 @@ impl Copier {
                     }
                     if let Ok(Control::Revoke(ack)) = rx.try_recv() {
                         self.revoking.lower();
+                        self.abandoned = false;
                         let _ = ack.send(());
                         return Ok(false);
                     }
@@ -623,7 +631,10 @@ impl Copier {
                     return Ok(());
                 }
                 // No later chunk is taken before the revocation is answered (see `serve`).
-                Gate::Revoked => return Ok(()),
+                Gate::Revoked => {
+                    self.abandoned = true;
+                    return Ok(());
+                }
             }
         }
         let series = self.positions[i].series.clone();

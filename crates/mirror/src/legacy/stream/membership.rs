@@ -132,7 +132,8 @@ pub(super) async fn membership(
             }
         }
         let (ack, done) = oneshot::channel();
-        // A chunk waiting for a schema gives way (the copier answers after lowering it).
+        // Raised before the revocation is sent, so it is lowered (on answering) after: a chunk
+        // waiting for a schema gives way.
         revoking.raise();
         if tx.send(Control::Revoke(ack)).await.is_ok() {
             let _ = done.await;
