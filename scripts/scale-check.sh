@@ -15,6 +15,8 @@
 #        SOURCE_HEAP=1g TARGET_HEAP=512m   the brokers' heaps
 #        KMIRROR_BIN=/tmp/old-kmirror scripts/scale-check.sh   another build (before/after)
 #        TOPICS=10 RESTART=1 scripts/scale-check.sh   1,000 partitions, then a restart
+#        WRAP="heaptrack -o /tmp/scale" scripts/scale-check.sh   kmirror under a profiler (ended
+#          with SIGTERM once every record arrived, so the profiler writes its data)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOPICS="${TOPICS:-100}" PARTITIONS="${PARTITIONS:-100}" PER_PARTITION="${PER_PARTITION:-5}"
@@ -77,7 +79,7 @@ wpid=$!
 sleep 1
 t0=$(now_ms)
 log="$KAFKA_HARNESS_RUN/kmirror.log"
-$K run "$cfg" --metrics-address "127.0.0.1:$MP" >"$log" 2>&1 &
+${WRAP:-} $K run "$cfg" --metrics-address "127.0.0.1:$MP" >"$log" 2>&1 &
 KPID=$!
 # What a user sees while partitions wait for their target's logs: lag, not "caught up".
 (sleep "${STATUS_AT:-15}"; $K status --address "127.0.0.1:$MP" >"$KAFKA_HARNESS_RUN/status-early" 2>&1) &
@@ -85,9 +87,14 @@ ok=1
 wait "$wpid" || ok=0
 echo "scale-check: status ${STATUS_AT:-15} s after the start:"
 cat "$KAFKA_HARNESS_RUN/status-early" 2>/dev/null || true
-rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$KPID/status")
+rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$(pgrep -n -f -- "$K run $cfg" || echo "$KPID")/status")
 echo "scale-check: status at the end:"
 $K status --address "127.0.0.1:$MP" || true
+if [[ -n "${WRAP:-}" ]]; then
+  pkill -TERM -f -- "$K run $cfg" || true
+  wait "$KPID" || true
+  KPID=""
+fi
 echo "scale-check: WARN lines: $(grep -c ' WARN ' "$log" || true), ERROR lines: $(grep -c ' ERROR ' "$log" || true)"
 grep ' WARN ' "$log" | sed -E 's/.*WARN //; s/(topic|partition|error)=[^ ]*//g' | sort | uniq -c | sort -rn | head -5 || true
 if [[ $ok == 1 ]]; then

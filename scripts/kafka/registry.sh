@@ -135,9 +135,10 @@ cmd_registry() {
 }
 
 # ---------------------------------------------------------------- real serializers
-# serde ARGS...: scripts/kafka/serde.py (Confluent's Python client and its Avro serializers, from
-# PyPI) in a virtualenv kept in the cache, made once.
-SERDE_CLIENT="${KAFKA_HARNESS_SERDE_CLIENT:-confluent-kafka[avro,schemaregistry]==2.16.1}"
+# serde ARGS...: scripts/kafka/serde.py (Confluent's Python client and its Avro, Protobuf and JSON
+# Schema serializers, grpcio-tools to compile .proto files, from PyPI) in a virtualenv kept in the
+# cache, made once. KAFKA_HARNESS_SERDE_CLIENT: the pip requirements, space-separated.
+SERDE_CLIENT="${KAFKA_HARNESS_SERDE_CLIENT:-confluent-kafka[avro,json,protobuf,schemaregistry]==2.16.1 grpcio-tools==1.85.4}"
 SERDE_VENV="$HARNESS_CACHE/serde-venv"
 
 serde_ready() { [[ -f "$SERDE_VENV/.complete" && "$(cat "$SERDE_VENV/.complete")" == "$SERDE_CLIENT" ]]; }
@@ -155,7 +156,8 @@ cmd_serde_fetch() {
     rm -rf "$SERDE_VENV"
     log "installing $SERDE_CLIENT from PyPI into $SERDE_VENV (once)"
     python3 -m venv "$SERDE_VENV" || { rm -rf "$SERDE_VENV"; die "python3 -m venv failed (apt-get install -y python3-venv)"; }
-    "$SERDE_VENV/bin/python" -m pip install -q --disable-pip-version-check "$SERDE_CLIENT" ||
+    # shellcheck disable=SC2086 # one requirement per word
+    "$SERDE_VENV/bin/python" -m pip install -q --disable-pip-version-check $SERDE_CLIENT ||
       { rm -rf "$SERDE_VENV"; die "pip could not install $SERDE_CLIENT"; }
     echo "$SERDE_CLIENT" >"$SERDE_VENV/.complete"
   ) 9>"$HARNESS_CACHE/.serde-fetch.lock"

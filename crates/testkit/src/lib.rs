@@ -34,7 +34,7 @@ pub use harness::{free_port_pair, free_ports, harness_script};
 pub use mm2::{mirror_interop, Mm2};
 pub use process::{logged_metrics_address, scrape_metrics, KillOnDrop};
 pub use read::{read_committed, read_partition};
-pub use registry::{AvroRecords, Registry};
+pub use registry::{AvroRecords, Registry, TypedRecords};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

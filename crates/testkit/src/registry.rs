@@ -8,6 +8,7 @@
 use crate::{check, free_ports, harness, run, HarnessError};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
 
 /// A running registry.
@@ -131,6 +132,88 @@ impl Drop for Registry {
     }
 }
 
+/// Protobuf or JSON Schema records written and read by the same Python serializers as
+/// [`AvroRecords`]: `schema` is the value's `.proto` file (the `.proto` files beside it are its
+/// imports, registered by the serializer as subjects of their own) or its JSON Schema file.
+#[derive(Debug, Clone, Copy)]
+pub struct TypedRecords<'a> {
+    pub bootstrap: &'a str,
+    pub registry: &'a str,
+    pub topic: &'a str,
+    /// `protobuf` or `json`.
+    pub format: &'a str,
+    pub schema: &'a Path,
+}
+
+impl TypedRecords<'_> {
+    /// Writes records `start..start + count` (value `id` and `name`, a referenced message or
+    /// object `{id, name}`), key the id as a string, record i to partition `i % partitions`.
+    /// `references` (JSON only): `NAME=SUBJECT:VERSION`, subjects registered beforehand.
+    pub fn produce(
+        &self,
+        references: &[&str],
+        start: u64,
+        count: u64,
+        partitions: u32,
+    ) -> Result<(), HarnessError> {
+        let schema = self.schema.display().to_string();
+        let (start, count, partitions) =
+            (start.to_string(), count.to_string(), partitions.to_string());
+        let mut args = vec![
+            "serde",
+            "produce",
+            "--format",
+            self.format,
+            "--bootstrap",
+            self.bootstrap,
+            "--registry",
+            self.registry,
+            "--topic",
+            self.topic,
+            "--schema",
+            &schema,
+            "--start",
+            &start,
+            "--count",
+            &count,
+            "--partitions",
+            &partitions,
+        ];
+        for r in references {
+            args.extend(["--reference", r]);
+        }
+        let what = format!("serde.py produce {} to {}", self.format, self.topic);
+        check(&what, run(&what, harness(&args), None)?)?;
+        Ok(())
+    }
+
+    /// Reads `count` records from the start, each value decoded with the writer's schema that
+    /// the registry gives for the record's id (references resolved there): as
+    /// [`AvroRecords::consume`].
+    pub fn consume(
+        &self,
+        count: u64,
+        timeout: Duration,
+    ) -> Result<Vec<serde_json::Value>, HarnessError> {
+        let schema = self.schema.display().to_string();
+        consume_lines(
+            self.topic,
+            &[
+                "--format",
+                self.format,
+                "--bootstrap",
+                self.bootstrap,
+                "--registry",
+                self.registry,
+                "--schema",
+                &schema,
+            ],
+            count,
+            timeout,
+        )
+    }
+}
+
 /// Avro records written and read by a real serializer: Confluent's Python client and its
 /// Schema Registry serializers (`scripts/kafka/serde.py`, from PyPI into the harness's cache),
 /// against a cluster and a registry.
@@ -205,32 +288,36 @@ impl AvroRecords<'_> {
         count: u64,
         timeout: Duration,
     ) -> Result<Vec<serde_json::Value>, HarnessError> {
-        let (count, timeout) = (count.to_string(), timeout.as_secs().to_string());
-        let args = [
-            "serde",
-            "consume",
-            "--bootstrap",
-            self.bootstrap,
-            "--registry",
-            self.registry,
-            "--topic",
+        consume_lines(
             self.topic,
-            "--count",
-            &count,
-            "--timeout",
-            &timeout,
-        ];
-        let what = format!("serde.py consume from {}", self.topic);
-        let out = check(&what, run(&what, harness(&args), None)?)?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                serde_json::from_str(l).map_err(|e| HarnessError::Failed {
-                    what: what.clone(),
-                    status: "a line that is not JSON".into(),
-                    stderr: format!("{e}: {l}"),
-                })
-            })
-            .collect()
+            &["--bootstrap", self.bootstrap, "--registry", self.registry],
+            count,
+            timeout,
+        )
     }
+}
+
+/// `serde.py consume` from `topic` with `args`: one JSON object per record read.
+fn consume_lines(
+    topic: &str,
+    args: &[&str],
+    count: u64,
+    timeout: Duration,
+) -> Result<Vec<serde_json::Value>, HarnessError> {
+    let (count, timeout) = (count.to_string(), timeout.as_secs().to_string());
+    let mut all = vec!["serde", "consume", "--topic", topic];
+    all.extend_from_slice(args);
+    all.extend(["--count", &count, "--timeout", &timeout]);
+    let what = format!("serde.py consume from {topic}");
+    let out = check(&what, run(&what, harness(&all), None)?)?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| HarnessError::Failed {
+                what: what.clone(),
+                status: "a line that is not JSON".into(),
+                stderr: format!("{e}: {l}"),
+            })
+        })
+        .collect()
 }

@@ -12,16 +12,21 @@
 //!   value that only looks like the wire format passes as it is;
 //! - keep against a registry that assigns its own ids: exit 3 naming the key, the target
 //!   registry as it was;
-//! - MM1 mode, the registries named in its consumer and producer files: the same translation.
+//! - MM1 mode, the registries named in its consumer and producer files: the same translation;
+//! - Protobuf with an imported file and JSON Schema with a `$ref` to another subject, two
+//!   versions each and a compatibility change: the referenced subjects registered first, every
+//!   record decoded on the target with the writer's schema the target registry gives for its
+//!   rewritten id.
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::KafkaCluster;
 use kmirror_kafka::records::{decode_batch_within, encode_batch, BatchOptions, Record};
 use kmirror_kafka::IsolationLevel;
 use kmirror_registry::{Auth, RegistryClient, RegistrySettings, Schema, SchemaType};
+use kmirror_registry::{Compatibility, Reference, SchemaId};
 use kmirror_testkit::{
     eventually, logged_metrics_address, scrape_metrics, AvroRecords, Cluster, KillOnDrop, Registry,
-    Security,
+    Security, TypedRecords,
 };
 use std::path::Path;
 use std::process::Command;
@@ -63,7 +68,7 @@ fn config(
         format!(
             "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
              A.schema.registry.url = {}\nB.schema.registry.url = {}\n\
-             A->B.enabled = true\nA->B.topics = orders, payments, raw, plain\nA->B.kmirror.schemas.ids = {ids}\n\
+             A->B.enabled = true\nA->B.topics = orders, payments, raw, plain, events, profiles\nA->B.kmirror.schemas.ids = {ids}\n\
              kmirror.schemas.refresh.interval.seconds = 3\nrefresh.topics.interval.seconds = 2\n\
              replication.factor = 1\noffset.storage.replication.factor = 1\nemit.heartbeats.enabled = false\n\
              checkpoints.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 1\n",
@@ -528,5 +533,237 @@ async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_mm1_mode_t
     assert_eq!(
         target.versions("orders-value", false).await.unwrap(),
         vec![1]
+    );
+}
+
+const CUSTOMER_PROTO: &str =
+    "syntax = \"proto3\";\npackage demo;\n\nmessage Customer {\n  int32 id = 1;\n  string name = 2;\n}\n";
+
+/// The Protobuf value's versions, importing `customer.proto`: the second adds a field.
+fn event_proto(dir: &Path, version: usize) -> std::path::PathBuf {
+    let dir = dir.join(format!("proto-v{version}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("customer.proto"), CUSTOMER_PROTO).unwrap();
+    let note = if version > 1 { "  string note = 4;\n" } else { "" };
+    std::fs::write(
+        dir.join("event.proto"),
+        format!(
+            "syntax = \"proto3\";\npackage demo;\n\nimport \"customer.proto\";\n\nmessage Event {{\n  int32 id = 1;\n  string name = 2;\n  demo.Customer customer = 3;\n{note}}}\n"
+        ),
+    )
+    .unwrap();
+    dir.join("event.proto")
+}
+
+const CUSTOMER_JSON: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Customer","type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}},"required":["id","name"]}"#;
+
+/// The JSON Schema value's versions, with a `$ref` to the `customer` subject: the second adds
+/// a property.
+fn profile_json(dir: &Path, version: usize) -> std::path::PathBuf {
+    let note = if version > 1 {
+        r#","note":{"type":"string"}"#
+    } else {
+        ""
+    };
+    let path = dir.join(format!("profile-v{version}.json"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"$schema":"http://json-schema.org/draft-07/schema#","title":"Profile","type":"object","properties":{{"id":{{"type":"integer"}},"name":{{"type":"string"}},"customer":{{"$ref":"customer.json"}}{note}}},"required":["id","name","customer"]}}"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Every record decodes to its id, name and referenced `customer`; returns the value schema ids.
+fn check_typed(records: &[serde_json::Value], count: u64) -> std::collections::BTreeSet<i64> {
+    let mut ids: Vec<i64> = records
+        .iter()
+        .map(|r| r["value"]["id"].as_i64().unwrap_or(-1))
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..count as i64).collect::<Vec<_>>());
+    for r in records {
+        let id = r["value"]["id"].as_i64().unwrap();
+        assert_eq!(r["value"]["name"], format!("record-{id}"), "{r}");
+        assert_eq!(r["value"]["customer"]["id"], id, "{r}");
+        assert_eq!(r["value"]["customer"]["name"], format!("customer-{id}"), "{r}");
+        assert_eq!(r["key"], id.to_string(), "{r}");
+    }
+    records
+        .iter()
+        .filter_map(|r| r["value_schema_id"].as_i64())
+        .collect()
+}
+
+/// Each reference of the target's schema `id` names a subject version the target has.
+async fn references_resolve(target: &RegistryClient, id: i64) -> Vec<Reference> {
+    let schema = target.schema(SchemaId(id as i32)).await.unwrap();
+    for r in &schema.references {
+        assert!(
+            target.version(&r.subject, r.version, false).await.is_ok(),
+            "schema {id}: reference {r:?} not on the target"
+        );
+    }
+    schema.references
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_target_registry() {
+    let (ca, cb, ra, rb) = std::thread::scope(|s| {
+        let a = s.spawn(|| Cluster::start("typed-a", Security::Plaintext).unwrap());
+        let b = s.spawn(|| Cluster::start("typed-b", Security::Plaintext).unwrap());
+        let ra = s.spawn(|| Registry::start("typed-src").unwrap());
+        let rb = s.spawn(|| Registry::start("typed-dst").unwrap());
+        (
+            a.join().unwrap(),
+            b.join().unwrap(),
+            ra.join().unwrap(),
+            rb.join().unwrap(),
+        )
+    });
+    let (source, target) = (client(&ra), client(&rb));
+    // Schemas of the target's own first: its ids run ahead of the source's.
+    for i in 0..5 {
+        let local = Schema {
+            schema_type: SchemaType::Avro,
+            schema: format!(
+                r#"{{"type":"record","name":"Local{i}","namespace":"local","fields":[{{"name":"x","type":"int"}}]}}"#
+            ),
+            references: vec![],
+        };
+        target.register("local-value", &local, None).await.unwrap();
+    }
+    let customer = Schema {
+        schema_type: SchemaType::Json,
+        schema: CUSTOMER_JSON.into(),
+        references: vec![],
+    };
+    source.register("customer", &customer, None).await.unwrap();
+    ca.create_topic("events", 2).unwrap();
+    ca.create_topic("profiles", 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json_ref = ["customer.json=customer:1"];
+    for version in 1..=2 {
+        let start = (version as u64 - 1) * 20;
+        TypedRecords {
+            bootstrap: ca.bootstrap(),
+            registry: ra.url(),
+            topic: "events",
+            format: "protobuf",
+            schema: &event_proto(dir.path(), version),
+        }
+        .produce(&[], start, 20, 2)
+        .unwrap();
+        TypedRecords {
+            bootstrap: ca.bootstrap(),
+            registry: ra.url(),
+            topic: "profiles",
+            format: "json",
+            schema: &profile_json(dir.path(), version),
+        }
+        .produce(&json_ref, start, 20, 2)
+        .unwrap();
+        if version == 1 {
+            // The compatibility change: each subject gets a level of its own.
+            source
+                .set_compatibility(Some("events-value"), Compatibility::Backward)
+                .await
+                .unwrap();
+            source
+                .set_compatibility(Some("profiles-value"), Compatibility::None)
+                .await
+                .unwrap();
+        }
+    }
+    let on_source = TypedRecords {
+        bootstrap: ca.bootstrap(),
+        registry: ra.url(),
+        topic: "events",
+        format: "protobuf",
+        schema: &event_proto(dir.path(), 2),
+    };
+    check_typed(&on_source.consume(40, Duration::from_secs(60)).unwrap(), 40);
+    let source_subjects = source.subjects(false).await.unwrap();
+    println!("source subjects: {source_subjects:?}");
+    assert!(
+        source_subjects.iter().any(|s| s.ends_with(".proto")),
+        "the serializer registered the import as a subject: {source_subjects:?}"
+    );
+
+    let cfg = config(dir.path(), &ca, &cb, &ra, &rb, "translate");
+    let log = dir.path().join("kmirror.log");
+    let (kmirror, address) = run(&cfg, &log);
+    eventually(90, "80 records on the target", || async {
+        metric(&address, "kmirror_record_count_total") >= 80.0
+    })
+    .await;
+    let events = TypedRecords {
+        bootstrap: cb.bootstrap(),
+        registry: rb.url(),
+        topic: "A.events",
+        format: "protobuf",
+        schema: &event_proto(dir.path(), 2),
+    };
+    let profiles = TypedRecords {
+        bootstrap: cb.bootstrap(),
+        registry: rb.url(),
+        topic: "A.profiles",
+        format: "json",
+        schema: &profile_json(dir.path(), 2),
+    };
+    let event_ids = check_typed(&events.consume(40, Duration::from_secs(60)).unwrap(), 40);
+    let profile_ids = check_typed(&profiles.consume(40, Duration::from_secs(60)).unwrap(), 40);
+    assert_eq!((event_ids.len(), profile_ids.len()), (2, 2));
+    for (subject, ids) in [("A.events-value", &event_ids), ("A.profiles-value", &profile_ids)] {
+        assert_eq!(target.versions(subject, false).await.unwrap(), vec![1, 2]);
+        for id in ids {
+            let refs = references_resolve(&target, *id).await;
+            assert_eq!(refs.len(), 1, "{subject} id {id}: {refs:?}");
+        }
+    }
+    assert_eq!(
+        target.compatibility(Some("A.events-value")).await.unwrap(),
+        Some(Compatibility::Backward)
+    );
+    assert_eq!(
+        target.compatibility(Some("A.profiles-value")).await.unwrap(),
+        Some(Compatibility::None)
+    );
+    // Keys are plain strings: only the values' ids are rewritten.
+    assert_eq!(metric(&address, "kmirror_schema_ids_translated_total"), 80.0);
+
+    // verify: subjects, versions, references, levels and the last records (ids aside) agree.
+    let verify = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+            .arg("verify")
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), text)
+    };
+    let (code, text) = verify(&["--deep", "5", "--all"]);
+    assert_eq!(code, Some(0), "{text}");
+    for row in [
+        "subject    events-value  2 version(s) as A.events-value, ids ",
+        "subject    profiles-value  2 version(s) as A.profiles-value",
+        "subject    customer  1 version(s) as customer",
+        "settings   profiles-value  compatibility NONE",
+        "settings   events-value  compatibility BACKWARD",
+        "deep       events-0",
+    ] {
+        assert!(text.contains(row), "{row}:\n{text}");
+    }
+    // A version deleted on the target: exit 5, naming it.
+    drop(kmirror);
+    target.delete_version("A.profiles-value", 2, false).await.unwrap();
+    let (code, text) = verify(&[]);
+    assert_eq!(code, Some(5), "{text}");
+    assert!(
+        text.contains("FAILED   A->B     subject    profiles-value  version 2 (id "),
+        "{text}"
     );
 }

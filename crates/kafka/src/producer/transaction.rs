@@ -307,6 +307,26 @@ impl Transaction {
     /// Makes sure the partition is in the open transaction before anything is written to it
     /// by a lane of producer identity `identity` (an earlier epoch's lane is refused).
     pub async fn add(&self, topic: &Arc<str>, partition: i32, identity: (i64, i16)) -> Result<()> {
+        if self.identity() == identity
+            && self
+                .added
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&(topic.clone(), partition))
+        {
+            return Ok(());
+        }
+        // Boxed: the add turn and its requests are kilobytes, and a lane's `send` awaits this
+        // inline in every partition task of an exactly-once flow.
+        Box::pin(self.add_waiting(topic, partition, identity)).await
+    }
+
+    async fn add_waiting(
+        &self,
+        topic: &Arc<str>,
+        partition: i32,
+        identity: (i64, i16),
+    ) -> Result<()> {
         let key: Key = (topic.clone(), partition);
         loop {
             if self.identity() != identity {

@@ -105,7 +105,9 @@ impl LoopGuard {
             if unknown.is_empty() {
                 break;
             }
-            match self.read_since(seen).await {
+            // Boxed: a read of the topic is rare and its future kilobytes, and `keep` is awaited
+            // inline in every partition task (docs/benchmarks.md, peak RSS at 10,000 partitions).
+            match Box::pin(self.read_since(seen)).await {
                 Ok(()) => {
                     let mut o = self.origins();
                     for p in unknown {

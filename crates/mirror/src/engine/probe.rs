@@ -10,14 +10,18 @@ use std::time::Duration;
 /// How often the clusters of a flow are asked whether they answer.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Sets `gauge` to 1 while every cluster answers a metadata request within the interval, 0
-/// otherwise, until `stop`.
+/// How long an answer may take. A cluster busy creating thousands of partitions answers
+/// metadata in seconds and is still there; one that is down refuses the connection at once.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sets `gauge` to 1 while every cluster answers a metadata request within [`PROBE_TIMEOUT`],
+/// 0 otherwise, until `stop`.
 pub(crate) async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: Shutdown) {
     loop {
         let mut up = true;
         for k in &clusters {
             let answered =
-                tokio::time::timeout(PROBE_INTERVAL, k.refresh_metadata(Some(&[]))).await;
+                tokio::time::timeout(PROBE_TIMEOUT, k.refresh_metadata(Some(&[]))).await;
             up &= matches!(answered, Ok(Ok(_)));
         }
         gauge.set(i64::from(up));

@@ -354,7 +354,7 @@ fn count_error(metrics: &Metrics, labels: &FlowLabels, e: &RegistryError) {
 }
 
 /// The topic a subject is named after under TopicNameStrategy.
-fn topic_of(subject: &str) -> Option<&str> {
+pub(crate) fn topic_of(subject: &str) -> Option<&str> {
     subject
         .strip_suffix("-value")
         .or_else(|| subject.strip_suffix("-key"))

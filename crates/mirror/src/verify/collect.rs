@@ -22,6 +22,7 @@ use kmirror_kafka::cluster::{KafkaCluster, EARLIEST, LATEST};
 use kmirror_kafka::records::{decode_batch, Record};
 use kmirror_kafka::Refusal;
 use kmirror_kafka::{IsolationLevel, KafkaError};
+use kmirror_registry::RegistryClient;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -227,6 +228,9 @@ pub async fn flow(
         Err(_) => BTreeSet::new(),
     };
 
+    // Schemas first: `deep` compares records whose ids were rewritten through their id map.
+    let ids = schemas(&mut cx, options).await;
+
     // Record counts per partition, against the stored positions.
     let positions = crate::engine::load_positions(
         target,
@@ -329,7 +333,7 @@ pub async fn flow(
                 let s = last_records(source, src, p, ss, se, options.deep, iso).await;
                 let t = last_records(target, remote, p, ts, te, options.deep, t_iso).await;
                 let verdict = match (s, t) {
-                    (Ok(s), Ok(t)) => judge_deep(&s, &t),
+                    (Ok(s), Ok(t)) => judge_deep(&s, &t, &ids),
                     (Err(e), _) | (_, Err(e)) => (Status::Failed, format!("cannot read: {e}")),
                 };
                 cx.row("deep", src, Some(p), verdict);
@@ -345,6 +349,54 @@ pub async fn flow(
     groups(&mut cx, source, target, &topics, &s_start).await;
     let partitions = src_parts.len();
     Ok((cx.rows, topics.len(), partitions))
+}
+
+/// The `subject` and `settings` rows of a flow that syncs schemas (docs/verify.md, "Schemas");
+/// returns the source-to-target ids of the versions found equal. With `--topics`, only the
+/// subjects of the topics it matches (and those they refer to).
+async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
+    let Some(sync) = &cx.flow.schemas else {
+        return BTreeMap::new();
+    };
+    let subjects = crate::engine::schemas::Subjects::of_flow(cx.flow, sync);
+    let read = async {
+        let source = RegistryClient::new(&sync.source.0).map_err(|e| ("source", e))?;
+        let target = RegistryClient::new(&sync.target.0).map_err(|e| ("target", e))?;
+        let mut listed = source.subjects(false).await.map_err(|e| ("source", e))?;
+        listed.retain(|s| (subjects.selected)(s));
+        if let Some(p) = &options.topics {
+            listed.retain(|s| {
+                crate::engine::schemas::topic_of(s).is_none_or(|t| p.matches(t))
+            });
+        }
+        let on_source = super::schemas::read(&source, listed)
+            .await
+            .map_err(|e| ("source", e))?;
+        let renamed = on_source.subjects.keys().map(|s| (subjects.rename)(s)).collect();
+        let on_target = super::schemas::read(&target, renamed)
+            .await
+            .map_err(|e| ("target", e))?;
+        Ok::<_, (&str, kmirror_registry::RegistryError)>((on_source, on_target))
+    };
+    match read.await {
+        Ok((on_source, on_target)) => {
+            let keep = sync.ids == crate::config::model::IdsMode::Keep;
+            let judged = super::schemas::judge(&on_source, &on_target, &*subjects.rename, keep);
+            for (check, subject, verdict) in judged.verdicts {
+                cx.row(check, &subject, None, verdict);
+            }
+            judged.ids
+        }
+        Err((side, e)) => {
+            cx.row(
+                "subject",
+                "(registry)",
+                None,
+                (Status::Failed, format!("cannot read the {side} registry: {e}")),
+            );
+            BTreeMap::new()
+        }
+    }
 }
 
 /// A `transactions` row for each target partition whose last stable offset lags its high

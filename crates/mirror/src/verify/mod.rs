@@ -8,6 +8,7 @@
 //! This module holds the verdicts (pure); [`collect`] reads both clusters.
 
 pub mod collect;
+pub mod schemas;
 
 use kmirror_kafka::records::Record;
 use serde::Serialize;
@@ -295,8 +296,17 @@ pub fn judge_freshness(source: Option<i64>, target: Option<i64>) -> (Status, Str
 }
 
 /// The `deep` verdict: the last records of both sides, compared in order (key, value, headers,
-/// timestamp).
-pub fn judge_deep(source: &[Record], target: &[Record]) -> (Status, String) {
+/// timestamp). A key or value whose schema id was rewritten passes when the rest is equal and
+/// `ids` maps the source's id to the target's (the two versions found canonically equal).
+pub fn judge_deep(
+    source: &[Record],
+    target: &[Record],
+    ids: &std::collections::BTreeMap<i32, i32>,
+) -> (Status, String) {
+    let same = |a: &Option<bytes::Bytes>, b: &Option<bytes::Bytes>| match (a, b) {
+        (Some(a), Some(b)) => schemas::same_payload(a, b, ids),
+        (a, b) => a == b,
+    };
     if source.len() != target.len() {
         return (
             Status::Failed,
@@ -308,9 +318,9 @@ pub fn judge_deep(source: &[Record], target: &[Record]) -> (Status, String) {
         );
     }
     for (i, (s, t)) in source.iter().zip(target).enumerate() {
-        let what = if s.key != t.key {
+        let what = if !same(&s.key, &t.key) {
             Some("key")
-        } else if s.value != t.value {
+        } else if !same(&s.value, &t.value) {
             Some("value")
         } else if s.headers != t.headers {
             Some("headers")
@@ -414,15 +424,15 @@ mod tests {
     fn deep_compares_content_not_offsets() {
         let s = [rec(10, "a"), rec(11, "b")];
         let t = [rec(0, "a"), rec(1, "b")];
-        assert_eq!(judge_deep(&s, &t).0, Status::Ok);
+        assert_eq!(judge_deep(&s, &t, &Default::default()).0, Status::Ok);
         let t2 = [rec(0, "a"), rec(1, "c")];
-        let (st, d) = judge_deep(&s, &t2);
+        let (st, d) = judge_deep(&s, &t2, &Default::default());
         assert_eq!(st, Status::Failed);
         assert!(
             d.contains("value differs: source offset 11 vs target offset 1"),
             "{d}"
         );
-        assert_eq!(judge_deep(&s, &t[..1]).0, Status::Failed);
+        assert_eq!(judge_deep(&s, &t[..1], &Default::default()).0, Status::Failed);
     }
 
     #[test]

@@ -405,6 +405,11 @@ impl Control {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .resumed(&key.0, key.1);
+        let new_topic = self
+            .running
+            .range((key.0.clone(), i32::MIN)..=(key.0.clone(), i32::MAX))
+            .next()
+            .is_none();
         let stop = Shutdown::default();
         let task = PartitionTask {
             ctx: self.ctx.clone(),
@@ -423,6 +428,15 @@ impl Control {
                 task: tokio::spawn(task.run()),
             },
         );
+        // Counted as they start, not once the round ends: a round that starts thousands of
+        // partitions takes tens of seconds, and `status` must not show 0 while they copy.
+        let m = &self.ctx.metrics;
+        m.partitions
+            .get_or_create(&self.ctx.labels)
+            .set(self.running.len() as i64);
+        if new_topic {
+            m.topics.get_or_create(&self.ctx.labels).inc();
+        }
     }
 
     /// A source topic deleted and re-created: positions and translation runs belong to the old
