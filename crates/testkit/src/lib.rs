@@ -32,7 +32,7 @@ mod tools;
 use harness::{addresses, check, free_ports_except, harness, run, run_root};
 pub use harness::{free_port_pair, free_ports, harness_script};
 pub use mm2::{mirror_interop, Mm2};
-pub use process::{logged_metrics_address, scrape_metrics, KillOnDrop};
+pub use process::{http_body, logged_metrics_address, scrape_metrics, KillOnDrop};
 pub use read::{read_committed, read_partition};
 pub use registry::{AvroRecords, Registry, TypedRecords};
 

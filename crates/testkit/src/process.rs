@@ -61,10 +61,19 @@ impl Drop for KillOnDrop {
 /// The Prometheus text a `kmirror` serves at `address`, or None while it does not answer
 /// (paused, gone, starting).
 pub fn scrape_metrics(address: &str) -> Option<String> {
+    http_body(address, "/metrics")
+}
+
+/// The body of `GET path` from a kmirror's metrics endpoint (`/metrics`, `/status`, ...).
+pub fn http_body(address: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(address).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {address}\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     Some(text.split_once("\r\n\r\n")?.1.to_string())

@@ -16,7 +16,8 @@
 //! - Protobuf with an imported file and JSON Schema with a `$ref` to another subject, two
 //!   versions each and a compatibility change: the referenced subjects registered first, every
 //!   record decoded on the target with the writer's schema the target registry gives for its
-//!   rewritten id.
+//!   rewritten id; `verify` agrees, and fails once a version is deleted on the target; the
+//!   registries' credentials show nowhere (log, `plan`, `/status`, `/metrics`).
 
 use bytes::Bytes;
 use kmirror_kafka::cluster::KafkaCluster;
@@ -536,6 +537,9 @@ async fn keep_against_a_registry_that_assigns_its_own_ids_exits_3_and_mm1_mode_t
     );
 }
 
+const SECRET: &str = "registry-pass-4417";
+const TOKEN: &str = "registry-token-8812";
+
 const CUSTOMER_PROTO: &str =
     "syntax = \"proto3\";\npackage demo;\n\nmessage Customer {\n  int32 id = 1;\n  string name = 2;\n}\n";
 
@@ -544,7 +548,11 @@ fn event_proto(dir: &Path, version: usize) -> std::path::PathBuf {
     let dir = dir.join(format!("proto-v{version}"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("customer.proto"), CUSTOMER_PROTO).unwrap();
-    let note = if version > 1 { "  string note = 4;\n" } else { "" };
+    let note = if version > 1 {
+        "  string note = 4;\n"
+    } else {
+        ""
+    };
     std::fs::write(
         dir.join("event.proto"),
         format!(
@@ -588,7 +596,11 @@ fn check_typed(records: &[serde_json::Value], count: u64) -> std::collections::B
         let id = r["value"]["id"].as_i64().unwrap();
         assert_eq!(r["value"]["name"], format!("record-{id}"), "{r}");
         assert_eq!(r["value"]["customer"]["id"], id, "{r}");
-        assert_eq!(r["value"]["customer"]["name"], format!("customer-{id}"), "{r}");
+        assert_eq!(
+            r["value"]["customer"]["name"],
+            format!("customer-{id}"),
+            "{r}"
+        );
         assert_eq!(r["key"], id.to_string(), "{r}");
     }
     records
@@ -692,7 +704,15 @@ async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_t
         "the serializer registered the import as a subject: {source_subjects:?}"
     );
 
+    // Credentials for both registries (Apicurio without auth ignores them): they must show
+    // nowhere an operator looks.
     let cfg = config(dir.path(), &ca, &cb, &ra, &rb, "translate");
+    let mut props = std::fs::read_to_string(&cfg).unwrap();
+    props.push_str(&format!(
+        "A.basic.auth.credentials.source = USER_INFO\nA.basic.auth.user.info = mirror:{SECRET}\n\
+         B.bearer.auth.credentials.source = STATIC_TOKEN\nB.bearer.auth.token = {TOKEN}\n"
+    ));
+    std::fs::write(&cfg, props).unwrap();
     let log = dir.path().join("kmirror.log");
     let (kmirror, address) = run(&cfg, &log);
     eventually(90, "80 records on the target", || async {
@@ -716,7 +736,10 @@ async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_t
     let event_ids = check_typed(&events.consume(40, Duration::from_secs(60)).unwrap(), 40);
     let profile_ids = check_typed(&profiles.consume(40, Duration::from_secs(60)).unwrap(), 40);
     assert_eq!((event_ids.len(), profile_ids.len()), (2, 2));
-    for (subject, ids) in [("A.events-value", &event_ids), ("A.profiles-value", &profile_ids)] {
+    for (subject, ids) in [
+        ("A.events-value", &event_ids),
+        ("A.profiles-value", &profile_ids),
+    ] {
         assert_eq!(target.versions(subject, false).await.unwrap(), vec![1, 2]);
         for id in ids {
             let refs = references_resolve(&target, *id).await;
@@ -728,11 +751,41 @@ async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_t
         Some(Compatibility::Backward)
     );
     assert_eq!(
-        target.compatibility(Some("A.profiles-value")).await.unwrap(),
+        target
+            .compatibility(Some("A.profiles-value"))
+            .await
+            .unwrap(),
         Some(Compatibility::None)
     );
     // Keys are plain strings: only the values' ids are rewritten.
-    assert_eq!(metric(&address, "kmirror_schema_ids_translated_total"), 80.0);
+    assert_eq!(
+        metric(&address, "kmirror_schema_ids_translated_total"),
+        80.0
+    );
+    let plan = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("plan")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let plan =
+        String::from_utf8_lossy(&plan.stdout).to_string() + &String::from_utf8_lossy(&plan.stderr);
+    assert!(
+        plan.contains("basic"),
+        "plan names the kind of auth:\n{plan}"
+    );
+    for (what, body) in [
+        ("plan", Some(plan)),
+        ("/status", kmirror_testkit::http_body(&address, "/status")),
+        ("/metrics", kmirror_testkit::http_body(&address, "/metrics")),
+        ("log", std::fs::read_to_string(&log).ok()),
+    ] {
+        let body = body.unwrap_or_default();
+        assert!(body.len() > 100, "{what}: {body}");
+        assert!(
+            !body.contains(SECRET) && !body.contains(TOKEN),
+            "{what} shows a registry credential:\n{body}"
+        );
+    }
 
     // verify: subjects, versions, references, levels and the last records (ids aside) agree.
     let verify = |args: &[&str]| {
@@ -747,6 +800,7 @@ async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_t
     };
     let (code, text) = verify(&["--deep", "5", "--all"]);
     assert_eq!(code, Some(0), "{text}");
+    println!("{text}");
     for row in [
         "subject    events-value  2 version(s) as A.events-value, ids ",
         "subject    profiles-value  2 version(s) as A.profiles-value",
@@ -759,9 +813,13 @@ async fn protobuf_and_json_schema_with_references_arrive_decodable_through_the_t
     }
     // A version deleted on the target: exit 5, naming it.
     drop(kmirror);
-    target.delete_version("A.profiles-value", 2, false).await.unwrap();
+    target
+        .delete_version("A.profiles-value", 2, false)
+        .await
+        .unwrap();
     let (code, text) = verify(&[]);
     assert_eq!(code, Some(5), "{text}");
+    println!("{text}");
     assert!(
         text.contains("FAILED   A->B     subject    profiles-value  version 2 (id "),
         "{text}"

@@ -144,20 +144,6 @@ fn run(config: &Path, log: &Path) -> KillOnDrop {
     )
 }
 
-fn http_get(address: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(address).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text
-}
-
 fn plan(config: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
         .arg("plan")
@@ -244,7 +230,7 @@ async fn oidc_tokens_are_renewed_and_sessions_reauthenticated_while_copying() {
     // What an operator's tools read: no secret or token either.
     let address = kmirror_testkit::logged_metrics_address(&log);
     for path in ["/status", "/metrics"] {
-        let body = http_get(&address, path);
+        let body = kmirror_testkit::http_body(&address, path).unwrap_or_default();
         assert!(body.len() > 100, "{path}: {body}");
         assert!(
             !body.contains(SECRET) && !body.contains("eyJhbGciOiJFUzI1NiI"),

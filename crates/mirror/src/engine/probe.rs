@@ -20,8 +20,7 @@ pub(crate) async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: 
     loop {
         let mut up = true;
         for k in &clusters {
-            let answered =
-                tokio::time::timeout(PROBE_TIMEOUT, k.refresh_metadata(Some(&[]))).await;
+            let answered = tokio::time::timeout(PROBE_TIMEOUT, k.refresh_metadata(Some(&[]))).await;
             up &= matches!(answered, Ok(Ok(_)));
         }
         gauge.set(i64::from(up));

@@ -365,14 +365,16 @@ async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
         let mut listed = source.subjects(false).await.map_err(|e| ("source", e))?;
         listed.retain(|s| (subjects.selected)(s));
         if let Some(p) = &options.topics {
-            listed.retain(|s| {
-                crate::engine::schemas::topic_of(s).is_none_or(|t| p.matches(t))
-            });
+            listed.retain(|s| crate::engine::schemas::topic_of(s).is_none_or(|t| p.matches(t)));
         }
         let on_source = super::schemas::read(&source, listed)
             .await
             .map_err(|e| ("source", e))?;
-        let renamed = on_source.subjects.keys().map(|s| (subjects.rename)(s)).collect();
+        let renamed = on_source
+            .subjects
+            .keys()
+            .map(|s| (subjects.rename)(s))
+            .collect();
         let on_target = super::schemas::read(&target, renamed)
             .await
             .map_err(|e| ("target", e))?;
@@ -392,7 +394,10 @@ async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
                 "subject",
                 "(registry)",
                 None,
-                (Status::Failed, format!("cannot read the {side} registry: {e}")),
+                (
+                    Status::Failed,
+                    format!("cannot read the {side} registry: {e}"),
+                ),
             );
             BTreeMap::new()
         }

@@ -432,7 +432,10 @@ mod tests {
             d.contains("value differs: source offset 11 vs target offset 1"),
             "{d}"
         );
-        assert_eq!(judge_deep(&s, &t[..1], &Default::default()).0, Status::Failed);
+        assert_eq!(
+            judge_deep(&s, &t[..1], &Default::default()).0,
+            Status::Failed
+        );
     }
 
     #[test]

@@ -134,7 +134,11 @@ pub fn judge(
             let Some(&(tv, _)) = found.get(&(subject.clone(), v.version)) else {
                 continue;
             };
-            let Some(t) = target.subjects[&to].versions.iter().find(|x| x.version == tv) else {
+            let Some(t) = target.subjects[&to]
+                .versions
+                .iter()
+                .find(|x| x.version == tv)
+            else {
                 continue;
             };
             for r in &v.schema.references {

@@ -144,16 +144,16 @@ fn failed(j: &Judged) -> Vec<(&'static str, String, String)> {
 fn a_translated_copy_passes_and_maps_ids() {
     let j = judge(&source(), &target(), &rename, false);
     assert_eq!(failed(&j), vec![]);
-    assert_eq!(
-        j.ids,
-        BTreeMap::from([(1, 11), (2, 12), (3, 13), (4, 14)])
-    );
+    assert_eq!(j.ids, BTreeMap::from([(1, 11), (2, 12), (3, 13), (4, 14)]));
     let orders = j
         .verdicts
         .iter()
         .find(|(c, s, _)| *c == "subject" && s == "orders-value")
         .unwrap();
-    assert_eq!(orders.2 .1, "2 version(s) as A.orders-value, ids 1->11, 2->12");
+    assert_eq!(
+        orders.2 .1,
+        "2 version(s) as A.orders-value, ids 1->11, 2->12"
+    );
     // A subject and registry settings row each, besides the subject rows.
     assert_eq!(j.verdicts.len(), 3 + 3 + 1);
 }
@@ -161,12 +161,19 @@ fn a_translated_copy_passes_and_maps_ids() {
 #[test]
 fn a_version_deleted_on_the_target_fails_naming_it() {
     let mut t = target();
-    t.subjects.get_mut("A.orders-value").unwrap().versions.remove(1);
+    t.subjects
+        .get_mut("A.orders-value")
+        .unwrap()
+        .versions
+        .remove(1);
     let j = judge(&source(), &t, &rename, false);
     let f = failed(&j);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].1, "orders-value");
-    assert!(f[0].2.contains("version 2 (id 2) not on A.orders-value"), "{f:?}");
+    assert!(
+        f[0].2.contains("version 2 (id 2) not on A.orders-value"),
+        "{f:?}"
+    );
     assert!(!j.ids.contains_key(&2));
     // A whole subject missing.
     let mut t = target();
@@ -179,7 +186,11 @@ fn a_version_deleted_on_the_target_fails_naming_it() {
 fn keep_needs_the_same_ids() {
     let f = failed(&judge(&source(), &target(), &rename, true));
     assert_eq!(f.len(), 3, "{f:?}");
-    assert!(f[1].2.contains("id 4 on the source, 14 on the target (ids kept)"), "{f:?}");
+    assert!(
+        f[1].2
+            .contains("id 4 on the source, 14 on the target (ids kept)"),
+        "{f:?}"
+    );
     let mut same = target();
     for s in same.subjects.values_mut() {
         for v in &mut s.versions {
@@ -192,12 +203,19 @@ fn keep_needs_the_same_ids() {
 #[test]
 fn a_reference_to_another_version_fails() {
     let mut t = target();
-    t.subjects.get_mut("customer.proto").unwrap().versions.push(version(
-        "customer.proto",
-        2,
-        15,
-        proto("syntax = \"proto3\";\nmessage Customer { int32 id = 1; string n = 2; }\n", &[]),
-    ));
+    t.subjects
+        .get_mut("customer.proto")
+        .unwrap()
+        .versions
+        .push(version(
+            "customer.proto",
+            2,
+            15,
+            proto(
+                "syntax = \"proto3\";\nmessage Customer { int32 id = 1; string n = 2; }\n",
+                &[],
+            ),
+        ));
     t.subjects.get_mut("A.events-value").unwrap().versions[0]
         .schema
         .references[0]
@@ -252,14 +270,23 @@ fn canonical_text_ignores_formatting_not_content() {
         &json(r#"{"type":"object","title":"A"}"#),
         &json(r#"{ "title": "A", "type": "object" }"#)
     ));
-    assert!(!canonically_equal(&json(r#"{"type":"object"}"#), &avro(r#"{"type":"object"}"#)));
+    assert!(!canonically_equal(
+        &json(r#"{"type":"object"}"#),
+        &avro(r#"{"type":"object"}"#)
+    ));
     assert!(canonically_equal(
         &proto(CUSTOMER, &[]),
-        &proto("syntax  =  \"proto3\";\n\n  message Customer { int32 id = 1; }  \n", &[])
+        &proto(
+            "syntax  =  \"proto3\";\n\n  message Customer { int32 id = 1; }  \n",
+            &[]
+        )
     ));
     assert!(!canonically_equal(
         &proto(CUSTOMER, &[]),
-        &proto("syntax = \"proto3\";\nmessage Customer { int64 id = 1; }\n", &[])
+        &proto(
+            "syntax = \"proto3\";\nmessage Customer { int64 id = 1; }\n",
+            &[]
+        )
     ));
 }
 
