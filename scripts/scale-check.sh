@@ -91,7 +91,7 @@ rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$(pgrep -n -f -- "$K run
 echo "scale-check: status at the end:"
 $K status --address "127.0.0.1:$MP" || true
 if [[ -n "${WRAP:-}" ]]; then
-  pkill -TERM -f -- "$K run $cfg" || true
+  kill -TERM "$(pgrep -n -f -- "$K run $cfg")" 2>/dev/null || true
   wait "$KPID" || true
   KPID=""
 fi

@@ -97,10 +97,12 @@ class ApicurioSafeClient(SchemaRegistryClient):
     def _serialized(self, schema, fmt):
         if fmt != "serialized" or schema.schema_type != "PROTOBUF":
             return schema
+        with tempfile.TemporaryDirectory(prefix="serde-fetched-") as d:
+            return self._compiled(d, schema)
+
+    def _compiled(self, d, schema):
         from google.protobuf import descriptor_pb2
         from grpc_tools import protoc
-
-        d = tempfile.mkdtemp(prefix="serde-fetched-")
 
         def write(name, sch):
             path = os.path.join(d, name)

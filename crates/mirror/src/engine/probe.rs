@@ -18,11 +18,16 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 0 otherwise, until `stop`.
 pub(crate) async fn probe(clusters: Vec<Arc<KafkaCluster>>, gauge: Gauge, stop: Shutdown) {
     loop {
-        let mut up = true;
-        for k in &clusters {
-            let answered = tokio::time::timeout(PROBE_TIMEOUT, k.refresh_metadata(Some(&[]))).await;
-            up &= matches!(answered, Ok(Ok(_)));
-        }
+        // Both clusters at once, and a stop is not held up by a cluster that does not answer.
+        let answers = futures_util::future::join_all(
+            clusters
+                .iter()
+                .map(|k| tokio::time::timeout(PROBE_TIMEOUT, k.refresh_metadata(Some(&[])))),
+        );
+        let up = tokio::select! {
+            a = answers => a.iter().all(|x| matches!(x, Ok(Ok(_)))),
+            _ = stop.wait() => return,
+        };
         gauge.set(i64::from(up));
         if stop.sleep(PROBE_INTERVAL).await {
             return;

@@ -229,7 +229,7 @@ pub async fn flow(
     };
 
     // Schemas first: `deep` compares records whose ids were rewritten through their id map.
-    let ids = schemas(&mut cx, options).await;
+    let (mut ids, registries) = schemas(&mut cx, options).await;
 
     // Record counts per partition, against the stored positions.
     let positions = crate::engine::load_positions(
@@ -333,7 +333,15 @@ pub async fn flow(
                 let s = last_records(source, src, p, ss, se, options.deep, iso).await;
                 let t = last_records(target, remote, p, ts, te, options.deep, t_iso).await;
                 let verdict = match (s, t) {
-                    (Ok(s), Ok(t)) => judge_deep(&s, &t, &ids),
+                    (Ok(s), Ok(t)) => {
+                        if let Some(r) = &registries {
+                            let named = super::schemas::ids_named(&s);
+                            let rename = &*r.subjects.rename;
+                            super::schemas::map_more(&mut ids, named, &r.source, &r.target, rename)
+                                .await;
+                        }
+                        judge_deep(&s, &t, &ids)
+                    }
                     (Err(e), _) | (_, Err(e)) => (Status::Failed, format!("cannot read: {e}")),
                 };
                 cx.row("deep", src, Some(p), verdict);
@@ -351,12 +359,19 @@ pub async fn flow(
     Ok((cx.rows, topics.len(), partitions))
 }
 
+/// A flow's two registries and its subject names, for `deep`'s ids the subject checks left out.
+struct Registries {
+    source: RegistryClient,
+    target: RegistryClient,
+    subjects: crate::engine::schemas::Subjects,
+}
+
 /// The `subject` and `settings` rows of a flow that syncs schemas (docs/verify.md, "Schemas");
-/// returns the source-to-target ids of the versions found equal. With `--topics`, only the
-/// subjects of the topics it matches (and those they refer to).
-async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
+/// returns the source-to-target ids of the versions found equal, and the registries. With
+/// `--topics`, only the subjects of the topics it matches (and those they refer to).
+async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> (BTreeMap<i32, i32>, Option<Registries>) {
     let Some(sync) = &cx.flow.schemas else {
-        return BTreeMap::new();
+        return (BTreeMap::new(), None);
     };
     let subjects = crate::engine::schemas::Subjects::of_flow(cx.flow, sync);
     let read = async {
@@ -378,16 +393,21 @@ async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
         let on_target = super::schemas::read(&target, renamed)
             .await
             .map_err(|e| ("target", e))?;
-        Ok::<_, (&str, kmirror_registry::RegistryError)>((on_source, on_target))
+        Ok::<_, (&str, kmirror_registry::RegistryError)>((on_source, on_target, source, target))
     };
     match read.await {
-        Ok((on_source, on_target)) => {
+        Ok((on_source, on_target, source, target)) => {
             let keep = sync.ids == crate::config::model::IdsMode::Keep;
             let judged = super::schemas::judge(&on_source, &on_target, &*subjects.rename, keep);
             for (check, subject, verdict) in judged.verdicts {
                 cx.row(check, &subject, None, verdict);
             }
-            judged.ids
+            let registries = Registries {
+                source,
+                target,
+                subjects,
+            };
+            (judged.ids, Some(registries))
         }
         Err((side, e)) => {
             cx.row(
@@ -399,7 +419,7 @@ async fn schemas(cx: &mut Ctx<'_>, options: &Options) -> BTreeMap<i32, i32> {
                     format!("cannot read the {side} registry: {e}"),
                 ),
             );
-            BTreeMap::new()
+            (BTreeMap::new(), None)
         }
     }
 }

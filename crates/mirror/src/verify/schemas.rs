@@ -3,8 +3,10 @@
 //! - `subject`: every live source version is on the target subject under the flow's name, with
 //!   canonically equal text, references pointing to the matching target versions, and with
 //!   `keep` the same id;
-//! - `settings`: the subject's own compatibility level and mode are the source's (modes kmirror
-//!   never copies, IMPORT and READONLY_OVERRIDE, are not compared), and so are the registry's.
+//! - `settings`: the compatibility level and mode that apply to the subject (its own, else the
+//!   registry's) are the source's (modes kmirror never copies, IMPORT and READONLY_OVERRIDE, are
+//!   not compared), and so are the registry's. A subject read only for the versions others
+//!   refer to is judged on those versions alone.
 //!
 //! The source-to-target id map of the versions found equal is what `deep` uses to compare
 //! records whose ids were rewritten.
@@ -14,12 +16,17 @@ use kmirror_registry::{Compatibility, Mode, Registered, RegistryClient, Registry
 use kmirror_registry::{SchemaId, SchemaType};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// One subject as a registry holds it: its live versions, oldest first, and its own levels.
+/// One subject as a registry holds it: its live versions, oldest first, its soft-deleted ones,
+/// and its own levels.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SubjectState {
     pub versions: Vec<Registered>,
+    pub deleted: Vec<Registered>,
     pub compatibility: Option<Compatibility>,
     pub mode: Option<Mode>,
+    /// Read only for the versions other subjects refer to (kmirror copies only those of a
+    /// subject it does not select): neither its other versions nor its levels are compared.
+    pub referenced_only: bool,
 }
 
 /// The subjects read from one registry, and its global levels.
@@ -105,10 +112,32 @@ pub fn judge(
             continue;
         };
         let mut taken = BTreeSet::new();
-        for v in &s.versions {
-            let hit = t.versions.iter().find(|tv| {
+        // Soft-deleted versions are compared for the id map only: records may still name them.
+        for v in &s.deleted {
+            let hit = t.versions.iter().chain(&t.deleted).find(|tv| {
                 !taken.contains(&tv.version) && canonically_equal(&v.schema, &tv.schema)
             });
+            if let Some(tv) = hit {
+                taken.insert(tv.version);
+                out.ids.insert(v.id.0, tv.id.0);
+            }
+        }
+        for v in &s.versions {
+            // Equal text, with references of the same names to the same subjects first: two
+            // versions may differ in their references only.
+            let alike = |tv: &&Registered| {
+                let names =
+                    |x: &Registered, f: &dyn Fn(&str) -> String| -> BTreeSet<(String, String)> {
+                        let refs = x.schema.references.iter();
+                        refs.map(|r| (r.name.clone(), f(&r.subject))).collect()
+                    };
+                names(v, rename) == names(tv, &|s: &str| s.to_string())
+            };
+            let equal = |tv: &&Registered| {
+                !taken.contains(&tv.version) && canonically_equal(&v.schema, &tv.schema)
+            };
+            let hit = (t.versions.iter().find(|tv| equal(tv) && alike(tv)))
+                .or_else(|| t.versions.iter().find(equal));
             match hit {
                 Some(tv) => {
                     taken.insert(tv.version);
@@ -188,14 +217,21 @@ pub fn judge(
             }
         };
         out.verdicts.push(("subject", subject.clone(), verdict));
-        if let Some(t) = target.subjects.get(&to) {
+        // The levels that apply: the subject's own, else the registry's (a registry may answer
+        // every subject with the global mode, or none of its own).
+        let t = target.subjects.get(&to);
+        if let (Some(t), false) = (t, s.referenced_only) {
+            let source_mode = compared_mode(s.mode.or(source.mode));
             out.verdicts.push((
                 "settings",
                 subject.clone(),
                 settings(
-                    (s.compatibility, compared_mode(s.mode)),
-                    (t.compatibility, compared_mode(t.mode)),
-                    compared_mode(s.mode).is_some(),
+                    (s.compatibility.or(source.compatibility), source_mode),
+                    (
+                        t.compatibility.or(target.compatibility),
+                        t.mode.or(target.mode),
+                    ),
+                    source_mode.is_some(),
                 ),
             ));
         }
@@ -211,17 +247,13 @@ pub fn judge(
             ),
         ));
     }
-    out.ids = source
-        .subjects
-        .iter()
-        .flat_map(|(subject, s)| {
-            let found = &found;
-            s.versions.iter().filter_map(move |v| {
-                let (_, tid) = found.get(&(subject.clone(), v.version))?;
-                Some((v.id.0, *tid))
-            })
-        })
-        .collect();
+    for (subject, s) in &source.subjects {
+        for v in &s.versions {
+            if let Some((_, tid)) = found.get(&(subject.clone(), v.version)) {
+                out.ids.insert(v.id.0, *tid);
+            }
+        }
+    }
     out
 }
 
@@ -276,8 +308,9 @@ pub fn same_payload(source: &[u8], target: &[u8], ids: &BTreeMap<i32, i32>) -> b
     }
 }
 
-/// Reads `subjects` of one registry (those it does not have are left out), the subjects their
-/// live versions refer to, and its global levels.
+/// Reads `subjects` of one registry (those it does not have are left out), with their live and
+/// soft-deleted versions and own levels, then each version their live versions refer to (of
+/// another subject: marked `referenced_only`), and the registry's global levels.
 pub async fn read(
     registry: &RegistryClient,
     subjects: Vec<String>,
@@ -287,29 +320,118 @@ pub async fn read(
         mode: registry.mode(None).await?,
         ..RegistryState::default()
     };
-    let mut todo = subjects;
-    while let Some(subject) = todo.pop() {
-        if state.subjects.contains_key(&subject) {
+    let not_found = |r: Result<Vec<i32>, RegistryError>| match r {
+        Err(e) if e.is_not_found() => Ok(Vec::new()),
+        other => other,
+    };
+    let mut wanted: Vec<(String, i32)> = Vec::new();
+    for subject in subjects.into_iter().collect::<BTreeSet<_>>() {
+        let all = not_found(registry.versions(&subject, true).await)?;
+        if all.is_empty() {
             continue;
         }
-        let versions = match registry.versions(&subject, false).await {
-            Ok(v) => v,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e),
-        };
+        let live = not_found(registry.versions(&subject, false).await)?;
         let mut s = SubjectState {
             compatibility: registry.compatibility(Some(&subject)).await?,
             mode: registry.mode(Some(&subject)).await?,
             ..SubjectState::default()
         };
-        for v in versions {
-            let r = registry.version(&subject, v, false).await?;
-            todo.extend(r.schema.references.iter().map(|x| x.subject.clone()));
-            s.versions.push(r);
+        for v in all {
+            // Deleted between the listing and now: as if never listed.
+            let r = match registry.version(&subject, v, true).await {
+                Ok(r) => r,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            if live.contains(&v) {
+                wanted.extend(
+                    r.schema
+                        .references
+                        .iter()
+                        .map(|x| (x.subject.clone(), x.version)),
+                );
+                s.versions.push(r);
+            } else {
+                s.deleted.push(r);
+            }
         }
         state.subjects.insert(subject, s);
     }
+    while let Some((subject, version)) = wanted.pop() {
+        let held = state.subjects.get(&subject).is_some_and(|s| {
+            s.versions
+                .iter()
+                .chain(&s.deleted)
+                .any(|r| r.version == version)
+        });
+        if held {
+            continue;
+        }
+        // Missing: the referring version's check names it.
+        let r = match registry.version(&subject, version, true).await {
+            Ok(r) => r,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
+        };
+        wanted.extend(
+            r.schema
+                .references
+                .iter()
+                .map(|x| (x.subject.clone(), x.version)),
+        );
+        let s = state
+            .subjects
+            .entry(subject)
+            .or_insert_with(|| SubjectState {
+                referenced_only: true,
+                ..SubjectState::default()
+            });
+        s.versions.push(r);
+        s.versions.sort_by_key(|r| r.version);
+    }
     Ok(state)
+}
+
+/// The schema ids the keys and values of `records` carry in the wire format.
+pub fn ids_named(records: &[kmirror_kafka::records::Record]) -> BTreeSet<i32> {
+    records
+        .iter()
+        .flat_map(|r| [r.key.as_deref(), r.value.as_deref()])
+        .flatten()
+        .filter_map(|p| kmirror_registry::wire::schema_id(p).map(|id| id.0))
+        .collect()
+}
+
+/// Source ids named by records `deep` compares that the subject checks did not map (a subject
+/// outside the selection that kmirror synced for its ids, such as one of RecordNameStrategy):
+/// each is looked up on the target under its subjects' target names, references renamed.
+pub async fn map_more(
+    ids: &mut BTreeMap<i32, i32>,
+    wanted: BTreeSet<i32>,
+    source: &RegistryClient,
+    target: &RegistryClient,
+    rename: &dyn Fn(&str) -> String,
+) {
+    for id in wanted {
+        if ids.contains_key(&id) {
+            continue;
+        }
+        let (Ok(mut schema), Ok(subjects)) = (
+            source.schema(SchemaId(id)).await,
+            source.subjects_of(SchemaId(id)).await,
+        ) else {
+            continue;
+        };
+        for r in &mut schema.references {
+            r.subject = rename(&r.subject);
+        }
+        for (subject, _) in subjects {
+            if let Ok(Some(found)) = target.lookup(&rename(&subject), &schema, true).await {
+                ids.insert(id, found.id.0);
+                break;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ fn source() -> RegistryState {
                 version("orders-value", 2, 2, avro(V2)),
             ],
             compatibility: Some(Compatibility::Forward),
-            mode: None,
+            ..SubjectState::default()
         },
     );
     subjects.insert(
@@ -98,7 +98,7 @@ fn target() -> RegistryState {
                 version("A.orders-value", 2, 12, avro(V2)),
             ],
             compatibility: Some(Compatibility::Forward),
-            mode: None,
+            ..SubjectState::default()
         },
     );
     subjects.insert(
@@ -229,32 +229,88 @@ fn a_reference_to_another_version_fails() {
 }
 
 #[test]
-fn levels_and_modes_are_compared_except_import() {
+fn the_levels_and_modes_that_apply_are_compared_except_import() {
+    // A subject's own level against the target registry's that applies to it.
     let mut t = target();
     t.subjects.get_mut("A.orders-value").unwrap().compatibility = None;
-    t.mode = Some(Mode::ReadOnly);
     let f = failed(&judge(&source(), &t, &rename, false));
     assert_eq!(
         f,
-        vec![
-            (
-                "settings",
-                "orders-value".to_string(),
-                "compatibility FORWARD on the source, none of its own on the target".to_string()
-            ),
-            (
-                "settings",
-                "(registry)".to_string(),
-                "mode READWRITE on the source, READONLY on the target".to_string()
-            ),
-        ]
+        vec![(
+            "settings",
+            "orders-value".to_string(),
+            "compatibility FORWARD on the source, BACKWARD on the target".to_string()
+        )]
     );
+    // A registry that answers every subject with its global mode: the same mode applies.
+    let mut t = target();
+    for s in t.subjects.values_mut() {
+        s.mode = Some(Mode::ReadWrite);
+    }
+    assert_eq!(failed(&judge(&source(), &t, &rename, false)), vec![]);
+    // Another global mode on the target: each subject following it, and the registry.
+    let mut t = target();
+    t.mode = Some(Mode::ReadOnly);
+    let f = failed(&judge(&source(), &t, &rename, false));
+    assert_eq!(f.len(), 4, "{f:?}");
+    assert!(f
+        .iter()
+        .all(|(c, _, d)| *c == "settings"
+            && d == "mode READWRITE on the source, READONLY on the target"));
     // A source in IMPORT mode (being migrated into) is not a mode kmirror copies.
     let mut s = source();
     s.mode = Some(Mode::Import);
     let mut t = target();
     t.mode = None;
     assert_eq!(failed(&judge(&s, &t, &rename, false)), vec![]);
+}
+
+#[test]
+fn a_subject_read_for_its_references_is_judged_on_those_versions_only() {
+    let mut s = source();
+    s.subjects
+        .get_mut("customer.proto")
+        .unwrap()
+        .referenced_only = true;
+    let mut t = target();
+    // The target's copy of the subject holds another version besides; its levels differ.
+    let other = version(
+        "customer.proto",
+        2,
+        16,
+        proto(
+            "syntax = \"proto3\";\nmessage Customer { int32 id = 1; string n = 2; }\n",
+            &[],
+        ),
+    );
+    let customer = t.subjects.get_mut("customer.proto").unwrap();
+    customer.versions.push(other);
+    customer.compatibility = Some(Compatibility::Full);
+    let j = judge(&s, &t, &rename, false);
+    assert_eq!(failed(&j), vec![]);
+    assert!(!j
+        .verdicts
+        .iter()
+        .any(|(c, subject, _)| *c == "settings" && subject == "customer.proto"));
+}
+
+#[test]
+fn soft_deleted_versions_map_their_ids_without_a_verdict() {
+    let mut s = source();
+    let mut t = target();
+    s.subjects.get_mut("orders-value").unwrap().deleted =
+        vec![version("orders-value", 3, 7, avro(r#"{"type":"string"}"#))];
+    let j = judge(&s, &t, &rename, false);
+    assert_eq!(failed(&j), vec![]);
+    assert!(!j.ids.contains_key(&7));
+    t.subjects.get_mut("A.orders-value").unwrap().deleted = vec![version(
+        "A.orders-value",
+        3,
+        17,
+        avro(r#"{"type":"string"}"#),
+    )];
+    let j = judge(&s, &t, &rename, false);
+    assert_eq!(j.ids.get(&7), Some(&17));
 }
 
 #[test]
