@@ -18,6 +18,7 @@
 import java.util.*;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 
 public class WaitEnds {
@@ -50,15 +51,28 @@ public class WaitEnds {
                 if (!parts.isEmpty()) {
                     Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
                     for (TopicPartition tp : parts) latest.put(tp, OffsetSpec.latest());
+                    // Partition by partition: while a target broker still creates logs, some
+                    // partitions answer NOT_LEADER_OR_FOLLOWER, and one failed answer must not
+                    // hide the records the others hold (the first record was seen only once
+                    // every log existed). Bounded to 0.5 s a round, however many partitions
+                    // have no log yet (the admin client retries those until its timeout), so
+                    // the first record is seen at most that late.
+                    ListOffsetsResult asked = admin.listOffsets(latest, new ListOffsetsOptions().timeoutMs(500));
+                    boolean complete = true;
                     try {
-                        have = 0;
-                        for (var e : admin.listOffsets(latest).all().get(5, TimeUnit.SECONDS).values()) have += e.offset();
+                        asked.all().get(2, TimeUnit.SECONDS);
                     } catch (Exception e) {
-                        have = 0; // a partition without a leader yet: look again
+                        complete = false; // no leader or no log yet somewhere: look again
+                    }
+                    have = 0;
+                    for (TopicPartition tp : parts) {
+                        KafkaFuture<ListOffsetsResult.ListOffsetsResultInfo> f = asked.partitionResult(tp);
+                        if (f.isDone() && !f.isCompletedExceptionally()) have += f.get().offset();
+                        else complete = false;
                     }
                     long now = System.currentTimeMillis();
                     if (have > baseline && first == 0) first = now;
-                    if (have >= want) {
+                    if (have >= want && complete) {
                         System.out.println("done first_ms=" + (first == 0 ? now : first) + " epoch_ms=" + now);
                         return;
                     }

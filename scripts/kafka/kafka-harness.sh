@@ -59,6 +59,8 @@
 #                                           a schema registry (Apicurio, Java 21+; registry.sh)
 #   kafka-harness.sh serde fetch | produce ... | consume ...
 #                                           Avro records through Confluent's serializers (serde.py)
+#   kafka-harness.sh rdkafka-load ...       topics and records through librdkafka (rdkafka_load.py,
+#                                           the same virtualenv): a non-Java client's shape
 #
 # Files of a cluster, in RUN/NAME (RUN = $KAFKA_HARNESS_RUN, default /tmp/kafka-harness-UID):
 #   env                 KEY=VALUE lines, no quoting: NAME KAFKA_VERSION PORT CONTROLLER_PORT
@@ -1297,6 +1299,7 @@ main() {
     mm2) cmd_mm2 "$@" ;;
     registry) cmd_registry "$@" ;;
     serde) cmd_serde "$@" ;;
+    rdkafka-load) cmd_rdkafka_load "$@" ;;
     bootstrap) check_name "${1:?NAME}"; sed -n 's/^BOOTSTRAP=//p' "$RUN_ROOT/$1/env" ;;
     client-config)
       check_name "${1:?NAME}"

@@ -168,3 +168,10 @@ cmd_serde() {
   cmd_serde_fetch
   exec "$SERDE_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/serde.py" "$@"
 }
+
+# rdkafka-load ARGS...: scripts/kafka/rdkafka_load.py in the serializers' virtualenv (librdkafka
+# comes with confluent-kafka's wheel).
+cmd_rdkafka_load() {
+  cmd_serde_fetch
+  exec "$SERDE_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/rdkafka_load.py" "$@"
+}

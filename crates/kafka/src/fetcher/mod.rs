@@ -577,6 +577,8 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
                 continue;
             }
             match shared.cluster.leader_of(&slot.topic, slot.partition) {
+                // Dropped during the reload: nobody reads it (see `admit`).
+                _ if slot.lock().closed => {}
                 Ok((leader, epoch)) if md.brokers.contains_key(&leader) => {
                     slot.lock().leader_epoch = epoch;
                     shared.rerouted.fetch_add(1, Ordering::SeqCst);
@@ -596,6 +598,18 @@ async fn route_homeless(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc
             delay = (delay * 2).min(Duration::from_secs(1));
         }
     }
+}
+
+/// Takes a slot handed to a broker's fetcher. A slot dropped on its way here (it waited for a
+/// leader in [`route_homeless`] while its consumer gave it up and subscribed again) is left
+/// out: inserted, it would replace the consumer's new slot for the same partition, already
+/// here, and the retain that drops closed slots would then drop both, so the partition's
+/// consumer waited for data forever with nothing in the log.
+fn admit(assigned: &mut BTreeMap<SessionPartition, Arc<Slot>>, slot: Arc<Slot>) {
+    if slot.lock().closed {
+        return;
+    }
+    assigned.insert(slot.key(), slot);
 }
 
 /// Partitions a broker should no longer serve, and why.
@@ -631,7 +645,7 @@ impl BrokerFetcher {
                 break;
             }
             while let Ok(slot) = self.control.try_recv() {
-                self.assigned.insert(slot.key(), slot);
+                admit(&mut self.assigned, slot);
             }
             self.assigned.retain(|_, s| !s.lock().closed);
             let (wanted, held_back) = self.wanted();
@@ -1187,8 +1201,54 @@ fn believe_out_of_range(
 
 #[cfg(test)]
 mod tests {
-    use super::believe_out_of_range;
+    use super::{admit, believe_out_of_range, Mailbox, Slot, SlotState};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
+    use tokio::sync::Notify;
+
+    fn slot(closed: bool) -> Arc<Slot> {
+        Arc::new(Slot {
+            topic: "t".into(),
+            partition: 3,
+            topic_id: Default::default(),
+            state: Mutex::new(SlotState {
+                position: 0,
+                leader_epoch: -1,
+                generation: 0,
+                out_of_range: false,
+                out_of_range_since: None,
+                end: -1,
+                backoff_until: None,
+                backoff_attempt: 0,
+                closed,
+            }),
+            mailbox: Mailbox::default(),
+            wake: Mutex::new(Arc::new(Notify::new())),
+        })
+    }
+
+    /// The cause of partitions that never copied after a leader wait: the old slot of a
+    /// partition, dropped while it waited for a leader, reached the broker's fetcher after the
+    /// consumer's new slot and replaced it, and both were then dropped as closed.
+    #[test]
+    fn a_slot_dropped_on_its_way_never_replaces_the_live_one() {
+        let mut assigned = BTreeMap::new();
+        let live = slot(false);
+        admit(&mut assigned, live.clone());
+        admit(&mut assigned, slot(true));
+        assigned.retain(|_, s: &mut Arc<Slot>| !s.lock().closed);
+        assert_eq!(assigned.len(), 1, "the live subscription is still fetched");
+        assert!(Arc::ptr_eq(assigned.values().next().unwrap(), &live));
+        // A live slot arriving after a closed one that is still listed takes its place.
+        let mut assigned = BTreeMap::new();
+        let old = slot(false);
+        admit(&mut assigned, old.clone());
+        old.lock().closed = true;
+        let new = slot(false);
+        admit(&mut assigned, new.clone());
+        assert!(Arc::ptr_eq(assigned.values().next().unwrap(), &new));
+    }
 
     #[test]
     fn an_out_of_range_answer_is_believed_once_it_held_and_never_inside_the_log() {
