@@ -28,8 +28,9 @@
 #        FILTER='scale-.*'     the flow's topics key
 #        RF_KEYS=all|some      replication-factor keys: all seven, or those a user copies from a
 #          short example (no config/status storage keys, emit.checkpoints.enabled = false)
-#        BARE=0                skip the bare producer's floor (printed after the copy: the time a
-#          plain producer needs to land one record in each of as many new partitions there)
+#        BARE=0                skip the bare producer's floor (printed before the copy: the time a
+#          plain producer needs to land one record in each of as many new partitions, on a fresh
+#          broker with the target's heap, started for it and stopped after)
 #        SHAPE=issue           the shape a user reported copying half of 10,000 partitions:
 #          CREATE=rdkafka PER_REQUEST=10 PREFIX=s FILTER='s.*' RF_KEYS=some TARGET_HEAP=1g
 set -euo pipefail
@@ -94,6 +95,19 @@ load() { # load [--create-partitions P]: write PER_PARTITION records into every 
 }
 load --create-partitions "$PARTITIONS"
 
+# The floor: what a target broker itself needs before a record lands in each of as many
+# partitions, created the way kmirror creates remote topics, by a plain Java producer and no
+# replicator (bench/BareCost.java), on a fresh broker of the target's heap (stopped after).
+if [[ ${BARE:-1} == 1 ]]; then
+  PB=$(pick $((PT + 2)) 19790)
+  KAFKA_HEAP=$TARGET_HEAP bash $H start bare "$PB" >/dev/null
+  bare=""
+  for i in $(seq 0 $((TOPICS - 1))); do bare+="bare-$i,"; done
+  java -cp "$CP" BareCost --bootstrap "127.0.0.1:$PB" --topics "${bare%,}" --partitions "$PARTITIONS" |
+    sed -E 's/^bare first_s=([0-9.]+) last_s=([0-9.]+) created_s=([0-9.]+)/scale-check: bare producer, fresh broker of the target heap: first record \1 s, last record \2 s (topics created in \3 s)/'
+  bash $H stop --kill bare >/dev/null
+fi
+
 cfg="$KAFKA_HARNESS_RUN/kmirror.properties"
 cat >"$cfg" <<EOF
 clusters = A, B
@@ -141,15 +155,6 @@ if [[ $ok == 1 ]]; then
   first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
   awk -v f="$first" -v d="$done" -v t="$t0" -v r="$rss" \
     'BEGIN { printf "scale-check: first record %.1f s, last record %.1f s, peak RSS %s MB\n", (f - t) / 1000, (d - t) / 1000, r }'
-  # The floor: what the target broker itself needs before a record lands in each of as many
-  # partitions created the way kmirror creates them, with a plain Java producer and no
-  # replicator (bench/BareCost.java), on the same target broker once the copy is done.
-  if [[ ${BARE:-1} == 1 ]]; then
-    bare=""
-    for i in $(seq 0 $((TOPICS - 1))); do bare+="bare-$i,"; done
-    java -cp "$CP" BareCost --bootstrap "127.0.0.1:$PT" --topics "${bare%,}" --partitions "$PARTITIONS" |
-      sed -E 's/^bare first_s=([0-9.]+) last_s=([0-9.]+) created_s=([0-9.]+)/scale-check: bare producer on the same target: first record \1 s, last record \2 s (topics created in \3 s)/'
-  fi
   if [[ ${RESTART:-0} == 1 ]]; then
     kill -TERM "$KPID"
     wait "$KPID" || true

@@ -11,6 +11,7 @@
 #        TOPICS=10 LIMIT=30 scripts/scale-shapes.sh     1,000 partitions
 #        SHAPES="issue java-1g" scripts/scale-shapes.sh  some of them (names below)
 #        TOPICS=200 LIMIT=180 SHAPES=java-512m scripts/scale-shapes.sh   20,000 partitions
+#        KMIRROR_BIN=/tmp/old-kmirror scripts/scale-shapes.sh   another build (before/after)
 set -uo pipefail
 set -f # the shapes hold regexes
 cd "$(dirname "$0")/.."
@@ -24,7 +25,10 @@ declare -A SHAPE_OF=(
   [java-1g]="CREATE=java TARGET_HEAP=1g RF_KEYS=some PREFIX=scale- FILTER=scale-.*,other"
 )
 SHAPES="${SHAPES:-java-512m issue rdkafka1-512m rdkafka100-1g java-1g}"
-cargo build -q --release --bin kmirror || exit 1
+if [[ -z "${KMIRROR_BIN:-}" ]]; then
+  cargo build -q --release --bin kmirror || exit 1
+fi
+BIN="${KMIRROR_BIN:-./target/release/kmirror}"
 summary=() failed=0
 for s in $SHAPES; do
   [[ -n "${SHAPE_OF[$s]:-}" ]] || { echo "scale-shapes: unknown shape '$s' (${!SHAPE_OF[*]})" >&2; exit 2; }
@@ -32,11 +36,12 @@ for s in $SHAPES; do
   echo "scale-shapes: $s: ${SHAPE_OF[$s]} (log $log)"
   # shellcheck disable=SC2086 # one setting per word
   env ${SHAPE_OF[$s]} TOPICS="$TOPICS" TIMEOUT="${TIMEOUT:-$((LIMIT * 3))}" \
-    KMIRROR_BIN=./target/release/kmirror bash scripts/scale-check.sh >"$log" 2>&1
+    KMIRROR_BIN="$BIN" bash scripts/scale-check.sh >"$log" 2>&1
   rc=$?
   line=$(grep -E 'scale-check: (first record|FAILED)' "$log" | head -1)
-  warns=$(sed -n 's/^scale-check: WARN lines: //p' "$log")
-  last=$(sed -n 's/.*last record \([0-9.]*\) s.*/\1/p' "$log" | head -1)
+  floor=$(sed -n 's/^scale-check: bare producer, fresh broker of the target heap: first record \([0-9.]*\) s, last record \([0-9.]*\) s.*/bare \1 \/ \2 s/p' "$log")
+  warns=$(sed -n 's/^scale-check: WARN lines: \([0-9]*\).*/\1/p' "$log")
+  last=$(sed -n 's/^scale-check: first record .*, last record \([0-9.]*\) s.*/\1/p' "$log" | head -1)
   verdict=ok
   if ((rc != 0)) || [[ -z "$last" ]]; then
     verdict=FAILED
@@ -44,7 +49,7 @@ for s in $SHAPES; do
     verdict="FAILED (over $LIMIT s)"
   fi
   [[ $verdict == ok ]] || failed=1
-  summary+=("$(printf '%-14s %-8s %s; WARN %s' "$s" "$verdict" "${line#scale-check: }" "${warns:-?}")")
+  summary+=("$(printf '%-14s %-8s %s; WARN %s; %s' "$s" "$verdict" "${line#scale-check: }" "${warns:-?}" "${floor:-no floor}")")
   echo "scale-shapes: ${summary[-1]}"
 done
 echo "scale-shapes: $((TOPICS * 100)) partitions per shape, limit $LIMIT s to the last record:"

@@ -28,6 +28,12 @@ pub struct FlowStatus {
     #[serde(default)]
     pub flow_partitions: i64,
     pub partitions_stopped: i64,
+    /// Partitions assigned and not copying for longer than 30 s, and what most of them wait
+    /// for (docs/engine.md, "Starting many partitions").
+    #[serde(default)]
+    pub partitions_waiting: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<String>,
     pub records: u64,
     pub bytes: u64,
     pub records_per_second: f64,
@@ -127,6 +133,8 @@ pub fn flows(metrics: &Metrics) -> Vec<FlowStatus> {
                 flow_topics: gauge(&metrics.flow_topics).unwrap_or(0),
                 flow_partitions: gauge(&metrics.flow_partitions).unwrap_or(0),
                 partitions_stopped: f.partitions_stopped,
+                partitions_waiting: f.partitions_waiting,
+                waiting_reason: f.waiting_reason.map(str::to_string),
                 records: f.records,
                 bytes: f.bytes,
                 lag_records: f.lag_records,
@@ -254,11 +262,23 @@ pub fn render(s: &Status) -> String {
             _ if f.lag_records == 0 => "caught up".into(),
             _ => "-".into(),
         };
-        let stopped = if f.partitions_stopped > 0 {
+        let mut stopped = if f.partitions_stopped > 0 {
             format!(" ({} STOPPED)", f.partitions_stopped)
         } else {
             String::new()
         };
+        if f.partitions_waiting > 0 {
+            let why = f
+                .waiting_reason
+                .as_deref()
+                .map(|r| format!(", most for {r}"))
+                .unwrap_or_default();
+            let _ = write!(
+                stopped,
+                " ({} WAITING over 30 s{why})",
+                f.partitions_waiting
+            );
+        }
         // This process's partitions first: with sharing, "of" the flow's.
         let of = if f.flow_partitions > f.partitions {
             format!(" of {}", f.flow_partitions)
@@ -499,6 +519,31 @@ mod tests {
         assert!(text.contains("lag 500 records"), "{text}");
         assert!(text.contains("eta 5 s"), "{text}");
         assert!(!text.contains("this process"), "not shared: {text}");
+        assert!(!text.contains("WAITING"), "{text}");
+    }
+
+    /// Partitions assigned and not copying past the bound are named, with why.
+    #[test]
+    fn render_shows_partitions_waiting_and_the_most_common_reason() {
+        let s = Status {
+            ready: true,
+            flows: vec![FlowStatus {
+                flow: "A->B".into(),
+                connected: true,
+                partitions: 10001,
+                partitions_waiting: 4001,
+                waiting_reason: Some("target_partition".into()),
+                lag_records: 20005,
+                ..FlowStatus::default()
+            }],
+            ..Status::default()
+        };
+        let text = render(&s);
+        assert!(
+            text.contains("partitions 10001 (4001 WAITING over 30 s, most for target_partition)"),
+            "{text}"
+        );
+        assert!(text.contains("lag 20005 records"), "{text}");
     }
 
     #[test]

@@ -52,6 +52,23 @@ pub fn role_map(p: &SettingMap, cluster_prefix: &str, layers: &[&str]) -> Settin
 }
 
 /// Builds a flow; `None` when an error was recorded for it.
+/// The connector keys `p` sets, as `plan` lists them: the flow's identity (its clusters, its
+/// switch, the connector's class and name) is shown in its heading and left out.
+fn keys_set(p: &SettingMap) -> Vec<(String, String)> {
+    const IDENTITY: &[&str] = &[
+        "enabled",
+        "name",
+        "connector.class",
+        "source.cluster.alias",
+        "target.cluster.alias",
+    ];
+    super::keys::CONNECTOR_KEYS
+        .iter()
+        .filter(|k| !IDENTITY.contains(k))
+        .filter_map(|k| Some((k.to_string(), p.get(*k)?.value.trim().to_string())))
+        .collect()
+}
+
 pub fn build(
     id: FlowId,
     p: &SettingMap,
@@ -364,6 +381,7 @@ pub fn build(
         exactly_once,
         transactions,
         admin_timeout,
+        keys_set: keys_set(p),
         on_truncation,
         start,
         sync_group_acls,

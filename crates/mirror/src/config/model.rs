@@ -186,6 +186,10 @@ pub struct FlowConfig {
     pub transactions: Transactions,
     #[serde(serialize_with = "millis")]
     pub admin_timeout: Duration,
+    /// Every connector key the configuration sets for this flow (its own or the file's
+    /// top-level one), with the value in effect: `plan` names each, so no setting that
+    /// changes behaviour goes unseen.
+    pub keys_set: Vec<(String, String)>,
     /// `kmirror.source.truncation`: a stored position below the source's log start.
     pub on_truncation: OnTruncation,
     /// Where a partition without a stored position starts: `kmirror.start.position`, else the

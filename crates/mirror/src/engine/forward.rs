@@ -71,6 +71,8 @@ pub(super) struct Forwarder<'a> {
     /// Exactly-once: the slot whose transactions this partition writes in.
     pub(super) slot: Option<&'a Arc<Slot>>,
     pub(super) g: &'a Gauges,
+    /// What the partition waits for until it copies (`engine/waiting.rs`).
+    pub(super) watch: &'a super::waiting::Watch,
 }
 
 impl Forwarder<'_> {
@@ -135,6 +137,10 @@ impl Forwarder<'_> {
         // Exactly-once: what was acknowledged since the last commit, held until the transaction
         // commits. A Mutex, not a RefCell: the forwarder's future must be Send.
         let held: Mutex<Option<Held<Copied>>> = Mutex::new(member.is_some().then(Held::default));
+        // The source's end in the last answer: the lag counts from what the target
+        // acknowledged, so a partition whose sends are never answered does not show as
+        // caught up. (An atomic, not a Cell: the forwarder's future must be Send.)
+        let seen_end = std::sync::atomic::AtomicI64::new(-1);
         let mut report =
             |acked: Vec<Acked>, through: &mut Option<i64>, progress: &mut Progress<Sent>| {
                 for a in &acked {
@@ -144,6 +150,9 @@ impl Forwarder<'_> {
                     }
                 }
                 let done = progress.take_done();
+                if done.through.is_some() {
+                    self.watch.copying();
+                }
                 // The memory shares go back here, with the acknowledgement.
                 let copied = done.payloads.into_iter().map(|s| {
                     let syncs = match self.offset_syncs {
@@ -163,6 +172,10 @@ impl Forwarder<'_> {
                         if let Some(t) = done.through {
                             *through = Some(t);
                             self.board.acknowledged(self.topic, self.partition, t);
+                            let end = seen_end.load(std::sync::atomic::Ordering::Relaxed);
+                            if end >= 0 {
+                                g.lag.set((end - (t + 1)).max(0));
+                            }
                         }
                         self.record_copied(copied);
                     }
@@ -389,6 +402,7 @@ impl Forwarder<'_> {
                         target_base: -1,
                     };
                     progress.open(ChunkId(tag), tag, 1, sent);
+                    self.watch.stage(super::waiting::Stage::Send);
                     let acked = lane.send(tag, batch).await.map_err(|e| match e {
                         // Refused before sending: this batch, not an earlier one.
                         KafkaError::BatchTooLarge { .. } => {
@@ -442,8 +456,15 @@ impl Forwarder<'_> {
                     }
                 }
             }
-            g.lag.set((end - next).max(0));
+            seen_end.store(end, std::sync::atomic::Ordering::Relaxed);
+            g.lag
+                .set((end - acked_through.map_or(start, |a| a + 1)).max(0));
+            self.watch.lag_shown();
             caught_up = next >= end;
+            if caught_up && progress.is_idle() {
+                // Nothing left to copy: it copies, with nothing to send.
+                self.watch.copying();
+            }
             if caught_up && progress.is_idle() {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
@@ -822,6 +843,7 @@ mod tests {
         stop: Shutdown,
         g: Gauges,
         schemas: Option<std::sync::Arc<crate::engine::schemas::IdMap>>,
+        watch: crate::engine::waiting::Watch,
     }
 
     impl Rig {
@@ -842,6 +864,7 @@ mod tests {
                 stop: Shutdown::default(),
                 g,
                 schemas: None,
+                watch: crate::engine::waiting::Watch::new(tokio::time::Instant::now(), None),
             }
         }
 
@@ -863,6 +886,7 @@ mod tests {
                 schemas: self.schemas.as_deref(),
                 slot: None,
                 g: &self.g,
+                watch: &self.watch,
             }
         }
 

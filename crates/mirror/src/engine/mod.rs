@@ -46,6 +46,7 @@ mod slot_keeper;
 mod slots;
 pub(crate) mod throttle;
 mod topic_sync;
+mod waiting;
 
 pub(crate) use log_reader::read_to_end;
 pub use positions::load as load_positions;

@@ -42,6 +42,9 @@ pub struct FlowFigures {
     /// The largest `record-age-ms` over the flow's partitions.
     pub max_age_ms: i64,
     pub partitions_stopped: i64,
+    /// Partitions assigned and not copying for longer than 30 s, and what most of them wait for.
+    pub partitions_waiting: i64,
+    pub waiting_reason: Option<&'static str>,
 }
 
 /// Every metric the engine keeps.
@@ -71,6 +74,11 @@ pub struct Metrics {
     /// Starting partitions that copy from the stored position, unable to tell what the target
     /// holds, by reason.
     pub resume_fallbacks: Family<ReasonLabels, Counter>,
+    /// Partitions assigned and not copying for longer than 30 s, by what they wait for
+    /// (`engine/waiting.rs`).
+    pub partitions_waiting: Family<ReasonLabels, Gauge>,
+    /// Partitions reported waiting (once each), by what they waited for then.
+    pub partitions_reported_waiting: Family<ReasonLabels, Counter>,
     pub batches: Family<ModeLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
     /// Source topics and partitions this process copies now: with sharing, the processes'
@@ -176,6 +184,8 @@ impl Metrics {
             partition_stopped: Family::default(),
             records_already_on_target: Family::default(),
             resume_fallbacks: Family::default(),
+            partitions_waiting: Family::default(),
+            partitions_reported_waiting: Family::default(),
             batches: Family::default(),
             errors: Family::default(),
             topics: Family::default(),
@@ -297,6 +307,8 @@ impl Metrics {
                     lag_records: 0,
                     max_age_ms: 0,
                     partitions_stopped: 0,
+                    partitions_waiting: 0,
+                    waiting_reason: None,
                 };
                 ((s.as_str(), t.as_str()), f)
             })
@@ -313,6 +325,9 @@ impl Metrics {
         for f in out.values_mut() {
             let name = flow_name(&f.labels.source, &f.labels.target);
             f.partitions_stopped = h.stopped.iter().filter(|(n, _, _)| *n == name).count() as i64;
+            if let Some((n, reason)) = h.waiting.get(&name) {
+                (f.partitions_waiting, f.waiting_reason) = (*n, *reason);
+            }
         }
         out.into_values().collect()
     }

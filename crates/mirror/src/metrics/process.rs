@@ -32,6 +32,9 @@ pub(super) struct Health {
     pub(super) stopped: std::collections::BTreeSet<(String, String, i32)>,
     /// Every partition's series, created once per partition by [`Metrics::partition_series`].
     pub(super) partitions: std::collections::HashMap<PartitionLabels, PartitionSeries>,
+    /// Flow -> partitions assigned and not copying past the bound, and the most common reason
+    /// (`engine/waiting.rs`).
+    pub(super) waiting: std::collections::BTreeMap<String, (i64, Option<&'static str>)>,
 }
 
 pub(super) fn flow_name(source: &str, target: &str) -> String {
@@ -52,6 +55,13 @@ pub struct ProcessState {
 impl ProcessState {
     pub(super) fn health(&self) -> MutexGuard<'_, Health> {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A flow's partitions assigned and not copying past the bound, and what most wait for.
+    pub fn set_waiting(&self, flow: &str, partitions: i64, reason: Option<&'static str>) {
+        self.health()
+            .waiting
+            .insert(flow.to_string(), (partitions, reason));
     }
 
     /// A flow's control loop starts a round (topic discovery, remote topics, partition tasks).

@@ -47,6 +47,16 @@ pub(crate) fn register_copy(registry: &mut Registry, m: &Metrics) {
         m.records_already_on_target.clone(),
     );
     registry.register(
+        "partitions_waiting",
+        "Partitions assigned and not copying for longer than 30 s, by what they wait for: assigned, start_lookup, resume, target_partition, fetch, send, retrying",
+        m.partitions_waiting.clone(),
+    );
+    registry.register(
+        "partitions_reported_waiting",
+        "Partitions reported (logged once each) as assigned and not copying for longer than 30 s, by what they waited for then",
+        m.partitions_reported_waiting.clone(),
+    );
+    registry.register(
         "resume_fallbacks",
         "Starting partitions that copy from the stored position, unable to tell what the target holds, by reason",
         m.resume_fallbacks.clone(),

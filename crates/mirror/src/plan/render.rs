@@ -237,6 +237,7 @@ pub(crate) fn render_flow(o: &mut String, pf: &PlanFlow) {
             }
         );
         render_schemas(o, f);
+        render_keys_set(o, f);
         let _ = writeln!(o, "  clients");
         let _ = writeln!(
             o,
@@ -275,6 +276,22 @@ pub(crate) fn render_flow(o: &mut String, pf: &PlanFlow) {
                 p.buffer_memory,
                 f.clients.target_producer.request_timeout.as_millis()
             );
+    }
+}
+
+/// Every connector key the configuration sets for the flow, by its key, with its value in
+/// effect (what the lines above describe in words, and the tuning they do not show, such as
+/// `admin.timeout.ms` or `offset.lag.max`).
+fn render_keys_set(o: &mut String, f: &crate::config::model::FlowConfig) {
+    if f.keys_set.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  keys set       (for this flow, or at the top of the file)"
+    );
+    for (k, v) in &f.keys_set {
+        let _ = writeln!(o, "    {k} = {v}");
     }
 }
 

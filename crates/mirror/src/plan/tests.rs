@@ -37,6 +37,30 @@ fn text_plan_explains_flows_names_and_internal_topics() {
     assert!(!text.contains("topsecret"));
 }
 
+/// A tuning key honoured but named nowhere in the plan left a user unsure it was read.
+#[test]
+fn every_connector_key_set_is_named_with_its_value() {
+    let text = plan(
+        "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n\
+         A->B.enabled = true\nadmin.timeout.ms = 5000\nA->B.offset.lag.max = 50\n\
+         A->B.kmirror.positions.interval.ms = 1000\n",
+        &[],
+    )
+    .render_text();
+    let flow = &text[text.find("Flow A->B").expect("the flow")..];
+    let flow = &flow[..flow.find("Flow B->A").unwrap_or(flow.len())];
+    for needle in [
+        "keys set",
+        "admin.timeout.ms = 5000",
+        "offset.lag.max = 50",
+        "kmirror.positions.interval.ms = 1000",
+    ] {
+        assert!(flow.contains(needle), "missing {needle:?} in:\n{flow}");
+    }
+    // The flow's identity is its heading, not a setting.
+    assert!(!flow.contains("    enabled = true"), "{flow}");
+}
+
 #[test]
 fn json_plan_masks_secrets_and_marks_served_flows() {
     let p = plan(SASL, &["A"]);

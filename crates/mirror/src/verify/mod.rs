@@ -193,9 +193,18 @@ pub fn judge_records(c: &PartitionCounts, compacted: bool) -> (Status, String) {
     let in_flight = (c.source_end - copied_to.max(c.source_start)).max(0);
     let counts = format!("source {source}, target {target}");
     if in_flight > 0 && source > 0 {
+        // A partition assigned and never started has no position: all of it counts, and it
+        // says so (a copy that stalls before its first record is not "nearly done").
+        let at = match c.position {
+            Some(_) => format!("position {copied_to}"),
+            None => "not started: no position stored".to_string(),
+        };
         return (
             Status::Pending,
-            format!("{counts}; {in_flight} record(s) not copied yet (position {copied_to}, source end {})", c.source_end),
+            format!(
+                "{counts}; {in_flight} record(s) not copied yet ({at}, source end {})",
+                c.source_end
+            ),
         );
     }
     if target == source {
@@ -396,7 +405,12 @@ mod tests {
         // Duplicates, or source retention: more on the target is not a loss.
         assert_eq!(judge_records_(&counts(5, 10, 0, 12, Some(9))).0, Status::Ok);
         // No position stored yet for a non-empty partition: all of it is in flight.
-        assert_eq!(judge_records_(&counts(0, 3, 0, 0, None)).0, Status::Pending);
+        let (s, d) = judge_records_(&counts(0, 3, 0, 0, None));
+        assert_eq!(s, Status::Pending);
+        assert!(
+            d.contains("3 record(s) not copied yet (not started: no position stored"),
+            "{d}"
+        );
     }
 
     #[test]

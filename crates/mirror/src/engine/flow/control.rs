@@ -411,12 +411,20 @@ impl Control {
             .next()
             .is_none();
         let stop = Shutdown::default();
+        let stored = self.stored.get(&key).copied();
+        // Watched from the moment it is assigned: lag and, past a bound, what it waits for.
+        let watch = self.ctx.waiting.assigned(
+            key.clone(),
+            self.ctx.labels.partition(&remote, key.1),
+            stored,
+        );
         let task = PartitionTask {
             ctx: self.ctx.clone(),
             topic: key.0.clone(),
             remote,
             partition: key.1,
-            stored: self.stored.get(&key).copied(),
+            stored,
+            watch,
             stop: stop.clone(),
             // The shared producer id already holds sequence numbers for this partition.
             own_producer: !self.started.insert(key.clone()),

@@ -165,6 +165,7 @@ pub(super) async fn replicate(
         _ => None,
     };
     let ctx = Arc::new(Context {
+        waiting: Arc::default(),
         interruptions: crate::engine::interruptions::Interruptions::new(
             crate::engine::interruptions::QUIET,
         ),
@@ -201,6 +202,20 @@ pub(super) async fn replicate(
         );
         helpers.start(CLIENT_METRICS, "client metrics", &name, |s| {
             crate::engine::client_metrics::export(f, p, m, l, s)
+        });
+        let ends = crate::engine::waiting::SourceEnds {
+            source: source.clone(),
+            isolation: flow.clients.consumer_tuning.isolation_level,
+            start_at: crate::engine::waiting::start_at(flow.start),
+        };
+        let (w, id, m, l) = (
+            ctx.waiting.clone(),
+            flow.id.clone(),
+            metrics.clone(),
+            labels.clone(),
+        );
+        helpers.start(CLIENT_METRICS, "waiting partitions", &name, |s| {
+            crate::engine::waiting::monitor(w, ends, id, m, l, s)
         });
     }
     let replicated: Replicated = Arc::default();

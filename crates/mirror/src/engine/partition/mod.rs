@@ -8,6 +8,7 @@ use super::forward::{Failure, Forwarder, Gauges};
 use super::offset_syncs::Outbox;
 use super::positions::Board;
 use super::slots::{Slot, SlotTable};
+use super::waiting::{Stage, Watch, Watches};
 use super::Shutdown;
 use crate::config::model::FlowConfig;
 use crate::config::model::StartPosition;
@@ -61,6 +62,8 @@ pub(super) struct Context {
     pub(super) interruptions: super::interruptions::Interruptions,
     /// Schema sync: what the target registry has of the ids records name (the send gate).
     pub(super) schemas: Option<Arc<super::schemas::IdMap>>,
+    /// What each partition assigned and not copying yet waits for (`engine/waiting.rs`).
+    pub(super) waiting: Arc<Watches>,
 }
 
 impl Context {
@@ -83,6 +86,8 @@ pub(super) struct PartitionTask {
     /// Start with a producer id of its own (the partition was copied before in this process,
     /// so the shared producer id's sequence for it has moved on).
     pub(super) own_producer: bool,
+    /// What it waits for until it copies, from the moment it was assigned.
+    pub(super) watch: Arc<Watch>,
 }
 
 impl PartitionTask {
@@ -101,6 +106,9 @@ impl PartitionTask {
                     message,
                 })
             });
+        self.ctx
+            .waiting
+            .ended(&(self.topic.clone(), self.partition), &self.watch);
         if let Err(e) = &result {
             PartitionStopped {
                 flow: &self.ctx.flow.id,
@@ -136,7 +144,7 @@ impl PartitionTask {
         };
         // A transactional lane never starts over under an id of its own.
         let own_producer = self.own_producer && io.slot.is_none();
-        drive(&mut io, self.stored, own_producer).await
+        drive(&mut io, self.stored, own_producer, &self.watch).await
     }
 
     fn forwarder<'a>(&'a self, g: &'a Gauges, slot: Option<&'a Arc<Slot>>) -> Forwarder<'a> {
@@ -157,6 +165,7 @@ impl PartitionTask {
             schemas: self.ctx.schemas.as_deref(),
             slot,
             g,
+            watch: &self.watch,
         }
     }
 
@@ -222,8 +231,9 @@ pub(super) trait PartitionIo: Send {
     fn start_offset(&mut self) -> impl Future<Output = Result<i64, KafkaError>> + Send;
     /// Shows the partition's lag as the source's end minus `next`, before anything it may
     /// wait for (its target partition's log, the resume walk, a backoff): until the fetcher's
-    /// first answer, a partition assigned and not copying must not count as caught up.
-    fn show_lag(&mut self, next: i64) -> impl Future<Output = ()> + Send;
+    /// first answer, a partition assigned and not copying must not count as caught up. True
+    /// when shown (the source's end was found in time).
+    fn show_lag(&mut self, next: i64) -> impl Future<Output = bool> + Send;
     /// Where to start, `next` being where the stored position (`stored`) or the start
     /// lookup says: later, when the target holds the records from `next` on already. Never
     /// earlier.
@@ -255,22 +265,29 @@ pub(super) trait PartitionIo: Send {
 /// the start up once; on a transient failure back off and resume from the first unacknowledged
 /// offset under a new producer id; stop for good only on what retrying cannot fix. `Ok` when
 /// stopped from outside.
+///
+/// `watch` follows what it waits for until it copies (`engine/waiting.rs`).
 pub(super) async fn drive<I: PartitionIo>(
     io: &mut I,
     stored: Option<i64>,
     own_producer: bool,
+    watch: &Watch,
 ) -> Result<(), Stopped> {
     let mut acked_through = stored.filter(|o| *o >= 0);
     if own_producer {
         let mut attempt = 0;
         while let Err(e) = io.fresh_producer().await {
+            watch.failed(&e);
             if io.retry_wait(&e, &mut attempt).await {
                 return Ok(());
             }
         }
     }
     if let Some(a) = acked_through {
-        io.show_lag(a + 1).await;
+        if io.show_lag(a + 1).await {
+            watch.lag_shown();
+        }
+        watch.stage(Stage::Resume);
         // Records after the stored position that the target holds already (written before a
         // crash, after the last store) are not copied again.
         let next = io.resume(a + 1, true).await;
@@ -287,31 +304,41 @@ pub(super) async fn drive<I: PartitionIo>(
         let next = match (acked_through, start) {
             (Some(o), _) => o + 1,
             (None, Some(s)) => s,
-            (None, None) => match io.start_offset().await {
-                Ok(o) => {
-                    io.show_lag(o).await;
-                    // Without a stored position too: a first run killed before its first store
-                    // left records on the target that no position mentions.
-                    let o = io.resume(o, false).await;
-                    start = Some(o);
-                    o
-                }
-                Err(e) if e.is_retriable() || e.is_stale_metadata() => {
-                    if io.retry_wait(&e, &mut attempt).await {
-                        return Ok(());
+            (None, None) => {
+                watch.stage(Stage::StartLookup);
+                match io.start_offset().await {
+                    Ok(o) => {
+                        watch.starts_at(o);
+                        if io.show_lag(o).await {
+                            watch.lag_shown();
+                        }
+                        watch.stage(Stage::Resume);
+                        // Without a stored position too: a first run killed before its first store
+                        // left records on the target that no position mentions.
+                        let o = io.resume(o, false).await;
+                        start = Some(o);
+                        o
                     }
-                    continue;
+                    Err(e) if e.is_retriable() || e.is_stale_metadata() => {
+                        watch.failed(&e);
+                        if io.retry_wait(&e, &mut attempt).await {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(io.fatal(next_or(acked_through), e)),
                 }
-                Err(e) => return Err(io.fatal(next_or(acked_through), e)),
-            },
+            }
         };
         // The target partition first, the data after: fetched data waiting for a target
         // partition that is not there yet (just created) would hold the flow's memory budget,
         // and partitions whose targets are ready would wait behind it.
+        watch.stage(Stage::TargetPartition);
         let mut lane = match io.lane().await {
             Ok(lane) => lane,
             Err(e) if e.is_retriable() || e.is_stale_metadata() => {
                 sub = None;
+                watch.failed(&e);
                 if io.retry_wait(&e, &mut attempt).await {
                     return Ok(());
                 }
@@ -332,6 +359,7 @@ pub(super) async fn drive<I: PartitionIo>(
                 Err(e) => return Err(io.fatal(next, e)),
             },
         };
+        watch.stage(Stage::Fetch);
         match io.forward(feed, &mut lane, next, &mut acked_through).await {
             Ok(()) => return Ok(()),
             Err(Failure::Retry(e)) => {
@@ -343,6 +371,7 @@ pub(super) async fn drive<I: PartitionIo>(
                 if acked_through.is_some_and(|o| o + 1 != next) {
                     attempt = 0; // progress since the last failure: back off from the start
                 }
+                watch.failed(&e);
                 if io.retry_wait(&e, &mut attempt).await {
                     return Ok(());
                 }
@@ -390,7 +419,7 @@ impl PartitionIo for Io<'_> {
         Box::pin(self.task.start_offset()).await
     }
 
-    async fn show_lag(&mut self, next: i64) {
+    async fn show_lag(&mut self, next: i64) -> bool {
         let t = self.task;
         let isolation = t.ctx.flow.clients.consumer_tuning.isolation_level;
         // Asked with the other partitions starting now; bounded, so a slow source delays the
@@ -404,14 +433,18 @@ impl PartitionIo for Io<'_> {
         ))
         .await;
         match end {
-            Ok(Ok(end)) => self.g.show_lag(end - next),
+            Ok(Ok(end)) => {
+                self.g.show_lag(end - next);
+                return true;
+            }
             Ok(Err(e)) => {
-                tracing::debug!(topic = %t.topic, partition = t.partition, error = %e, "source end not known; lag shown once fetched")
+                tracing::debug!(topic = %t.topic, partition = t.partition, error = %e, "source end not known; the flow's monitor looks it up")
             }
             Err(_) => {
-                tracing::debug!(topic = %t.topic, partition = t.partition, "source end not known in time; lag shown once fetched")
+                tracing::debug!(topic = %t.topic, partition = t.partition, "source end not known in time; the flow's monitor looks it up")
             }
         }
+        false
     }
 
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {
@@ -478,3 +511,73 @@ impl PartitionIo for Io<'_> {
 
 #[cfg(test)]
 mod tests;
+
+/// A partition task's life through [`drive`] with a scripted outside world, for the tests of
+/// other modules (`engine/waiting.rs`).
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A task whose start lookup fails (retriably) every time, backing off 1 s between tries.
+    pub(crate) struct Driven(FailingStarts);
+
+    pub(crate) fn failing_starts() -> Driven {
+        Driven(FailingStarts)
+    }
+
+    impl Driven {
+        pub(crate) async fn run(&mut self, watch: &Watch) -> Result<(), Stopped> {
+            drive(&mut self.0, None, false, watch).await
+        }
+    }
+
+    pub(crate) struct FailingStarts;
+
+    impl PartitionIo for FailingStarts {
+        type Feed = ();
+        type Lane = ();
+        async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
+            Ok(())
+        }
+        async fn start_offset(&mut self) -> Result<i64, KafkaError> {
+            Err(KafkaError::Disconnected {
+                broker: "b1".into(),
+            })
+        }
+        async fn show_lag(&mut self, _next: i64) -> bool {
+            false
+        }
+        async fn resume(&mut self, next: i64, _stored: bool) -> i64 {
+            next
+        }
+        async fn lane(&mut self) -> Result<(), KafkaError> {
+            Ok(())
+        }
+        fn subscribe(&mut self, _next: i64) -> Result<(), KafkaError> {
+            Ok(())
+        }
+        fn seek(&mut self, _feed: &mut (), _next: i64) {}
+        async fn forward(
+            &mut self,
+            _feed: &mut (),
+            _lane: &mut (),
+            _next: i64,
+            _acked: &mut Option<i64>,
+        ) -> Result<(), Failure> {
+            unreachable!("its start never succeeds")
+        }
+        fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
+            Stopped::Kafka {
+                topic: "t".into(),
+                partition: 0,
+                first: next,
+                source: e,
+            }
+        }
+        async fn retry_wait(&mut self, _e: &KafkaError, attempt: &mut u32) -> bool {
+            *attempt += 1;
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            false
+        }
+    }
+}

@@ -43,8 +43,9 @@ impl PartitionIo for Script {
         self.log.push("start".into());
         self.starts.pop_front().expect("an unscripted start lookup")
     }
-    async fn show_lag(&mut self, next: i64) {
+    async fn show_lag(&mut self, next: i64) -> bool {
         self.lags.push(next);
+        true
     }
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {
         self.log.push(if stored {
@@ -105,7 +106,8 @@ fn run(mut script: Script, stored: Option<i64>, own: bool) -> (Result<(), Stoppe
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let result = rt.block_on(drive(&mut script, stored, own));
+    let watch = Watch::new(tokio::time::Instant::now(), stored);
+    let result = rt.block_on(drive(&mut script, stored, own, &watch));
     (result, script)
 }
 
