@@ -50,6 +50,8 @@ pub struct KafkaCluster {
     slots: Mutex<HashMap<(i32, usize), BrokerSlot>>,
     /// ListOffsets asked by many callers at once, sent together ([`offset_lookup`]).
     pub(crate) lookups: offset_lookup::Lookups,
+    /// The lookups a batched answer left out, asked again together a round later.
+    pub(crate) lookup_retries: offset_lookup::Lookups,
     pub(crate) fetches: fetch_batch::Fetches,
     /// Metadata reloads of single topics asked by many callers at once, sent together.
     refreshes: refresh::Refreshes,
@@ -96,6 +98,7 @@ impl KafkaCluster {
             metadata: RwLock::new(Arc::new(Metadata::default())),
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
+            lookup_retries: Default::default(),
             fetches: Default::default(),
             refreshes: Default::default(),
             silent: Mutex::new(HashMap::new()),

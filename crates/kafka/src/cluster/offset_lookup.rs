@@ -5,9 +5,9 @@
 //! one request per connection at a time), 1,000 partitions cost 2,000 round trips, several
 //! seconds before the first record moves. Here the asks that arrive within a short window go
 //! out together ([`KafkaCluster::list_offsets_once`]); a partition the batched answer left out
-//! (no leader yet, its log not created yet) is asked again in a later batch, after a backoff,
-//! so one slow partition never holds up the others, and thousands waiting cost one request per
-//! broker per round.
+//! (no leader yet, its log not created yet) is asked again in the next retry round, a quarter
+//! of a second later, so one slow partition never holds up the others, and thousands waiting
+//! cost one request per broker a round.
 
 use super::KafkaCluster;
 use crate::error::Result;
@@ -35,8 +35,9 @@ impl KafkaCluster {
     /// [`KafkaCluster::list_offset`], sent together with the other lookups asked at about the
     /// same time (one request per broker). Same answer and retry budget as `list_offset`: a
     /// partition the batched answer left out (its log not created yet, no leader known) is
-    /// asked again in a later batch, after a backoff, until `request.timeout.ms`; then once on
-    /// its own, whose error the caller gets.
+    /// asked again in the next retry round ([`RETRY_WINDOW`]), with every other partition left
+    /// out meanwhile, until `request.timeout.ms`; then once on its own, whose error the caller
+    /// gets.
     ///
     /// Retried in batches, not one by one: a flow starting 10,000 partitions against a target
     /// still creating their logs sent one ListOffsets per waiting partition and retry (thousands
@@ -50,27 +51,33 @@ impl KafkaCluster {
         isolation: IsolationLevel,
     ) -> Result<i64> {
         let deadline = tokio::time::Instant::now() + self.settings.request_timeout;
-        let mut delay = RETRY_FIRST;
+        let mut retry = false;
         loop {
             let (reply, answer) = oneshot::channel();
-            let first = self.lookups.push(Ask {
+            let ask = Ask {
                 topic: topic.into(),
                 partition,
                 at,
                 isolation,
                 reply,
-            });
-            if first {
-                tokio::spawn(flush(self.clone()));
+            };
+            // A retry waits for the next retry round, with every other partition left out
+            // since the last one: thousands waiting for their logs cost one request per
+            // broker a round, not one each.
+            let (queue, window) = match retry {
+                false => (&self.lookups, WINDOW),
+                true => (&self.lookup_retries, RETRY_WINDOW),
+            };
+            if queue.push(ask) {
+                tokio::spawn(flush(self.clone(), retry, window));
             }
             if let Ok(Some(offset)) = answer.await {
                 return Ok(offset);
             }
-            if tokio::time::Instant::now() + delay >= deadline {
+            if tokio::time::Instant::now() + RETRY_WINDOW >= deadline {
                 break;
             }
-            tokio::time::sleep(retry_delay(delay)).await;
-            delay = (delay * 2).min(RETRY_MAX);
+            retry = true;
             if self.leader_of(topic, partition).is_err() {
                 // Not in the cached metadata (a topic created a moment ago): reloaded together
                 // with the other callers reloading now (`refresh.rs`).
@@ -88,21 +95,16 @@ impl KafkaCluster {
     }
 }
 
-/// The first wait before a partition left out of a batched answer is asked again, and the
-/// longest (as `retrying`'s).
-const RETRY_FIRST: Duration = Duration::from_millis(25);
-const RETRY_MAX: Duration = Duration::from_secs(1);
-
-/// `delay` plus up to half of it again, so the retries of partitions left out together spread
-/// over a few batches rather than all landing in one.
-fn retry_delay(delay: Duration) -> Duration {
-    let half = delay.as_millis() as u64 / 2 + 1;
-    delay + Duration::from_millis(rand::random::<u64>() % half)
-}
+/// How long a retry round gathers the partitions left out of earlier answers.
+const RETRY_WINDOW: Duration = Duration::from_millis(250);
 
 /// Sends every queued ask, one request per (broker, kind of lookup), and answers each.
-async fn flush(cluster: Arc<KafkaCluster>) {
-    let asks = cluster.lookups.take_after(WINDOW).await;
+async fn flush(cluster: Arc<KafkaCluster>, retries: bool, window: Duration) {
+    let queue = match retries {
+        false => &cluster.lookups,
+        true => &cluster.lookup_retries,
+    };
+    let asks = queue.take_after(window).await;
     for ((at, isolation), asks) in group(asks) {
         let partitions: Vec<(String, i32)> = asks
             .iter()
@@ -130,18 +132,6 @@ fn group(asks: Vec<Ask>) -> HashMap<(i64, IsolationLevel), Vec<Ask>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retries_spread_over_up_to_half_their_delay_again() {
-        for _ in 0..100 {
-            let d = retry_delay(Duration::from_millis(100));
-            assert!(
-                d >= Duration::from_millis(100) && d <= Duration::from_millis(151),
-                "{d:?}"
-            );
-        }
-        assert!(retry_delay(RETRY_MAX) <= RETRY_MAX * 3 / 2 + Duration::from_millis(1));
-    }
 
     #[test]
     fn asks_are_grouped_by_timestamp_and_isolation() {

@@ -189,6 +189,7 @@ mod tests {
             metadata: RwLock::new(Arc::new(metadata)),
             slots: Mutex::new(HashMap::new()),
             lookups: Default::default(),
+            lookup_retries: Default::default(),
             fetches: Default::default(),
             refreshes: Default::default(),
             silent: Mutex::new(HashMap::new()),

@@ -7,8 +7,10 @@
 //!   ends: the source's end minus where it will start (its stored position + 1, or what the
 //!   flow's start position names), so lag counts it from the moment it is assigned;
 //! - one assigned and not copying for longer than [`BOUND`] is reported once, with what it
-//!   waits for ([`PartitionWaiting`]), and counted in `kmirror_partitions_waiting{reason}`
-//!   until it copies; `/status` shows the count and the most common reason.
+//!   waits for ([`PartitionWaiting`]: counted, and logged at DEBUG; one WARN line per flow per
+//!   [`QUIET`] names how many, [`PartitionsWaiting`]), and counted in
+//!   `kmirror_partitions_waiting{reason}` until it copies; `/status` shows the count and the
+//!   most common reason.
 //!
 //! The verdicts ([`judge`]) are plain code over the watches and a clock; the lookups go through
 //! the [`Ends`] seam.
@@ -296,7 +298,8 @@ pub(crate) trait Ends: Send + Sync {
     ) -> impl Future<Output = HashMap<(String, i32), i64>> + Send;
 }
 
-/// A partition found waiting past the bound: logged once, counted while it waits.
+/// A partition found waiting past the bound: counted once, and logged once at DEBUG; the WARN
+/// line is [`PartitionsWaiting`]'s, one per flow per [`QUIET`] for all of them.
 #[derive(Debug)]
 pub(crate) struct PartitionWaiting<'a> {
     pub(crate) flow: &'a FlowId,
@@ -307,19 +310,50 @@ impl Event for PartitionWaiting<'_> {
     fn emit(self, to: Emitter<'_>) {
         let w = self.waiting;
         let waited_s = w.waited.as_secs();
-        match &w.error {
-            Some(error) => {
-                tracing::warn!(flow = %self.flow, topic = %w.key.0, partition = w.key.1, reason = w.stage.label(), waited_s, error = %error, "partition assigned and not copying yet: waiting for {}", w.stage.text())
-            }
-            None => {
-                tracing::warn!(flow = %self.flow, topic = %w.key.0, partition = w.key.1, reason = w.stage.label(), waited_s, "partition assigned and not copying yet: waiting for {}", w.stage.text())
-            }
-        }
+        let error = w.error.as_deref().unwrap_or("");
+        tracing::debug!(flow = %self.flow, topic = %w.key.0, partition = w.key.1, reason = w.stage.label(), waited_s, error, "partition assigned and not copying yet: waiting for {}", w.stage.text());
         to.metrics
             .partitions_reported_waiting
             .get_or_create(&to.labels.reason(w.stage.label()))
             .inc();
     }
+}
+
+/// How long after a WARN line about waiting partitions the next ones are only counted.
+pub(crate) const QUIET: Duration = Duration::from_secs(10);
+
+/// Partitions newly found waiting past the bound, in one WARN line per flow per [`QUIET`]: a
+/// start of 10,000 partitions against a target that needs a minute to create their logs would
+/// otherwise log thousands of lines that say the same thing. It names how many, what most of
+/// them wait for, and one of them with its error.
+#[derive(Debug)]
+pub(crate) struct PartitionsWaiting<'a> {
+    pub(crate) flow: &'a FlowId,
+    /// Found waiting since the last WARN line.
+    pub(crate) newly: usize,
+    /// Waiting now, and what most of them wait for.
+    pub(crate) waiting: i64,
+    pub(crate) most: Option<&'static str>,
+    pub(crate) example: &'a Waiting,
+}
+
+impl Event for PartitionsWaiting<'_> {
+    fn emit(self, _to: Emitter<'_>) {
+        let e = self.example;
+        let most = self.most.unwrap_or(e.stage.label());
+        let error = e.error.as_deref().unwrap_or("");
+        tracing::warn!(flow = %self.flow, newly = self.newly, waiting = self.waiting, most, example = %format_args!("{}-{}", e.key.0, e.key.1), example_reason = e.stage.label(), error, "partitions assigned and not copying for over 30 s (kmirror_partitions_waiting counts them by reason; the example waits for {})", e.stage.text());
+    }
+}
+
+/// The monitor's memory between looks: when it last logged a WARN line, and what it counted
+/// since.
+#[derive(Debug, Default)]
+pub(crate) struct Fold {
+    last_warn: Option<Instant>,
+    /// Found waiting since the last WARN line, and the first of them.
+    newly: usize,
+    example: Option<Waiting>,
 }
 
 /// One look: lag for the partitions not started, reports past the bound, the gauges.
@@ -329,6 +363,7 @@ pub(crate) async fn look<E: Ends>(
     flow: &FlowId,
     to: Emitter<'_>,
     now: Instant,
+    fold: &mut Fold,
 ) -> Verdicts {
     let snapshot = watches.snapshot();
     let pairs: Vec<((String, i32), Arc<Watch>)> = snapshot
@@ -375,13 +410,33 @@ pub(crate) async fn look<E: Ends>(
     for w in &v.newly {
         PartitionWaiting { flow, waiting: w }.emit(to);
     }
+    let (total, most) = summary(&v.counts);
+    fold.newly += v.newly.len();
+    if fold.example.is_none() {
+        fold.example = v.newly.first().cloned();
+    }
+    let quiet = fold
+        .last_warn
+        .is_some_and(|t| now.saturating_duration_since(t) < QUIET);
+    if !quiet {
+        if let Some(example) = fold.example.take() {
+            PartitionsWaiting {
+                flow,
+                newly: std::mem::take(&mut fold.newly),
+                waiting: total,
+                most,
+                example: &example,
+            }
+            .emit(to);
+            fold.last_warn = Some(now);
+        }
+    }
     for (reason, n) in &v.counts {
         to.metrics
             .partitions_waiting
             .get_or_create(&to.labels.reason(reason))
             .set(*n);
     }
-    let (total, most) = summary(&v.counts);
     to.metrics
         .process
         .set_waiting(&flow.to_string(), total, most);
@@ -441,6 +496,7 @@ pub(crate) async fn monitor<E: Ends>(
     labels: crate::metrics::FlowLabels,
     stop: super::Shutdown,
 ) {
+    let mut fold = Fold::default();
     loop {
         if stop.sleep(TICK).await {
             break;
@@ -449,7 +505,7 @@ pub(crate) async fn monitor<E: Ends>(
             metrics: &metrics,
             labels: &labels,
         };
-        look(&watches, &ends, &flow, to, Instant::now()).await;
+        look(&watches, &ends, &flow, to, Instant::now(), &mut fold).await;
     }
 }
 

@@ -88,8 +88,17 @@ async fn a_partition_whose_start_keeps_failing_shows_as_lag_and_as_waiting_after
         metrics: &metrics,
         labels: &labels,
     };
+    let mut fold = Fold::default();
     tokio::time::sleep(TICK).await;
-    let v = look(&watches, &FiveRecords, &flow_id, to, Instant::now()).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
     assert!(v.newly.is_empty(), "not past the bound yet");
     assert_eq!(
         metrics.partition_series(&plabels).lag.get(),
@@ -97,7 +106,15 @@ async fn a_partition_whose_start_keeps_failing_shows_as_lag_and_as_waiting_after
         "lag from the moment it is assigned: the source's end minus where it will start"
     );
     tokio::time::sleep(BOUND).await;
-    let v = look(&watches, &FiveRecords, &flow_id, to, Instant::now()).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
     assert_eq!(v.newly.len(), 1);
     assert_eq!(v.newly[0].stage, Stage::Retrying);
     assert!(
@@ -135,6 +152,88 @@ async fn a_partition_whose_start_keeps_failing_shows_as_lag_and_as_waiting_after
     // Ended (stopped, revoked): not watched any more.
     task.abort();
     watches.ended(&key(0), &watch);
-    let v = look(&watches, &FiveRecords, &flow_id, to, Instant::now()).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
     assert_eq!(summary(&v.counts), (0, None));
+}
+
+/// A start of thousands of partitions against a slow target: each is counted once, and the
+/// WARN lines are one per quiet period, not one per partition.
+#[tokio::test(start_paused = true)]
+async fn many_partitions_waiting_make_one_warn_line_per_quiet_period() {
+    let metrics = Metrics::new();
+    let flow_id = FlowId::new(ClusterAlias::new("A"), ClusterAlias::new("B"));
+    let labels = FlowLabels {
+        source: "A".into(),
+        target: "B".into(),
+    };
+    let to = Emitter {
+        metrics: &metrics,
+        labels: &labels,
+    };
+    let watches = Watches::default();
+    for p in 0..1000 {
+        watches.assigned(key(p), labels.partition("A.orders", p), Some(0));
+    }
+    // Five more, assigned 5 s later.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for p in 1000..1005 {
+        watches.assigned(key(p), labels.partition("A.orders", p), Some(0));
+    }
+    let mut fold = Fold::default();
+    tokio::time::sleep(BOUND - Duration::from_secs(4)).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
+    assert_eq!(v.newly.len(), 1000);
+    assert_eq!(fold.newly, 0, "logged in one line");
+    let warned = fold.last_warn.expect("a WARN line");
+    // The five, found within the quiet period: counted, their line held back.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
+    assert_eq!(v.newly.len(), 5);
+    assert_eq!((fold.newly, fold.last_warn), (5, Some(warned)));
+    // After it, their line, though nothing new was found since.
+    tokio::time::sleep(QUIET).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
+    assert!(v.newly.is_empty());
+    assert_eq!(fold.newly, 0);
+    assert!(fold.last_warn.is_some_and(|t| t > warned));
+    assert_eq!(
+        metrics
+            .partitions_reported_waiting
+            .get_or_create(&labels.reason("assigned"))
+            .get(),
+        1005,
+        "each partition counted once"
+    );
 }
