@@ -28,6 +28,7 @@
 #        FILTER='scale-.*'     the flow's topics key
 #        RF_KEYS=all|some      replication-factor keys: all seven, or those a user copies from a
 #          short example (no config/status storage keys, emit.checkpoints.enabled = false)
+#        IDLE=20               seconds kmirror's CPU is sampled once everything is copied (0: not)
 #        BARE=0                skip the bare producer's floor (printed before the copy: the time a
 #          plain producer needs to land one record in each of as many new partitions, on a fresh
 #          broker with the target's heap, started for it and stopped after)
@@ -141,7 +142,17 @@ ok=1
 wait "$wpid" || ok=0
 echo "scale-check: status ${STATUS_AT:-15} s after the start:"
 cat "$KAFKA_HARNESS_RUN/status-early" 2>/dev/null || true
-rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$(pgrep -n -f -- "$K run $cfg" || echo "$KPID")/status")
+kpid=$(pgrep -n -f -- "$K run $cfg" || echo "$KPID")
+rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$kpid/status")
+# CPU while every partition is idle (all copied): IDLE seconds of utime + stime, as % of a core.
+idle=""
+if [[ $ok == 1 && ${IDLE:-20} -gt 0 ]]; then
+  ticks() { awk '{ print $14 + $15 }' "/proc/$kpid/stat"; }
+  c0=$(ticks) t0i=$(now_ms)
+  sleep "${IDLE:-20}"
+  c1=$(ticks) t1i=$(now_ms)
+  idle=$(awk -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v ms="$((t1i - t0i))" 'BEGIN { printf "%.1f", 100 * c / hz / (ms / 1000) }')
+fi
 echo "scale-check: status at the end:"
 $K status --address "127.0.0.1:$MP" || true
 if [[ -n "${WRAP:-}" ]]; then
@@ -155,6 +166,7 @@ if [[ $ok == 1 ]]; then
   first=$(sed -n 's/.*first_ms=\([0-9]*\).*/\1/p' "$out") done=$(sed -n 's/.*epoch_ms=\([0-9]*\).*/\1/p' "$out")
   awk -v f="$first" -v d="$done" -v t="$t0" -v r="$rss" \
     'BEGIN { printf "scale-check: first record %.1f s, last record %.1f s, peak RSS %s MB\n", (f - t) / 1000, (d - t) / 1000, r }'
+  [[ -n "$idle" ]] && echo "scale-check: idle CPU ${idle} % of a core over ${IDLE:-20} s, every partition copied"
   if [[ ${RESTART:-0} == 1 ]]; then
     kill -TERM "$KPID"
     wait "$KPID" || true

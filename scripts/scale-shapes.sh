@@ -21,10 +21,10 @@ declare -A SHAPE_OF=(
   [java-512m]="CREATE=java TARGET_HEAP=512m RF_KEYS=all"
   [issue]="SHAPE=issue"
   [rdkafka1-512m]="CREATE=rdkafka PER_REQUEST=1 TARGET_HEAP=512m RF_KEYS=all PREFIX=t FILTER=t[0-9]+"
-  [rdkafka100-1g]="CREATE=rdkafka PER_REQUEST=100 TARGET_HEAP=1g RF_KEYS=some PREFIX=u FILTER=.*"
+  [rdkafka50-1g]="CREATE=rdkafka PER_REQUEST=50 TARGET_HEAP=1g RF_KEYS=some PREFIX=u FILTER=.*"
   [java-1g]="CREATE=java TARGET_HEAP=1g RF_KEYS=some PREFIX=scale- FILTER=scale-.*,other"
 )
-SHAPES="${SHAPES:-java-512m issue rdkafka1-512m rdkafka100-1g java-1g}"
+SHAPES="${SHAPES:-java-512m issue rdkafka1-512m rdkafka50-1g java-1g}"
 if [[ -z "${KMIRROR_BIN:-}" ]]; then
   cargo build -q --release --bin kmirror || exit 1
 fi

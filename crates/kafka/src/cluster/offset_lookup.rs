@@ -36,8 +36,8 @@ impl KafkaCluster {
     /// same time (one request per broker). Same answer and retry budget as `list_offset`: a
     /// partition the batched answer left out (its log not created yet, no leader known) is
     /// asked again in the next retry round ([`RETRY_WINDOW`]), with every other partition left
-    /// out meanwhile, until `request.timeout.ms`; then once on its own, whose error the caller
-    /// gets.
+    /// out meanwhile, until `request.timeout.ms`; then once on its own, whose answer (or error)
+    /// the caller gets.
     ///
     /// Retried in batches, not one by one: a flow starting 10,000 partitions against a target
     /// still creating their logs sent one ListOffsets per waiting partition and retry (thousands
@@ -89,9 +89,16 @@ impl KafkaCluster {
                     .await;
             }
         }
-        // Boxed: the retrying lookup's future is kilobytes, and inline it would size every
-        // ask waiting for its batch (thousands when a flow starts).
-        Box::pin(self.list_offset(topic, partition, at, isolation)).await
+        // Once on its own, for the broker's own answer: retried one by one, thousands of
+        // partitions still waiting would each send requests as fast as the retries allow. The
+        // caller backs off and asks again. Boxed: the lookup's future is kilobytes, and inline
+        // it would size every ask waiting for its batch (thousands when a flow starts).
+        Box::pin(async {
+            let (leader, epoch) = self.leader_of(topic, partition)?;
+            let conn = self.broker(leader).await?;
+            super::offsets::list_offset_on(&conn, topic, partition, epoch, at, isolation).await
+        })
+        .await
     }
 }
 

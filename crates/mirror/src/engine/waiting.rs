@@ -401,10 +401,13 @@ pub(crate) async fn look<E: Ends>(
             }
             // No record at or after a start timestamp: it starts at the end.
             let start = if start < 0 { *end } else { start };
-            to.metrics
-                .partition_series(labels)
-                .lag
-                .set((end - start).max(0));
+            let lag = (end - start).max(0);
+            to.metrics.partition_series(labels).lag.set(lag);
+            if lag == 0 {
+                // Nothing to copy (empty, idle): the fetcher delivers nothing for it until
+                // records arrive, and it is not waiting for anything.
+                w.copying();
+            }
         }
     }
     for w in &v.newly {
@@ -510,4 +513,4 @@ pub(crate) async fn monitor<E: Ends>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -231,9 +231,9 @@ pub(super) trait PartitionIo: Send {
     fn start_offset(&mut self) -> impl Future<Output = Result<i64, KafkaError>> + Send;
     /// Shows the partition's lag as the source's end minus `next`, before anything it may
     /// wait for (its target partition's log, the resume walk, a backoff): until the fetcher's
-    /// first answer, a partition assigned and not copying must not count as caught up. True
-    /// when shown (the source's end was found in time).
-    fn show_lag(&mut self, next: i64) -> impl Future<Output = bool> + Send;
+    /// first answer, a partition assigned and not copying must not count as caught up. The lag
+    /// shown, when the source's end was found in time.
+    fn show_lag(&mut self, next: i64) -> impl Future<Output = Option<i64>> + Send;
     /// Where to start, `next` being where the stored position (`stored`) or the start
     /// lookup says: later, when the target holds the records from `next` on already. Never
     /// earlier.
@@ -284,9 +284,7 @@ pub(super) async fn drive<I: PartitionIo>(
         }
     }
     if let Some(a) = acked_through {
-        if io.show_lag(a + 1).await {
-            watch.lag_shown();
-        }
+        shown(watch, io.show_lag(a + 1).await);
         watch.stage(Stage::Resume);
         // Records after the stored position that the target holds already (written before a
         // crash, after the last store) are not copied again.
@@ -309,9 +307,7 @@ pub(super) async fn drive<I: PartitionIo>(
                 match io.start_offset().await {
                     Ok(o) => {
                         watch.starts_at(o);
-                        if io.show_lag(o).await {
-                            watch.lag_shown();
-                        }
+                        shown(watch, io.show_lag(o).await);
                         watch.stage(Stage::Resume);
                         // Without a stored position too: a first run killed before its first store
                         // left records on the target that no position mentions.
@@ -391,6 +387,17 @@ pub(super) async fn drive<I: PartitionIo>(
     }
 }
 
+/// A partition with nothing to copy when it starts (an empty or idle partition, one stopped at
+/// its end) is not waiting for anything: the fetcher delivers nothing for it until records
+/// arrive, and it would otherwise be reported as waiting for data.
+fn shown(watch: &Watch, lag: Option<i64>) {
+    match lag {
+        Some(0) => watch.copying(),
+        Some(_) => watch.lag_shown(),
+        None => {}
+    }
+}
+
 /// The real outside world of a partition task.
 struct Io<'a> {
     task: &'a PartitionTask,
@@ -419,7 +426,7 @@ impl PartitionIo for Io<'_> {
         Box::pin(self.task.start_offset()).await
     }
 
-    async fn show_lag(&mut self, next: i64) -> bool {
+    async fn show_lag(&mut self, next: i64) -> Option<i64> {
         let t = self.task;
         let isolation = t.ctx.flow.clients.consumer_tuning.isolation_level;
         // Asked with the other partitions starting now; bounded, so a slow source delays the
@@ -434,8 +441,9 @@ impl PartitionIo for Io<'_> {
         .await;
         match end {
             Ok(Ok(end)) => {
-                self.g.show_lag(end - next);
-                return true;
+                let lag = (end - next).max(0);
+                self.g.show_lag(lag);
+                return Some(lag);
             }
             Ok(Err(e)) => {
                 tracing::debug!(topic = %t.topic, partition = t.partition, error = %e, "source end not known; the flow's monitor looks it up")
@@ -444,7 +452,7 @@ impl PartitionIo for Io<'_> {
                 tracing::debug!(topic = %t.topic, partition = t.partition, "source end not known in time; the flow's monitor looks it up")
             }
         }
-        false
+        None
     }
 
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {
@@ -511,73 +519,3 @@ impl PartitionIo for Io<'_> {
 
 #[cfg(test)]
 mod tests;
-
-/// A partition task's life through [`drive`] with a scripted outside world, for the tests of
-/// other modules (`engine/waiting.rs`).
-#[cfg(test)]
-pub(crate) mod tests_support {
-    use super::*;
-
-    /// A task whose start lookup fails (retriably) every time, backing off 1 s between tries.
-    pub(crate) struct Driven(FailingStarts);
-
-    pub(crate) fn failing_starts() -> Driven {
-        Driven(FailingStarts)
-    }
-
-    impl Driven {
-        pub(crate) async fn run(&mut self, watch: &Watch) -> Result<(), Stopped> {
-            drive(&mut self.0, None, false, watch).await
-        }
-    }
-
-    pub(crate) struct FailingStarts;
-
-    impl PartitionIo for FailingStarts {
-        type Feed = ();
-        type Lane = ();
-        async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
-            Ok(())
-        }
-        async fn start_offset(&mut self) -> Result<i64, KafkaError> {
-            Err(KafkaError::Disconnected {
-                broker: "b1".into(),
-            })
-        }
-        async fn show_lag(&mut self, _next: i64) -> bool {
-            false
-        }
-        async fn resume(&mut self, next: i64, _stored: bool) -> i64 {
-            next
-        }
-        async fn lane(&mut self) -> Result<(), KafkaError> {
-            Ok(())
-        }
-        fn subscribe(&mut self, _next: i64) -> Result<(), KafkaError> {
-            Ok(())
-        }
-        fn seek(&mut self, _feed: &mut (), _next: i64) {}
-        async fn forward(
-            &mut self,
-            _feed: &mut (),
-            _lane: &mut (),
-            _next: i64,
-            _acked: &mut Option<i64>,
-        ) -> Result<(), Failure> {
-            unreachable!("its start never succeeds")
-        }
-        fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
-            Stopped::Kafka {
-                topic: "t".into(),
-                partition: 0,
-                first: next,
-                source: e,
-            }
-        }
-        async fn retry_wait(&mut self, _e: &KafkaError, attempt: &mut u32) -> bool {
-            *attempt += 1;
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            false
-        }
-    }
-}

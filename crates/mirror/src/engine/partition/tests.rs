@@ -43,9 +43,9 @@ impl PartitionIo for Script {
         self.log.push("start".into());
         self.starts.pop_front().expect("an unscripted start lookup")
     }
-    async fn show_lag(&mut self, next: i64) -> bool {
+    async fn show_lag(&mut self, next: i64) -> Option<i64> {
         self.lags.push(next);
-        true
+        Some(1)
     }
     async fn resume(&mut self, next: i64, stored: bool) -> i64 {
         self.log.push(if stored {
@@ -396,5 +396,171 @@ fn a_stop_during_any_backoff_ends_the_task_quietly() {
             Some("wait"),
             "case {case}"
         );
+    }
+}
+
+/// A partition whose start lookup fails (retriably) every time, backing off 1 s between tries.
+struct FailingStarts;
+
+impl PartitionIo for FailingStarts {
+    type Feed = ();
+    type Lane = ();
+    async fn fresh_producer(&mut self) -> Result<(), KafkaError> {
+        Ok(())
+    }
+    async fn start_offset(&mut self) -> Result<i64, KafkaError> {
+        Err(retriable())
+    }
+    async fn show_lag(&mut self, _next: i64) -> Option<i64> {
+        None
+    }
+    async fn resume(&mut self, next: i64, _stored: bool) -> i64 {
+        next
+    }
+    async fn lane(&mut self) -> Result<(), KafkaError> {
+        Ok(())
+    }
+    fn subscribe(&mut self, _next: i64) -> Result<(), KafkaError> {
+        Ok(())
+    }
+    fn seek(&mut self, _feed: &mut (), _next: i64) {}
+    async fn forward(
+        &mut self,
+        _feed: &mut (),
+        _lane: &mut (),
+        _next: i64,
+        _acked: &mut Option<i64>,
+    ) -> Result<(), Failure> {
+        unreachable!("its start never succeeds")
+    }
+    fn fatal(&self, next: i64, e: KafkaError) -> Stopped {
+        Stopped::Kafka {
+            topic: "t".into(),
+            partition: 0,
+            first: next,
+            source: e,
+        }
+    }
+    async fn retry_wait(&mut self, _e: &KafkaError, attempt: &mut u32) -> bool {
+        *attempt += 1;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        false
+    }
+}
+
+mod waiting {
+    use super::FailingStarts;
+    use crate::engine::partition::drive;
+    use crate::engine::waiting::tests::FiveRecords;
+    use crate::engine::waiting::*;
+    use crate::events::Emitter;
+    use crate::metrics::{FlowLabels, Metrics};
+    use crate::names::{ClusterAlias, FlowId};
+    use std::sync::Arc;
+    use tokio::time::Instant;
+
+    fn key(p: i32) -> (String, i32) {
+        ("orders".to_string(), p)
+    }
+
+    /// The stall's invisible half: a partition whose start keeps failing showed lag 0 and
+    /// nothing in the status. Driven through the task's seam, it shows its lag from the first look
+    /// and, past the bound, as waiting for a retry, with the error.
+    #[tokio::test(start_paused = true)]
+    async fn a_partition_whose_start_keeps_failing_shows_as_lag_and_as_waiting_after_the_bound() {
+        let metrics = Arc::new(Metrics::new());
+        let flow_id = FlowId::new(ClusterAlias::new("A"), ClusterAlias::new("B"));
+        let labels = FlowLabels {
+            source: "A".into(),
+            target: "B".into(),
+        };
+        // Known to the flow figures `/status` reads, as a running flow is.
+        metrics.connected_gauge(&labels);
+        let watches = Watches::default();
+        let plabels = labels.partition("A.orders", 0);
+        let watch = watches.assigned(key(0), plabels.clone(), None);
+        // Its task: every start lookup fails with a retriable error, for as long as it runs.
+        let task = {
+            let watch = watch.clone();
+            tokio::spawn(async move { drive(&mut FailingStarts, None, false, &watch).await })
+        };
+        let to = Emitter {
+            metrics: &metrics,
+            labels: &labels,
+        };
+        let mut fold = Fold::default();
+        tokio::time::sleep(TICK).await;
+        let v = look(
+            &watches,
+            &FiveRecords,
+            &flow_id,
+            to,
+            Instant::now(),
+            &mut fold,
+        )
+        .await;
+        assert!(v.newly.is_empty(), "not past the bound yet");
+        assert_eq!(
+            metrics.partition_series(&plabels).lag.get(),
+            5,
+            "lag from the moment it is assigned: the source's end minus where it will start"
+        );
+        tokio::time::sleep(BOUND).await;
+        let v = look(
+            &watches,
+            &FiveRecords,
+            &flow_id,
+            to,
+            Instant::now(),
+            &mut fold,
+        )
+        .await;
+        assert_eq!(v.newly.len(), 1);
+        assert_eq!(v.newly[0].stage, Stage::Retrying);
+        assert!(
+            v.newly[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("b1")),
+            "{:?}",
+            v.newly[0].error
+        );
+        assert_eq!(
+            metrics
+                .partitions_waiting
+                .get_or_create(&labels.reason("retrying"))
+                .get(),
+            1
+        );
+        assert_eq!(
+            metrics
+                .partitions_reported_waiting
+                .get_or_create(&labels.reason("retrying"))
+                .get(),
+            1
+        );
+        let figures = metrics.flow_figures();
+        let f = figures
+            .iter()
+            .find(|f| &*f.labels.source == "A")
+            .expect("the flow's figures");
+        assert_eq!(
+            (f.partitions_waiting, f.waiting_reason),
+            (1, Some("retrying"))
+        );
+        assert_eq!(f.lag_records, 5);
+        // Ended (stopped, revoked): not watched any more.
+        task.abort();
+        watches.ended(&key(0), &watch);
+        let v = look(
+            &watches,
+            &FiveRecords,
+            &flow_id,
+            to,
+            Instant::now(),
+            &mut fold,
+        )
+        .await;
+        assert_eq!(summary(&v.counts), (0, None));
     }
 }

@@ -1,8 +1,7 @@
-//! Unit tests of `waiting`: the verdicts on a clock, and a partition whose start keeps failing
-//! driven through the partition task's seam.
+//! Unit tests of `waiting`: the verdicts on a clock, the lookups and the WARN lines
+//! (`engine/partition/tests.rs` drives a partition whose start keeps failing through it).
 
 use super::*;
-use crate::engine::partition::tests_support::{failing_starts, Driven};
 use crate::metrics::{FlowLabels, Metrics};
 use crate::names::ClusterAlias;
 
@@ -50,118 +49,19 @@ fn a_stored_position_is_where_the_lag_counts_from() {
     assert!(judge(&[(key(3), w)], t0).lag_unknown.is_empty());
 }
 
-/// A scripted source: every partition ends at 5 and starts (`auto.offset.reset`) at 0.
-struct FiveRecords;
+/// A scripted source: partition 99 is empty; every other ends at 5 and starts
+/// (`auto.offset.reset`) at 0.
+pub(crate) struct FiveRecords;
 
 impl Ends for FiveRecords {
     async fn ends(&self, keys: &[(String, i32)]) -> HashMap<(String, i32), i64> {
-        keys.iter().map(|k| (k.clone(), 5)).collect()
+        keys.iter()
+            .map(|k| (k.clone(), if k.1 == 99 { 0 } else { 5 }))
+            .collect()
     }
     async fn starts(&self, keys: &[(String, i32)]) -> HashMap<(String, i32), i64> {
         keys.iter().map(|k| (k.clone(), 0)).collect()
     }
-}
-
-/// The stall's invisible half: a partition whose start keeps failing showed lag 0 and
-/// nothing in the status. Driven through the task's seam, it shows its lag from the first look
-/// and, past the bound, as waiting for a retry, with the error.
-#[tokio::test(start_paused = true)]
-async fn a_partition_whose_start_keeps_failing_shows_as_lag_and_as_waiting_after_the_bound() {
-    let metrics = Arc::new(Metrics::new());
-    let flow_id = FlowId::new(ClusterAlias::new("A"), ClusterAlias::new("B"));
-    let labels = FlowLabels {
-        source: "A".into(),
-        target: "B".into(),
-    };
-    // Known to the flow figures `/status` reads, as a running flow is.
-    metrics.connected_gauge(&labels);
-    let watches = Watches::default();
-    let plabels = labels.partition("A.orders", 0);
-    let watch = watches.assigned(key(0), plabels.clone(), None);
-    // Its task: every start lookup fails with a retriable error, for as long as it runs.
-    let mut driven: Driven = failing_starts();
-    let task = {
-        let watch = watch.clone();
-        tokio::spawn(async move { driven.run(&watch).await })
-    };
-    let to = Emitter {
-        metrics: &metrics,
-        labels: &labels,
-    };
-    let mut fold = Fold::default();
-    tokio::time::sleep(TICK).await;
-    let v = look(
-        &watches,
-        &FiveRecords,
-        &flow_id,
-        to,
-        Instant::now(),
-        &mut fold,
-    )
-    .await;
-    assert!(v.newly.is_empty(), "not past the bound yet");
-    assert_eq!(
-        metrics.partition_series(&plabels).lag.get(),
-        5,
-        "lag from the moment it is assigned: the source's end minus where it will start"
-    );
-    tokio::time::sleep(BOUND).await;
-    let v = look(
-        &watches,
-        &FiveRecords,
-        &flow_id,
-        to,
-        Instant::now(),
-        &mut fold,
-    )
-    .await;
-    assert_eq!(v.newly.len(), 1);
-    assert_eq!(v.newly[0].stage, Stage::Retrying);
-    assert!(
-        v.newly[0]
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("b1")),
-        "{:?}",
-        v.newly[0].error
-    );
-    assert_eq!(
-        metrics
-            .partitions_waiting
-            .get_or_create(&labels.reason("retrying"))
-            .get(),
-        1
-    );
-    assert_eq!(
-        metrics
-            .partitions_reported_waiting
-            .get_or_create(&labels.reason("retrying"))
-            .get(),
-        1
-    );
-    let figures = metrics.flow_figures();
-    let f = figures
-        .iter()
-        .find(|f| &*f.labels.source == "A")
-        .expect("the flow's figures");
-    assert_eq!(
-        (f.partitions_waiting, f.waiting_reason),
-        (1, Some("retrying"))
-    );
-    assert_eq!(f.lag_records, 5);
-    // Ended (stopped, revoked): not watched any more.
-    task.abort();
-    watches.ended(&key(0), &watch);
-    let v = look(
-        &watches,
-        &FiveRecords,
-        &flow_id,
-        to,
-        Instant::now(),
-        &mut fold,
-    )
-    .await;
-    assert_eq!(summary(&v.counts), (0, None));
 }
 
 /// A start of thousands of partitions against a slow target: each is counted once, and the
@@ -236,4 +136,47 @@ async fn many_partitions_waiting_make_one_warn_line_per_quiet_period() {
         1005,
         "each partition counted once"
     );
+}
+
+/// An empty partition gets no data from the fetcher until records arrive: it is not waiting,
+/// and it is never reported as waiting for data.
+#[tokio::test(start_paused = true)]
+async fn an_empty_partition_is_not_waiting_for_anything() {
+    let metrics = Metrics::new();
+    let flow_id = FlowId::new(ClusterAlias::new("A"), ClusterAlias::new("B"));
+    let labels = FlowLabels {
+        source: "A".into(),
+        target: "B".into(),
+    };
+    let to = Emitter {
+        metrics: &metrics,
+        labels: &labels,
+    };
+    let watches = Watches::default();
+    let empty = watches.assigned(key(99), labels.partition("A.orders", 99), None);
+    empty.stage(Stage::Fetch);
+    let mut fold = Fold::default();
+    tokio::time::sleep(TICK).await;
+    look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
+    assert!(empty.is_copying());
+    tokio::time::sleep(BOUND).await;
+    let v = look(
+        &watches,
+        &FiveRecords,
+        &flow_id,
+        to,
+        Instant::now(),
+        &mut fold,
+    )
+    .await;
+    assert!(v.newly.is_empty());
+    assert_eq!(summary(&v.counts), (0, None));
 }
