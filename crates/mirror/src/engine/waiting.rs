@@ -508,7 +508,11 @@ pub(crate) async fn monitor<E: Ends>(
             metrics: &metrics,
             labels: &labels,
         };
-        look(&watches, &ends, &flow, to, Instant::now(), &mut fold).await;
+        // A look waits for the source's answers (up to 5 s): the flow's stop does not.
+        tokio::select! {
+            _ = look(&watches, &ends, &flow, to, Instant::now(), &mut fold) => {}
+            _ = stop.wait() => break,
+        }
     }
 }
 

@@ -131,9 +131,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// One hash per setting of a flow, from its settings as JSON (`FlowConfig` serialised). Left out:
 /// what may differ between the processes of one deployment without changing what is copied or
 /// how (whether this process serves the flow, client connection settings, rate limits, which
-/// are per process).
+/// are per process), and `keys_set`, the keys as the file wrote them for `plan`: each is
+/// compared through its own field, and the text also holds per-process values such as
+/// `kmirror.sharing.instance.id` (a group refused every process but one for it).
 pub fn settings_digest(flow: &serde_json::Value) -> BTreeMap<String, String> {
-    const PER_PROCESS: [&str; 4] = ["served", "clients", "rate_limit", "process_rate_limit"];
+    const PER_PROCESS: [&str; 5] = [
+        "served",
+        "clients",
+        "rate_limit",
+        "process_rate_limit",
+        "keys_set",
+    ];
     let mut out = BTreeMap::new();
     if let Some(fields) = flow.as_object() {
         for (k, v) in fields {
@@ -494,8 +502,10 @@ mod tests {
 
     #[test]
     fn the_settings_digest_leaves_out_what_is_per_process() {
-        let a = serde_json::json!({"topics": ["a.*"], "served": true, "clients": {"x": 1}, "rate_limit": 5});
-        let b = serde_json::json!({"topics": ["a.*"], "served": false, "clients": {"x": 2}, "rate_limit": null});
+        let a = serde_json::json!({"topics": ["a.*"], "served": true, "clients": {"x": 1}, "rate_limit": 5,
+            "keys_set": [["kmirror.sharing.instance.id", "one"]]});
+        let b = serde_json::json!({"topics": ["a.*"], "served": false, "clients": {"x": 2}, "rate_limit": null,
+            "keys_set": [["kmirror.sharing.instance.id", "two"]]});
         let c = serde_json::json!({"topics": ["b.*"], "served": true});
         assert_eq!(settings_digest(&a), settings_digest(&b));
         assert_eq!(
