@@ -284,10 +284,24 @@ async fn lanes_write_in_transactions_across_brokers() {
     )
     .await
     .unwrap();
-    k.refresh_metadata(Some(&["lanes"])).await.unwrap();
-    let leaders: std::collections::BTreeSet<i32> = (0..PARTITIONS)
-        .map(|p| k.leader_of("lanes", p).unwrap().0)
-        .collect();
+    // The broker that answers the metadata may not know a topic created a moment ago (three
+    // brokers apply the controller's records each in its own time): asked until every
+    // partition has a leader.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let leaders: std::collections::BTreeSet<i32> = loop {
+        k.refresh_metadata(Some(&["lanes"])).await.unwrap();
+        let led: Result<std::collections::BTreeSet<i32>, _> = (0..PARTITIONS)
+            .map(|p| k.leader_of("lanes", p).map(|l| l.0))
+            .collect();
+        match led {
+            Ok(l) => break l,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("not every partition led yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("partitions without a leader after 30 s: {e}"),
+        }
+    };
     assert!(
         leaders.len() > 1,
         "partitions led by one broker: {leaders:?}"
