@@ -93,12 +93,7 @@ impl KafkaCluster {
         // partitions still waiting would each send requests as fast as the retries allow. The
         // caller backs off and asks again. Boxed: the lookup's future is kilobytes, and inline
         // it would size every ask waiting for its batch (thousands when a flow starts).
-        Box::pin(async {
-            let (leader, epoch) = self.leader_of(topic, partition)?;
-            let conn = self.broker(leader).await?;
-            super::offsets::list_offset_on(&conn, topic, partition, epoch, at, isolation).await
-        })
-        .await
+        Box::pin(self.list_offset_once(topic, partition, at, isolation)).await
     }
 }
 

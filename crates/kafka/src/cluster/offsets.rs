@@ -55,12 +55,23 @@ impl KafkaCluster {
         at: i64,
         isolation: IsolationLevel,
     ) -> Result<i64> {
-        self.retrying(topic, true, || async move {
-            let (leader, epoch) = self.leader_of(topic, partition)?;
-            let conn = self.broker(leader).await?;
-            list_offset_on(&conn, topic, partition, epoch, at, isolation).await
+        self.retrying(topic, true, || {
+            self.list_offset_once(topic, partition, at, isolation)
         })
         .await
+    }
+
+    /// One ListOffsets for one partition to its leader as the metadata names it, no retry.
+    pub(super) async fn list_offset_once(
+        &self,
+        topic: &str,
+        partition: i32,
+        at: i64,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        let (leader, epoch) = self.leader_of(topic, partition)?;
+        let conn = self.broker(leader).await?;
+        list_offset_on(&conn, topic, partition, epoch, at, isolation).await
     }
 
     /// ListOffsets for many partitions: one request per leader broker, so thousands of

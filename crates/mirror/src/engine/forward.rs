@@ -464,8 +464,6 @@ impl Forwarder<'_> {
             if caught_up && progress.is_idle() {
                 // Nothing left to copy: it copies, with nothing to send.
                 self.watch.copying();
-            }
-            if caught_up && progress.is_idle() {
                 if let Some(ts) = batch_age_ts {
                     g.latency.set(super::now_ms() - ts);
                 }
